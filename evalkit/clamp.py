@@ -1,0 +1,93 @@
+"""Keep ``prompt + max_tokens`` within the server's ``max_model_len`` so no request is refused with a 400.
+
+Prompt lengths come from vLLM's ``POST /tokenize`` (exact, chat template included). Where a server has no
+``/tokenize``, the prompt's UTF-8 byte count plus a margin for the chat template stands in: a BPE token is at
+least one byte, so the bound never undercounts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import aiohttp
+
+from evalkit.endpoint import server_root
+from evalkit.tasks.base import Request
+
+TEMPLATE_MARGIN = 64  # tokens a chat template may add around the messages
+
+
+async def _count_tokens(
+    session: aiohttp.ClientSession, root: str, model: str, req: Request, kind: str, headers: dict[str, str]
+) -> int | None:
+    body: dict[str, Any] = {"model": model}
+    if kind == "chat":
+        body["messages"] = list(req.messages) if req.messages else [{"role": "user", "content": req.prompt}]
+        body["add_generation_prompt"] = True
+    else:
+        body["prompt"] = req.prompt
+    try:
+        async with session.post(root + "/tokenize", json=body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=30)) as r:
+            if r.status != 200:
+                return None
+            data = await r.json(content_type=None)
+            return int(data["count"])
+    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _key(req: Request) -> str:
+    return repr((req.prompt, req.messages))
+
+
+def _byte_bound(req: Request) -> int:
+    text = "".join(m.get("content", "") for m in req.messages) if req.messages else req.prompt
+    return len(text.encode("utf-8")) + TEMPLATE_MARGIN
+
+
+async def clamp_max_tokens(
+    requests: list[Request], base_url: str, model: str, kind: str, max_model_len: int | None,
+    api_key: str | None = None,
+) -> tuple[list[Request], dict[str, Any] | None]:
+    """Requests with ``max_tokens`` lowered where needed, and a record of what was clamped (None if nothing)."""
+    if not max_model_len:
+        return requests, None
+    need = [r for r in requests if r.gen.max_tokens + _byte_bound(r) > max_model_len]
+    if not need:
+        return requests, None
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    counts: dict[str, int] = {}
+    method = "tokenize"
+    async with aiohttp.ClientSession() as session:
+        unique = {_key(r): r for r in need}
+        sem = asyncio.Semaphore(16)
+
+        async def one(key: Any, r: Request) -> None:
+            nonlocal method
+            async with sem:
+                n = await _count_tokens(session, server_root(base_url), model, r, kind, headers)
+            if n is None:
+                method = "utf8-bytes"
+                n = _byte_bound(r)
+            counts[key] = n
+
+        await asyncio.gather(*(one(k, r) for k, r in unique.items()))
+    out, clamped, lowest = [], 0, None
+    for r in requests:
+        n = counts.get(_key(r))
+        if n is not None and r.gen.max_tokens + n > max_model_len:
+            allowed = max(1, max_model_len - n)
+            r = dataclasses.replace(r, gen=dataclasses.replace(r.gen, max_tokens=allowed))
+            clamped += 1
+            lowest = allowed if lowest is None else min(lowest, allowed)
+        out.append(r)
+    if not clamped:
+        return out, None
+    requested = max(r.gen.max_tokens for r in need)
+    return out, {
+        "max_model_len": max_model_len, "requested_max_tokens": requested, "requests_clamped": clamped,
+        "lowest_max_tokens": lowest, "prompt_length_from": method,
+    }

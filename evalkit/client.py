@@ -1,0 +1,287 @@
+"""The one HTTP client: sends a request, streams the answer, times it, retries it.
+
+Timing follows vLLM's ``vllm/benchmarks/serve.py``: ``time.perf_counter()`` from just before the request is
+sent; TTFT at the first chunk that carries generated text; ITL between such chunks; TPOT =
+(latency - TTFT) / (output_tokens - 1) with output tokens from the final ``usage`` chunk
+(``stream_options.include_usage``).
+
+The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson; the ``openai``
+package's chunk iterator costs ~10x the CPU per token and would distort timings on a fast server. Retries
+live here and only here (tenacity), and the SDK's own retries are never used for generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+)
+
+from evalkit.tasks.base import Request, Response
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class RequestFailed(Exception):
+    """A request failed in a way that retrying may fix (timeouts, dropped connections, 408/409/429/5xx)."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class RequestRejected(Exception):
+    """The server refused the request (400/401/403/404/422...): retrying cannot help."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """Timeouts and retry bounds. ``total_s`` per request is ``total_base_s + max_tokens * total_per_token_s``."""
+
+    connect_timeout_s: float = 10.0
+    idle_timeout_s: float = 120.0
+    total_base_s: float = 120.0
+    total_per_token_s: float = 0.5
+    max_attempts: int = 5
+    max_retry_s: float = 600.0
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def total_timeout(self, max_tokens: int) -> float:
+        return self.total_base_s + max_tokens * self.total_per_token_s
+
+
+def _error_message(status: int, body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        obj = orjson.loads(body)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        if isinstance(err, dict):
+            text = str(err.get("message") or err.get("detail") or err)
+        elif isinstance(obj, dict) and "detail" in obj:
+            text = str(obj["detail"])
+    except orjson.JSONDecodeError:
+        text = " ".join(text.split())[:200]
+    return f"HTTP {status}: {text}"
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+class Client:
+    """Async streaming client for an OpenAI-compatible server (completions or chat).
+
+    Example::
+
+        async with Client("http://127.0.0.1:8000/v1", "my-model", kind="completions") as c:
+            resp = await c.generate(request)
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        kind: str = "completions",
+        api_key: str | None = None,
+        options: ClientOptions | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + ("/chat/completions" if kind == "chat" else "/completions")
+        self.model = model
+        self.kind = kind
+        self.options = options or ClientOptions()
+        self.extra_body = dict(extra_body or {})
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+        self.t0 = time.perf_counter()
+
+    async def __aenter__(self) -> Client:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        self.t0 = time.perf_counter()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    # -- payload -----------------------------------------------------------------------------------------
+    def payload(self, req: Request) -> dict[str, Any]:
+        g = req.gen
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": g.max_tokens,
+            "temperature": g.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.kind == "chat":
+            body["messages"] = list(req.messages) if req.messages else [{"role": "user", "content": req.prompt}]
+        else:
+            body["prompt"] = req.prompt
+        if g.top_p is not None:
+            body["top_p"] = g.top_p
+        if g.seed is not None:
+            body["seed"] = g.seed
+        if g.stop:
+            body["stop"] = list(g.stop)
+        if g.chat_template_kwargs and self.kind == "chat":
+            body["chat_template_kwargs"] = g.chat_template_kwargs
+        body.update(self.extra_body)
+        return body
+
+    # -- one attempt -------------------------------------------------------------------------------------
+    async def _once(self, req: Request, body: bytes) -> Response:
+        assert self._session is not None, "use 'async with Client(...)'"
+        o = self.options
+        timeout = aiohttp.ClientTimeout(
+            total=o.total_timeout(req.gen.max_tokens), sock_connect=o.connect_timeout_s, sock_read=o.idle_timeout_s
+        )
+        chat = self.kind == "chat"
+        st = time.perf_counter()
+        text_parts: list[str] = []
+        reasoning_parts: list[str] = []
+        itl: list[float] = []
+        ttft: float | None = None
+        last = st
+        finish: str | None = None
+        usage: dict[str, Any] | None = None
+        try:
+            async with self._session.post(self.url, data=body, headers=self._headers, timeout=timeout) as resp:
+                if resp.status != 200:
+                    raw = await resp.read()
+                    msg = _error_message(resp.status, raw)
+                    if resp.status in RETRYABLE_STATUS:
+                        raise RequestFailed(msg, resp.status, _retry_after(resp.headers))
+                    raise RequestRejected(msg, resp.status)
+                ctype = resp.headers.get("Content-Type", "")
+                if "text/event-stream" not in ctype and "application/json" not in ctype:
+                    raise RequestRejected(
+                        f"the endpoint answered {ctype or 'no content type'} instead of an event stream; "
+                        "check that the URL is an OpenAI-compatible API (…/v1)",
+                        resp.status,
+                    )
+                async for line in resp.content:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        break
+                    if not data:
+                        continue
+                    chunk = orjson.loads(data)
+                    if "error" in chunk and not chunk.get("choices"):
+                        err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+                        code = int(err.get("code") or 500) if str(err.get("code", "")).isdigit() else 500
+                        raise RequestFailed(f"server error mid-stream: {err.get('message')}", code)
+                    choices = chunk.get("choices")
+                    if choices:
+                        c = choices[0]
+                        if chat:
+                            delta = c.get("delta") or {}
+                            piece = delta.get("content")
+                            rpiece = delta.get("reasoning_content") or delta.get("reasoning")
+                        else:
+                            piece = c.get("text")
+                            rpiece = None
+                        if piece or rpiece:
+                            now = time.perf_counter()
+                            if ttft is None:
+                                ttft = now - st
+                            else:
+                                itl.append((now - last) * 1000.0)
+                            last = now
+                            if piece:
+                                text_parts.append(piece)
+                            if rpiece:
+                                reasoning_parts.append(rpiece)
+                        if c.get("finish_reason") is not None:
+                            finish = c["finish_reason"]
+                    u = chunk.get("usage")
+                    if u:
+                        usage = u
+        except (RequestFailed, RequestRejected):
+            raise
+        except asyncio.TimeoutError as e:
+            raise RequestFailed(f"timed out ({type(e).__name__}): no data within the idle/total timeout") from None
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+            raise RequestFailed(f"connection error: {type(e).__name__}: {e}") from None
+        except orjson.JSONDecodeError as e:
+            raise RequestFailed(f"malformed event from server: {e}") from None
+        end = time.perf_counter()
+        if finish is None:
+            raise RequestFailed("stream ended without a finish_reason (connection cut?)")
+        e2e = end - st
+        out_tokens = int(usage["completion_tokens"]) if usage and usage.get("completion_tokens") is not None else None
+        tpot = None
+        if ttft is not None and out_tokens is not None and out_tokens > 1:
+            tpot = (e2e - ttft) / (out_tokens - 1) * 1000.0
+        details = (usage or {}).get("completion_tokens_details") or {}
+        return Response(
+            text="".join(text_parts) if (text_parts or not reasoning_parts) else None,
+            reasoning="".join(reasoning_parts) or None,
+            finish_reason=finish,
+            prompt_tokens=int(usage["prompt_tokens"]) if usage and usage.get("prompt_tokens") is not None else None,
+            output_tokens=out_tokens,
+            reasoning_tokens=details.get("reasoning_tokens") if isinstance(details, dict) else None,
+            ttft_ms=ttft * 1000.0 if ttft is not None else None,
+            tpot_ms=tpot,
+            e2e_ms=e2e * 1000.0,
+            itl_ms=itl,
+            start_s=st - self.t0,
+        )
+
+    # -- with retries ------------------------------------------------------------------------------------
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, RequestFailed) and exc.retry_after is not None:
+            return min(exc.retry_after, self.options.backoff_max_s * 4)
+        o = self.options
+        cap = min(o.backoff_max_s, o.backoff_base_s * 2 ** (state.attempt_number - 1))
+        return random.uniform(cap / 2, cap)
+
+    async def generate(self, req: Request) -> Response:
+        """Send one request with retries; failures come back as a Response with ``error`` set."""
+        body = orjson.dumps(self.payload(req))
+        attempts = 0
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(RequestFailed),
+                stop=stop_after_attempt(self.options.max_attempts) | stop_after_delay(self.options.max_retry_s),
+                wait=self._wait,
+                reraise=True,
+            ):
+                with attempt:
+                    attempts += 1
+                    resp = await self._once(req, body)
+                    resp.attempts = attempts
+                    return resp
+        except (RequestFailed, RequestRejected) as e:
+            return Response(text=None, error=str(e), http_status=e.status, attempts=attempts)
+        raise AssertionError("unreachable")

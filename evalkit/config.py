@@ -1,0 +1,141 @@
+"""Run configuration, resolved in one place: CLI > config file (YAML/TOML) > ``EVALKIT_*`` env > defaults."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+import yaml
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from evalkit.errors import ConfigError
+from evalkit.server import ServerConfig
+
+
+class RunConfig(BaseSettings):
+    """Everything a run needs. Unknown keys are refused.
+
+    Example::
+
+        cfg = load_config(cli={"tasks": ["gsm8k"], "endpoint": "http://127.0.0.1:8000/v1", "limit": 50})
+    """
+
+    model_config = SettingsConfigDict(env_prefix="EVALKIT_", extra="forbid", env_nested_delimiter="__")
+
+    tasks: list[str] = Field(default_factory=list)
+    endpoint: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = None
+    endpoint_kind: Literal["completions", "chat"] | None = None
+    concurrency: int | Literal["auto"] = "auto"
+    max_concurrency: int = Field(default=512, ge=1)
+    limit: int | None = Field(default=None, ge=1)
+    num_fewshot: int | None = Field(default=None, ge=0)
+    num_samples: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_length: int | None = Field(default=None, ge=2)
+    seed: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    output_dir: Path | None = None
+    tasks_dir: list[Path] = Field(default_factory=list)
+    fresh: bool = False
+    max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    report: bool = True
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    idle_timeout_s: float = Field(default=120.0, gt=0)
+    max_attempts: int = Field(default=5, ge=1)
+    max_retry_s: float = Field(default=600.0, gt=0)
+    server: ServerConfig | None = None
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _concurrency(cls, v: Any) -> Any:
+        if isinstance(v, str) and v != "auto":
+            if not v.isdigit() or int(v) < 1:
+                raise ValueError("must be a positive integer or 'auto'")
+            return int(v)
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be a positive integer or 'auto'")
+        return v
+
+    @field_validator("chat_template_kwargs", mode="before")
+    @classmethod
+    def _ctk(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"not valid JSON ({e.msg}); pass e.g. '{{\"thinking\": true}}'") from None
+            if not isinstance(v, dict):
+                raise ValueError("must be a JSON object, e.g. '{\"enable_thinking\": true}'")
+        return v
+
+    def resolved_api_key(self) -> str | None:
+        """EVALKIT_API_KEY, else OPENAI_API_KEY, else the first line of api_key_file."""
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        env = os.environ.get("OPENAI_API_KEY")
+        if env:
+            return env
+        if self.api_key_file is not None:
+            try:
+                return self.api_key_file.read_text().strip() or None
+            except OSError as e:
+                raise ConfigError(f"cannot read --api-key-file {self.api_key_file}: {e.strerror}") from None
+        return None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A YAML or TOML config file as a dict."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        first = str(e).splitlines()[0]
+        raise ConfigError(f"config file {path} does not parse: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of settings at the top level")
+    if "api_key" in data:
+        raise ConfigError(f"config file {path}: api_key does not belong in a file; set EVALKIT_API_KEY or api_key_file")
+    return data
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "config"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    if e["type"] == "extra_forbidden":
+        known = ", ".join(sorted(RunConfig.model_fields)) if len(e["loc"]) == 1 else "see evalkit run --help"
+        return f"unknown setting '{loc}' in {source}; known settings: {known}{more}"
+    value = e.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+    return f"invalid value for '{loc}' in {source}: {e['msg']}{shown}{more}"
+
+
+def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConfig:
+    """Merge CLI values (None = not given) over the config file, over EVALKIT_* env, over defaults."""
+    merged: dict[str, Any] = read_config_file(config_file) if config_file else {}
+    for key, value in cli.items():
+        if value is None or value == [] or (value is False and key in ("fresh",)):
+            continue
+        if key == "server" and isinstance(value, dict) and isinstance(merged.get("server"), dict):
+            merged["server"] = {**merged["server"], **value}
+        else:
+            merged[key] = value
+    source = f"{config_file} / command line" if config_file else "command line / EVALKIT_* environment"
+    try:
+        return RunConfig(**merged)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e, source)) from None

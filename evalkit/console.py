@@ -1,0 +1,91 @@
+"""What a person sees in the terminal: a live progress bar and the closing table."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evalkit.records import SampleRecord
+
+console = Console(stderr=True)
+
+
+class LiveProgress:
+    """done/total, accuracy so far (first filter of the primary metric) and output tok/s."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("acc {task.fields[acc]}"), TextColumn("{task.fields[tps]} tok/s"),
+            TextColumn("err {task.fields[err]}"), TimeElapsedColumn(),
+            console=console, disable=not enabled, refresh_per_second=4,
+        )
+        self.ids: dict[str, Any] = {}
+        self.correct: dict[str, list[int]] = {}
+        self.tokens: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        self.t0: dict[str, float] = {}
+
+    def __enter__(self) -> LiveProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def __call__(self, task: str, done: int, total: int, rec: SampleRecord | None) -> None:
+        if task not in self.ids:
+            self.ids[task] = self.progress.add_task(task, total=total, acc="-", tps="-", err=0)
+            self.correct[task], self.tokens[task], self.errors[task] = [0, 0], 0, 0
+            self.t0[task] = time.perf_counter()
+        if rec is not None:
+            if rec.status == "api_error":
+                self.errors[task] += 1
+            elif rec.correct:
+                first = next(iter(rec.correct.values()))
+                self.correct[task][0] += int(bool(first))
+                self.correct[task][1] += 1
+            self.tokens[task] += rec.output_tokens or 0
+        c, n = self.correct[task]
+        elapsed = max(time.perf_counter() - self.t0[task], 1e-9)
+        self.progress.update(
+            self.ids[task], completed=done, acc=f"{c / n:.3f}" if n else "-",
+            tps=f"{self.tokens[task] / elapsed:,.0f}", err=self.errors[task],
+        )
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def print_summary(summary: dict[str, Any], run_dir: str) -> None:
+    acc = Table(title="accuracy", title_justify="left")
+    for col in ("task", "metric", "value", "± stderr", "95% CI", "n"):
+        acc.add_column(col)
+    speed = Table(title="speed", title_justify="left")
+    for col in ("task", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50 ms", "conc", "errors"):
+        speed.add_column(col)
+    for name, t in summary["tasks"].items():
+        for metric, m in t["metrics"].items():
+            ci = m.get("ci95")
+            acc.add_row(name, metric, _fmt(m["value"], 4), _fmt(m.get("stderr"), 4),
+                        f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", str(m["n"]))
+        s, c = t["speed"], t["counts"]
+        speed.add_row(
+            name, _fmt(s.get("requests_per_s"), 2), _fmt(s.get("output_tokens_per_s"), 0),
+            f"{_fmt(s['ttft_ms'].get('p50'))} / {_fmt(s['ttft_ms'].get('p99'))}",
+            f"{_fmt(s['tpot_ms'].get('p50'), 2)} / {_fmt(s['tpot_ms'].get('p99'), 2)}",
+            _fmt(s["itl_ms"].get("p50"), 2), _fmt(s.get("concurrency")), f"{c['api_error']}/{c['total']}",
+        )
+    out = Console()
+    out.print(acc)
+    out.print(speed)
+    out.print(f"results: {run_dir}")

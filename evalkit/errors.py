@@ -1,0 +1,31 @@
+"""Errors a user can act on. Each carries one line that names the problem and the fix."""
+
+from __future__ import annotations
+
+
+class EvalkitError(Exception):
+    """A problem with the user's input or environment; the CLI prints it as one line and exits 2."""
+
+    exit_code = 2
+
+
+class ConfigError(EvalkitError):
+    pass
+
+
+class EndpointError(EvalkitError):
+    pass
+
+
+class TaskError(EvalkitError):
+    pass
+
+
+class DataError(EvalkitError):
+    pass
+
+
+class RunError(EvalkitError):
+    """The run finished but did not meet its bar (e.g. error rate); everything computed was written."""
+
+    exit_code = 1

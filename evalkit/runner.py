@@ -1,0 +1,368 @@
+"""One run: config -> (server) -> tasks -> requests -> scoring -> store -> report."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import platform
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evalkit import __version__
+from evalkit.clamp import clamp_max_tokens
+from evalkit.client import Client, ClientOptions
+from evalkit.config import RunConfig
+from evalkit.endpoint import display_url, list_models, normalize_base_url, resolve_model, server_root
+from evalkit.errors import ConfigError, RunError
+from evalkit.execute import ExecStats, execute
+from evalkit.records import SCHEMA_VERSION, SampleRecord
+from evalkit.stats import percentile, speed_summary
+from evalkit.store import RunStore
+from evalkit.tasks.base import Request, Response, Task, TaskSettings
+from evalkit.tasks.registry import Registry
+
+Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"python": platform.python_version(), "evalkit": __version__}
+    for dist in ("lm_eval", "openai", "vllm"):
+        try:
+            out[dist] = version(dist.replace("_", "-"))
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
+    """The task's defaults overridden by what the user set."""
+    d = task.defaults()
+
+    def pick(name: str) -> Any:
+        v = getattr(cfg, name)
+        return v if v is not None else d.get(name)
+
+    return TaskSettings(
+        limit=cfg.limit,
+        num_fewshot=pick("num_fewshot"),
+        num_samples=int(pick("num_samples") or 1),
+        max_tokens=pick("max_tokens"),
+        max_length=cfg.max_length,
+        temperature=pick("temperature"),
+        top_p=pick("top_p"),
+        seed=cfg.seed,
+        chat_template_kwargs=cfg.chat_template_kwargs,
+        endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
+    )
+
+
+def request_key(model: str, kind: str, task: Task, data_sha: dict[str, str], req: Request) -> str:
+    """Identity of a request: same key = same answer expected, so a completed key is never sent again."""
+    blob = orjson.dumps(
+        [model, kind, task.name, task.version, data_sha, req.prompt, req.messages, req.gen.as_dict(), req.doc_id,
+         req.sample_index],
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(blob).hexdigest()
+
+
+def record_for(req: Request, resp: Response, key: str, task: Task) -> SampleRecord:
+    """Score a response (unless the request failed) into the record stored for it."""
+    base: dict[str, Any] = dict(
+        key=key, task=req.task, doc_id=req.doc_id, sample_index=req.sample_index, prompt=req.prompt,
+        messages=list(req.messages) if req.messages else None, response=resp.text, reasoning=resp.reasoning,
+        finish_reason=resp.finish_reason, attempts=resp.attempts, target=req.target,
+        prompt_tokens=resp.prompt_tokens, output_tokens=resp.output_tokens, reasoning_tokens=resp.reasoning_tokens,
+        ttft_ms=resp.ttft_ms, tpot_ms=resp.tpot_ms, e2e_ms=resp.e2e_ms, itl_ms=resp.itl_ms, start_s=resp.start_s,
+    )
+    if resp.error is not None:
+        return SampleRecord(**base, status="api_error", error=resp.error)
+    score = task.score(req, resp)
+    if score.answer is not None:
+        base["response"] = score.answer
+    if score.reasoning is not None:
+        base["reasoning"] = score.reasoning
+    return SampleRecord(
+        **base, status=score.status, extracted=score.extracted, correct=score.correct, extraction=score.extraction
+    )
+
+
+@dataclass
+class TaskRun:
+    task: Task
+    settings: TaskSettings
+    requests: list[Request]
+    keys: list[str]
+    clamp: dict[str, Any] | None = None
+    done_keys: set[str] = field(default_factory=set)
+
+    def todo(self) -> Iterator[tuple[Request, str]]:
+        for req, key in zip(self.requests, self.keys, strict=True):
+            if key not in self.done_keys:
+                yield req, key
+
+
+def latest_records(records: list[SampleRecord], task: str) -> list[SampleRecord]:
+    """One record per key (the last one written: a retried failure is superseded by its success)."""
+    by_key: dict[str, SampleRecord] = {}
+    for r in records:
+        if r.task == task:
+            by_key[r.key] = r
+    return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index))
+
+
+def default_output_dir(cfg: RunConfig, model: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
+    return Path("reports") / f"{'+'.join(cfg.tasks)}-{safe_model}-{stamp}"
+
+
+def fingerprint(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What must match for a run dir to be resumed."""
+    return {
+        "model": manifest.get("model"),
+        "endpoint_kind": manifest.get("endpoint", {}).get("kind"),
+        "tasks": {
+            name: {k: t.get(k) for k in ("version", "data_sha256", "settings")}
+            for name, t in (manifest.get("tasks") or {}).items()
+        },
+    }
+
+
+class Runner:
+    """Runs a RunConfig end to end and writes the store.
+
+    Example::
+
+        result = Runner(load_config({"tasks": ["gsm8k"], "endpoint": url, "limit": 10})).run()
+    """
+
+    def __init__(self, cfg: RunConfig, progress: Progress | None = None, argv: list[str] | None = None) -> None:
+        self.cfg = cfg
+        self.progress = progress
+        self.argv = argv or sys.argv
+        self.registry = Registry(cfg.tasks_dir)
+        self.server: Any = None
+
+    # -- setup -------------------------------------------------------------------------------------------
+    def _tasks(self) -> list[Task]:
+        if not self.cfg.tasks:
+            raise ConfigError("no task given; e.g. evalkit run gsm8k --endpoint URL (evalkit tasks list)")
+        return [self.registry.get(name) for name in self.cfg.tasks]
+
+    def _endpoint(self, run_dir_hint: Path | None) -> str:
+        if self.cfg.server is not None:
+            if self.cfg.endpoint:
+                raise ConfigError("give either --endpoint or --serve, not both")
+            return self._start_server(run_dir_hint)
+        if not self.cfg.endpoint:
+            raise ConfigError(
+                "no endpoint: pass --endpoint URL (a running server) or --serve MODEL (evalkit starts vLLM)"
+            )
+        return normalize_base_url(self.cfg.endpoint)
+
+    def _start_server(self, run_dir: Path | None) -> str:
+        from evalkit.server import VLLMServer
+
+        assert self.cfg.server is not None
+        log_dir = run_dir or Path("reports") / "server-logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.server = VLLMServer(self.cfg.server, log_dir)
+        self.server.start()
+        return self.server.base_url.rstrip("/") + "/v1"
+
+    # -- main --------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        tasks = self._tasks()
+        out_dir = self.cfg.output_dir
+        if out_dir is not None:
+            RunStore(out_dir).ensure_writable()
+        try:
+            base_url = self._endpoint(out_dir)
+            api_key = self.cfg.resolved_api_key() if self.cfg.server is None else None
+            models = list_models(base_url, api_key, timeout_s=self.cfg.connect_timeout_s)
+            wanted = self.cfg.model or (self.cfg.server.served_model_name if self.cfg.server else None)
+            served = resolve_model(models, wanted, base_url)
+            if out_dir is None:
+                out_dir = default_output_dir(self.cfg, served.id)
+            store = RunStore(out_dir)
+            store.ensure_writable()
+            return self._run_tasks(tasks, base_url, api_key, served.id, served.max_model_len, store)
+        finally:
+            if self.server is not None:
+                self.server.stop()
+
+    def _plan(
+        self, tasks: list[Task], base_url: str, api_key: str | None, model: str, max_model_len: int | None
+    ) -> list[TaskRun]:
+        plans = []
+        for task in tasks:
+            settings = task_settings(task, self.cfg)
+            kind = settings.endpoint_kind or task.endpoint_kind
+            reqs = task.build_requests(settings)
+            reqs, clamp = asyncio.run(clamp_max_tokens(reqs, base_url, model, kind, max_model_len, api_key))
+            sha = task.data_sha256
+            keys = [request_key(model, kind, task, sha, r) for r in reqs]
+            plans.append(TaskRun(task, settings, reqs, keys, clamp=clamp))
+        return plans
+
+    def _manifest(self, plans: list[TaskRun], base_url: str, model: str, kind: str) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "evalkit_version": __version__,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "finished_at": None,
+            "command": [Path(self.argv[0]).name, *self.argv[1:]],
+            "endpoint": {"base_url": display_url(base_url), "kind": kind},
+            "model": model,
+            "concurrency": self.cfg.concurrency,
+            "versions": _versions(),
+            "tasks": {
+                p.task.name: {
+                    "version": p.task.version,
+                    "description": p.task.description,
+                    "data_sha256": p.task.data_sha256,
+                    "settings": {k: v for k, v in p.settings.__dict__.items()},
+                    "requests": len(p.requests),
+                    "max_tokens_clamp": p.clamp,
+                }
+                for p in plans
+            },
+            "server": self.server.provenance() if self.server is not None else None,
+        }
+
+    def _check_resume(self, store: RunStore, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        old = store.read_manifest()
+        if old is None:
+            return None
+        if self.cfg.fresh:
+            for p in (store.samples_path, store.summary_path):
+                p.unlink(missing_ok=True)
+            return None
+        if fingerprint(old) != fingerprint(manifest):
+            raise ConfigError(
+                f"{store.dir} holds a run with a different config (model, task version, data or settings); "
+                "resume it with the same command, pass --fresh to start over, or choose another --output-dir"
+            )
+        return old
+
+    def _run_tasks(
+        self, tasks: list[Task], base_url: str, api_key: str | None, model: str, max_model_len: int | None,
+        store: RunStore,
+    ) -> dict[str, Any]:
+        kind = self.cfg.endpoint_kind or tasks[0].endpoint_kind
+        plans = self._plan(tasks, base_url, api_key, model, max_model_len)
+        manifest = self._manifest(plans, base_url, model, kind)
+        old = self._check_resume(store, manifest)
+        if old is not None:
+            manifest["created_at"] = old.get("created_at", manifest["created_at"])
+            manifest["resumed_at"] = [*old.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
+        store.write_manifest(manifest)
+        existing = store.records()
+        for p in plans:
+            p.done_keys = {r.key for r in existing if r.task == p.task.name and r.status != "api_error"}
+        summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tasks": {}}
+        store.open()
+        try:
+            for p in plans:
+                summary["tasks"][p.task.name] = self._run_one(p, base_url, api_key, model, store)
+                store.write_summary(summary)
+        finally:
+            store.close()
+        manifest["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        store.write_manifest(manifest)
+        self._render_report(store)
+        self._check_errors(summary)
+        return {"run_dir": str(store.dir), "summary": summary, "manifest": manifest}
+
+    def _run_one(self, p: TaskRun, base_url: str, api_key: str | None, model: str, store: RunStore) -> dict[str, Any]:
+        task = p.task
+        kind = p.settings.endpoint_kind or task.endpoint_kind
+        total = len(p.requests)
+        done = len(p.done_keys)
+        if self.progress:
+            self.progress(task.name, done, total, None)
+
+        async def on_done(req: Request, resp: Response, key: str) -> None:
+            nonlocal done
+            # scoring may take a moment (math-verify): keep it off the event loop that times the requests
+            rec = await asyncio.to_thread(record_for, req, resp, key, task)
+            store.append(rec)
+            done += 1
+            if self.progress:
+                self.progress(task.name, done, total, rec)
+
+        keyed = dict(zip((id(r) for r in p.requests), p.keys, strict=True))
+        todo = [req for req, _ in p.todo()]
+        options = ClientOptions(
+            connect_timeout_s=self.cfg.connect_timeout_s, idle_timeout_s=self.cfg.idle_timeout_s,
+            max_attempts=self.cfg.max_attempts, max_retry_s=self.cfg.max_retry_s,
+        )
+        extra: dict[str, Any] = {}
+        if self.cfg.max_length is not None:
+            extra["truncate_prompt_tokens"] = max(1, self.cfg.max_length - (p.settings.max_tokens or 0))
+        stats = asyncio.run(self._send(todo, base_url, api_key, model, kind, options, extra, keyed, on_done))
+        records = latest_records(store.records(), task.name)
+        return self._task_summary(task, records, stats)
+
+    async def _send(
+        self, todo: list[Request], base_url: str, api_key: str | None, model: str, kind: str,
+        options: ClientOptions, extra: dict[str, Any], keyed: dict[int, str],
+        on_done: Callable[[Request, Response, str], Awaitable[None]],
+    ) -> ExecStats:
+        async with Client(base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
+            return await execute(
+                todo, client, lambda req, resp: on_done(req, resp, keyed[id(req)]),
+                concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
+                metrics_url=server_root(base_url) + "/metrics",
+            )
+
+    def _task_summary(self, task: Task, records: list[SampleRecord], stats: ExecStats) -> dict[str, Any]:
+        metrics, detail = task.summarize(records)
+        counts: dict[str, int] = {"total": len(records)}
+        for status in ("ok", "truncated", "no_answer", "empty", "api_error"):
+            counts[status] = sum(1 for r in records if r.status == status)
+        speed = speed_summary(records)
+        speed.concurrency = stats.final_concurrency
+        speed.client_cpu_s = round(stats.cpu_s, 3)
+        lags = sorted(stats.loop_lag_ms)
+        speed.loop_lag_ms_p99 = round(percentile(lags, 99), 3) if lags else None
+        speed.client_bound = bool(
+            (speed.loop_lag_ms_p99 or 0) > 20.0 or (stats.wall_s > 1 and stats.cpu_s / stats.wall_s > 0.9)
+        )
+        return {
+            "version": task.version,
+            "metrics": {k: v.model_dump(mode="json") for k, v in metrics.items()},
+            "counts": counts,
+            "speed": speed.model_dump(mode="json"),
+            "concurrency_trace": stats.concurrency_trace,
+            "detail": detail,
+        }
+
+    def _render_report(self, store: RunStore) -> None:
+        if not self.cfg.report:
+            return
+        try:
+            from evalkit.report import render_run
+        except ImportError:
+            return
+        render_run(store.dir)
+
+    def _check_errors(self, summary: dict[str, Any]) -> None:
+        for name, t in summary["tasks"].items():
+            c = t["counts"]
+            if c["total"] and c["api_error"] / c["total"] > self.cfg.max_error_rate:
+                raise RunError(
+                    f"{name}: {c['api_error']} of {c['total']} requests failed (error rate above --max-error-rate "
+                    f"{self.cfg.max_error_rate}); results so far are in the run dir; "
+                    "re-run the same command to retry them"
+                )
+

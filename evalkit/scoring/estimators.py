@@ -1,0 +1,100 @@
+"""Estimators for sampled accuracy metrics: pass@k, maj@k, and avg@K with a problem-clustered CI.
+
+All functions are pure. Conventions:
+
+- **pass@k** (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", eq. 1): with ``n``
+  samples of which ``c`` are correct, the unbiased estimate of the chance that at least one of ``k`` samples
+  drawn without replacement is correct, ``1 - C(n-c, k) / C(n, k)``, computed as a product so no large
+  binomials appear.
+- **maj@k**: majority vote over the extracted answers (samples without an answer do not vote). A tie between
+  several top answers gives *fractional credit*: ``1/t`` when the gold answer is one of the ``t`` tied answers
+  (the expected score of breaking the tie uniformly at random), so the result never depends on sample order.
+- **avg@K**: the mean over all samples; its standard error is clustered by problem, because the K samples of
+  one problem are not independent draws from the benchmark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+__all__ = ["Z95", "maj_at_k", "mean_ci_clustered", "pass_at_k", "pass_at_k_ladder"]
+
+Z95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct: ``1 - C(n-c, k) / C(n, k)``.
+
+    Numerically stable form: ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``; exactly 1.0 when ``n - c < k`` (every
+    k-subset holds a correct sample). Requires ``0 <= c <= n`` and ``1 <= k <= n``.
+    """
+    if not (0 <= c <= n):
+        raise ValueError(f"pass_at_k: need 0 <= c <= n, got n={n}, c={c}")
+    if not (1 <= k <= n):
+        raise ValueError(f"pass_at_k: need 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def pass_at_k_ladder(k_max: int) -> list[int]:
+    """The k values to report for K samples: 1, 2, 4, … up to ``k_max``, and ``k_max`` itself."""
+    if k_max < 1:
+        return []
+    ks: list[int] = []
+    k = 1
+    while k <= k_max:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != k_max:
+        ks.append(k_max)
+    return ks
+
+
+def maj_at_k(answers: Sequence[Hashable | None], gold: Hashable) -> float:
+    """Majority-vote accuracy of one problem's sampled answers (``None`` = no answer, does not vote).
+
+    The answers must already be canonical (equal answers compare equal, e.g. via
+    :func:`evalkit.scoring.math_answer.canonical_answer`). Returns 1.0 when the single most frequent answer is
+    ``gold``, ``1/t`` when ``gold`` is among ``t`` answers tied for most frequent, 0.0 otherwise (also when no
+    sample has an answer).
+    """
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return 0.0
+    top = max(counts.values())
+    tied = [a for a, c in counts.items() if c == top]
+    return 1.0 / len(tied) if gold in tied else 0.0
+
+
+def mean_ci_clustered(
+    per_problem_values: Sequence[Sequence[float]], z: float = Z95
+) -> tuple[float, float | None, tuple[float, float] | None]:
+    """``(mean, stderr, (lo, hi))`` of all values, with the standard error clustered by problem.
+
+    ``mean`` is the average over all N samples (avg@K). The variance is the cluster-robust (CR1 / "sandwich")
+    variance of that mean over G problems with ``n_g`` samples each::
+
+        var = G / (G - 1) * sum_g ( sum_{i in g} (y_gi - mean) )**2 / N**2
+
+    When every problem has the same number of samples this equals ``var(per-problem means, ddof=1) / G``,
+    i.e. the standard error of the per-problem means. The CI is ``mean ± z * stderr`` (normal, 95% by
+    default; not clipped). Problems without values are ignored; stderr and CI are None with fewer than two
+    problems. Raises ValueError when there are no values at all.
+    """
+    groups = [np.asarray(v, dtype=np.float64) for v in per_problem_values if len(v) > 0]
+    n_total = sum(len(g) for g in groups)
+    if n_total == 0:
+        raise ValueError("mean_ci_clustered: no values")
+    mean = float(sum(g.sum() for g in groups) / n_total)
+    n_groups = len(groups)
+    if n_groups < 2:
+        return mean, None, None
+    residual_sums = np.array([(g - mean).sum() for g in groups])
+    var = n_groups / (n_groups - 1) * float(np.sum(residual_sums**2)) / n_total**2
+    stderr = math.sqrt(var)
+    return mean, stderr, (mean - z * stderr, mean + z * stderr)

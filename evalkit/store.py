@@ -1,0 +1,155 @@
+"""The run directory: the source of truth every downstream tool reads.
+
+- ``manifest.json``: written at start and rewritten at the end, atomically.
+- ``samples.jsonl``: append-only, one record per completed request, flushed and fsynced per record; a torn
+  last line (crash mid-write) is ignored on read.
+- ``summary.json``: written atomically at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evalkit.errors import ConfigError
+from evalkit.records import SampleRecord
+
+MANIFEST = "manifest.json"
+SAMPLES = "samples.jsonl"
+SUMMARY = "summary.json"
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to ``path`` via a temp file in the same folder and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    return orjson.loads(path.read_bytes())
+
+
+def iter_sample_dicts(path: Path) -> Iterator[dict[str, Any]]:
+    """Records of a samples.jsonl; a torn (unparseable) last line is skipped."""
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if i >= len(lines) - 2:  # the last record, cut mid-write by a crash
+                return
+            raise
+
+
+class RunStore:
+    """One run directory.
+
+    Example::
+
+        store = RunStore(Path("reports/run1")).open()
+        store.append(record)
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir)
+        self._fh: Any = None
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / MANIFEST
+
+    @property
+    def samples_path(self) -> Path:
+        return self.dir / SAMPLES
+
+    @property
+    def summary_path(self) -> Path:
+        return self.dir / SUMMARY
+
+    def ensure_writable(self) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".evalkit-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(
+                f"output dir {self.dir} is not writable ({e.strerror}); pass another --output-dir"
+            ) from None
+
+    def open(self) -> RunStore:
+        self.ensure_writable()
+        self._repair_torn_tail()
+        self._fh = open(self.samples_path, "ab")  # noqa: SIM115 - closed in close()
+        return self
+
+    def _repair_torn_tail(self) -> None:
+        """Drop a partial last line left by a crash, so appends start on a fresh line."""
+        p = self.samples_path
+        if not p.exists() or p.stat().st_size == 0:
+            return
+        data = p.read_bytes()
+        if data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        with open(p, "r+b") as f:
+            f.truncate(cut)
+
+    def append(self, record: SampleRecord) -> None:
+        line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
+        self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def records(self) -> list[SampleRecord]:
+        return [SampleRecord.model_validate(d) for d in iter_sample_dicts(self.samples_path)]
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        write_json_atomic(self.manifest_path, manifest)
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        return read_json(self.manifest_path) if self.manifest_path.exists() else None
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json_atomic(self.summary_path, summary)

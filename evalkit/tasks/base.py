@@ -1,0 +1,153 @@
+"""The task contract: a task turns data into requests and responses into scores.
+
+Two kinds exist (see ``evalkit/tasks/registry.py``):
+- ``lm-eval``: lm-eval's own task object (prompts, filters, metrics) driven by evalkit (``lmeval_task.py``).
+- ``python``: a module in ``tasks/`` with a ``make_task(spec, root)`` function returning a :class:`Task`
+  (e.g. ``tasks/aime25.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from evalkit.records import MetricValue, SampleRecord, Status
+
+EndpointKind = Literal["completions", "chat"]
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """What is sent to the server for one request (besides the prompt)."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "stop": list(self.stop),
+            "chat_template_kwargs": self.chat_template_kwargs,
+        }
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request a task wants answered. ``prompt`` is the completions prompt, or for chat the text of the
+    last user message; ``messages`` is set for chat requests."""
+
+    task: str
+    doc_id: int
+    sample_index: int
+    prompt: str
+    gen: GenParams
+    target: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+
+
+@dataclass
+class Response:
+    """What came back for a request (filled by the client)."""
+
+    text: str | None
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    error: str | None = None  # set when the request failed after retries
+    http_status: int | None = None  # HTTP status of the final failure, when there was one
+    attempts: int = 1
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    start_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Score:
+    """A verdict. ``answer``/``reasoning``, when set, replace what is stored as the sample's response and
+    reasoning (e.g. after splitting inline ``<think>`` text out of the content)."""
+
+    status: Status
+    extracted: dict[str, str | None]
+    correct: dict[str, bool | None]
+    extraction: str | None = None
+    answer: str | None = None
+    reasoning: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """User-facing knobs, already merged with the task's defaults by the runner."""
+
+    limit: int | None = None
+    num_fewshot: int | None = None
+    num_samples: int = 1
+    max_tokens: int | None = None
+    max_length: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    endpoint_kind: EndpointKind | None = None
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Task(ABC):
+    """A named, versioned evaluation task."""
+
+    name: str
+    version: str
+    description: str = ""
+    endpoint_kind: EndpointKind = "completions"
+    data_files: dict[str, Path]
+
+    @property
+    def data_sha256(self) -> dict[str, str]:
+        return {split: sha256_file(p) for split, p in sorted(self.data_files.items())}
+
+    @abstractmethod
+    def defaults(self) -> dict[str, Any]:
+        """Default sampling for this task: keys of TaskSettings (temperature, top_p, max_tokens, num_samples...)."""
+
+    @abstractmethod
+    def build_requests(self, settings: TaskSettings) -> list[Request]:
+        """All requests of the run, in a stable order (doc_id, then sample_index)."""
+
+    @abstractmethod
+    def score(self, request: Request, response: Response) -> Score:
+        """Score one response; never called for failed requests (status api_error)."""
+
+    @abstractmethod
+    def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """Metrics (keyed as in lm-eval's results, e.g. ``exact_match,strict-match`` or ``pass@4``) and extra
+        task-specific detail (per-problem tables...). ``records`` hold every request of the run, failed ones
+        included; metrics state their denominators in ``n``."""
+
+    def metric_names(self) -> list[str]:
+        return []
+
+    def preview(self, settings: TaskSettings) -> str:
+        """The first request's prompt, for ``evalkit tasks show``."""
+        reqs = self.build_requests(TaskSettings(**{**settings.__dict__, "limit": 1}))
+        return reqs[0].prompt if reqs else ""

@@ -1,0 +1,16 @@
+import os
+
+import pytest
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def test_server():
+    """A fresh deterministic OpenAI-compatible server on a free loopback port (60% right answers)."""
+    from evalkit.testing.server import Behaviour, TestServer
+
+    with TestServer(Behaviour(correct_ratio=0.6)) as srv:
+        yield srv
