@@ -17,6 +17,10 @@ class EndpointError(EvalkitError):
     pass
 
 
+class ServerError(EvalkitError):
+    """evalkit could not start the vLLM server; the message ends with the tail of server.log."""
+
+
 class TaskError(EvalkitError):
     pass
 

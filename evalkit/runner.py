@@ -19,8 +19,10 @@ from evalkit.clamp import clamp_max_tokens
 from evalkit.client import Client, ClientOptions
 from evalkit.config import RunConfig
 from evalkit.endpoint import display_url, list_models, normalize_base_url, resolve_model, server_root
-from evalkit.errors import ConfigError, RunError
+from evalkit.errors import ConfigError, RunError, ServerError
 from evalkit.execute import ExecStats, execute
+from evalkit.gpu import GpuSampler
+from evalkit.prom import MetricsSampler, delta, scrape
 from evalkit.records import SCHEMA_VERSION, SampleRecord
 from evalkit.stats import percentile, speed_summary
 from evalkit.store import RunStore
@@ -170,26 +172,34 @@ class Runner:
         return normalize_base_url(self.cfg.endpoint)
 
     def _start_server(self, run_dir: Path | None) -> str:
-        from evalkit.server import VLLMServer
+        from evalkit.server import ServerStartError, VLLMServer
 
         assert self.cfg.server is not None
-        log_dir = run_dir or Path("reports") / "server-logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
+        assert run_dir is not None
+        log_dir = run_dir
         self.server = VLLMServer(self.cfg.server, log_dir)
-        self.server.start()
+        try:
+            self.server.start()
+        except ServerStartError as e:
+            tail = "\n".join("    " + line for line in (e.log_tail or "").splitlines()[-15:])
+            raise ServerError(f"{e}\n  last lines of {log_dir / 'server.log'}:\n{tail}") from None
         return self.server.base_url.rstrip("/") + "/v1"
 
     # -- main --------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         tasks = self._tasks()
         out_dir = self.cfg.output_dir
+        if out_dir is None and self.cfg.server is not None:
+            out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
         if out_dir is not None:
             RunStore(out_dir).ensure_writable()
         try:
             base_url = self._endpoint(out_dir)
-            api_key = self.cfg.resolved_api_key() if self.cfg.server is None else None
+            api_key = self.cfg.resolved_api_key()
+            if self.cfg.server is not None and self.cfg.server.api_key is not None:
+                api_key = self.cfg.server.api_key.get_secret_value()
             models = list_models(base_url, api_key, timeout_s=self.cfg.connect_timeout_s)
-            wanted = self.cfg.model or (self.cfg.server.served_model_name if self.cfg.server else None)
+            wanted = self.cfg.model or (self.cfg.server.expected_model_name if self.cfg.server else None)
             served = resolve_model(models, wanted, base_url)
             if out_dir is None:
                 out_dir = default_output_dir(self.cfg, served.id)
@@ -309,9 +319,17 @@ class Runner:
         extra: dict[str, Any] = {}
         if self.cfg.max_length is not None:
             extra["truncate_prompt_tokens"] = max(1, self.cfg.max_length - (p.settings.max_tokens or 0))
-        stats = asyncio.run(self._send(todo, base_url, api_key, model, kind, options, extra, keyed, on_done))
+        root = server_root(base_url)
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        before = scrape(root, headers=auth)
+        with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:
+            stats = asyncio.run(self._send(todo, base_url, api_key, model, kind, options, extra, keyed, on_done))
+        after = scrape(root, headers=auth)
         records = latest_records(store.records(), task.name)
-        return self._task_summary(task, records, stats)
+        out = self._task_summary(task, records, stats)
+        out["server"] = delta(before, after, model, gauges=gauges.summary())
+        out["gpu"] = gpu.summary()
+        return out
 
     async def _send(
         self, todo: list[Request], base_url: str, api_key: str | None, model: str, kind: str,

@@ -8,6 +8,7 @@ Two kinds exist (see ``evalkit/tasks/registry.py``):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -122,7 +123,7 @@ class Task(ABC):
     endpoint_kind: EndpointKind = "completions"
     data_files: dict[str, Path]
 
-    @property
+    @functools.cached_property
     def data_sha256(self) -> dict[str, str]:
         return {split: sha256_file(p) for split, p in sorted(self.data_files.items())}
 

@@ -8,18 +8,34 @@ Nothing of lm-eval's prompt building, filtering or scoring is re-implemented her
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import logging
+import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from evalkit.errors import TaskError
 from evalkit.records import MetricValue, SampleRecord, Status
+from evalkit.store import write_json_atomic
 from evalkit.tasks.base import GenParams, Request, Response, Score, Task, TaskSettings
 from evalkit.tasks.data import read_jsonl
 
 LM_EVAL_SEED = 1234  # lm-eval's default seed for API models and for the few-shot sampler
+PROMPT_CACHE_FORMAT = 1
+
+
+def prompt_cache_dir() -> Path:
+    """``$EVALKIT_CACHE_DIR/prompts``, else ``$XDG_CACHE_HOME/evalkit/prompts`` (``~/.cache/evalkit/prompts``)."""
+    root = os.environ.get("EVALKIT_CACHE_DIR")
+    if root:
+        return Path(root) / "prompts"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evalkit" / "prompts"
 
 
 def lm_eval_tasks_dir() -> Path:
@@ -64,6 +80,8 @@ class LmEvalTask(Task):
                 raise TaskError(f"task {self.name}: data file for split '{split}' not found: {path}")
         self._config: dict[str, Any] | None = None
         self._lm_task: Any = None
+        self._metrics_cache: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
         self.version = str(spec.get("version") or self._base_config().get("metadata", {}).get("version", "0"))
 
     # -- lm-eval objects ---------------------------------------------------------------------------------
@@ -121,29 +139,53 @@ class LmEvalTask(Task):
         filters = [f["name"] for f in cfg.get("filter_list") or [{"name": "none"}]]
         return [f"{m},{f}" for f in filters for m in metrics]
 
-    def build_requests(self, settings: TaskSettings) -> list[Request]:
-        task = self.lm_task(settings.num_fewshot)
-        self._lm_task = task
+    def _cache_key(self, num_fewshot: int | None) -> str:
+        from importlib.metadata import version
+
+        blob = orjson.dumps(
+            [self.name, self.version, self.data_sha256, self.base_yaml.read_bytes().decode(), self.overrides,
+             num_fewshot, version("lm_eval"), PROMPT_CACHE_FORMAT],
+            option=orjson.OPT_SORT_KEYS, default=str,
+        )
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+    def _built(self, num_fewshot: int | None) -> list[dict[str, Any]]:
+        """Every document's lm-eval request (doc_id, context, gen_kwargs, target), built once and cached.
+
+        lm-eval builds all 1319 GSM8K 5-shot prompts in ~6 s; the cache (keyed by task version, data hash,
+        lm-eval's task file and version, few-shot settings) makes later runs and sweeps skip that.
+        """
+        path = prompt_cache_dir() / f"{self.name}-{self._cache_key(num_fewshot)}.json"
+        if path.exists():
+            try:
+                return list(orjson.loads(path.read_bytes()))
+            except (orjson.JSONDecodeError, OSError):
+                path.unlink(missing_ok=True)
+        task = self.lm_task(num_fewshot)
+        if self._lm_task is None:
+            self._lm_task = task
         if int(task.get_config("repeats") or 1) != 1:
             raise TaskError(f"task {self.name}: lm-eval tasks with repeats > 1 are not supported; use a python task")
-        task.build_all_requests(limit=settings.limit, rank=0, world_size=1)
-        out: list[Request] = []
+        task.build_all_requests(limit=None, rank=0, world_size=1)
+        built = []
         for inst in task.instances:
             if inst.request_type != "generate_until":
                 raise TaskError(f"task {self.name}: only generate_until tasks are supported, got {inst.request_type}")
-            context, gen_kwargs = inst.args[0], inst.args[1]
-            out.append(
-                Request(
-                    task=self.name,
-                    doc_id=int(inst.doc_id),
-                    sample_index=0,
-                    prompt=context,
-                    gen=self._gen_params(gen_kwargs, settings),
-                    target=str(task.doc_to_target(inst.doc)),
-                )
-            )
-        self._instances = {(int(i.doc_id), int(i.idx)): i for i in task.instances}
-        return out
+            built.append({"doc_id": int(inst.doc_id), "context": inst.args[0], "gen_kwargs": dict(inst.args[1]),
+                          "target": str(task.doc_to_target(inst.doc))})
+        with contextlib.suppress(OSError):  # a read-only cache only costs time
+            write_json_atomic(path, built)
+        return built
+
+    def build_requests(self, settings: TaskSettings) -> list[Request]:
+        built = self._built(settings.num_fewshot)
+        if settings.limit is not None:
+            built = built[: settings.limit]
+        return [
+            Request(task=self.name, doc_id=b["doc_id"], sample_index=0, prompt=b["context"],
+                    gen=self._gen_params(b["gen_kwargs"], settings), target=b["target"])
+            for b in built
+        ]
 
     @staticmethod
     def _gen_params(gen_kwargs: dict[str, Any], s: TaskSettings) -> GenParams:
@@ -160,19 +202,40 @@ class LmEvalTask(Task):
             stop=tuple(until),
         )
 
+    def _task(self) -> Any:
+        """lm-eval's task object for scoring (filters, process_results, aggregation)."""
+        if self._lm_task is None:
+            self._lm_task = self.lm_task()
+        return self._lm_task
+
+    def per_doc_metrics(self, response_text: str, doc_id: int, prompt: str = "") -> dict[str, dict[str, Any]]:
+        """{filter: {metric: value}} for one response, by lm-eval's own filters and ``process_results``."""
+        from lm_eval.api.instance import Instance
+
+        cached = self._metrics_cache.get((doc_id, response_text))
+        if cached is not None:
+            return cached
+        task = self._task()
+        doc = task.eval_docs[doc_id]
+        inst = Instance(request_type="generate_until", doc=doc, arguments=(prompt, {}), idx=0,
+                        metadata=(self.name, doc_id, 1), resps=[response_text])
+        for ensemble in task._filters:
+            ensemble.apply([inst])
+        out = {f: task.process_results(doc, [v]) for f, v in inst.filtered_resps.items()}
+        out = {f: {**m, "_filtered": inst.filtered_resps[f]} for f, m in out.items()}
+        self._metrics_cache[(doc_id, response_text)] = out
+        return out
+
     def score(self, request: Request, response: Response) -> Score:
-        inst = copy.copy(self._instances[(request.doc_id, request.sample_index)])
-        inst.resps = [response.text or ""]
-        inst.filtered_resps = {}
+        metric = self._primary_metric()
         extracted: dict[str, str | None] = {}
         correct: dict[str, bool | None] = {}
-        for ensemble in self._lm_task._filters:
-            ensemble.apply([inst])
-        for fname, value in inst.filtered_resps.items():
+        with self._lock:
+            per_filter = self.per_doc_metrics(response.text or "", request.doc_id, request.prompt)
+        for fname, values in per_filter.items():
+            value = values["_filtered"]
             extracted[fname] = None if value is None else str(value)
-            results = self._lm_task.process_results(inst.doc, [value])
-            for metric, v in results.items():
-                correct[fname] = bool(v) if metric == self._primary_metric() else correct.get(fname)
+            correct[fname] = bool(values[metric]) if metric in values else None
         status: Status = "truncated" if response.finish_reason == "length" else "ok"
         if not (response.text or "").strip():
             status = "empty"
@@ -182,32 +245,24 @@ class LmEvalTask(Task):
         metrics = [m["metric"] for m in self._base_config().get("metric_list") or []]
         return metrics[0] if metrics else "exact_match"
 
-    def per_doc_metrics(self, response_text: str, doc_id: int, sample_index: int = 0) -> dict[str, dict[str, Any]]:
-        """{filter: {metric: value}} for one response, computed by lm-eval's filters and process_results."""
-        inst = copy.copy(self._instances[(doc_id, sample_index)])
-        inst.resps = [response_text]
-        inst.filtered_resps = {}
-        for ensemble in self._lm_task._filters:
-            ensemble.apply([inst])
-        return {f: self._lm_task.process_results(inst.doc, [v]) for f, v in inst.filtered_resps.items()}
-
     def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+        """lm-eval's aggregation and ``stderr_for_metric`` over the docs that got an answer."""
         from lm_eval.api.metrics import stderr_for_metric
 
-        task = self._lm_task if self._lm_task is not None else self.lm_task()
-        by_doc: dict[int, list[SampleRecord]] = {}
-        for r in records:
-            by_doc.setdefault(r.doc_id, []).append(r)
+        task = self._task()
         raw: dict[tuple[str, str], list[Any]] = {}
+        by_doc = {r.doc_id: r for r in records if r.task == self.name}
         scored = 0
         for doc_id in sorted(by_doc):
-            recs = sorted(by_doc[doc_id], key=lambda r: r.sample_index)
-            if any(r.status == "api_error" for r in recs):
+            r = by_doc[doc_id]
+            if r.status == "api_error":
                 continue  # failed requests are counted, never scored as wrong
             scored += 1
-            for r in recs:
-                for fname, metrics in self.per_doc_metrics(r.response or "", doc_id, r.sample_index).items():
-                    for metric, value in metrics.items():
+            with self._lock:
+                per_filter = self.per_doc_metrics(r.response or "", doc_id, r.prompt)
+            for fname, metrics in per_filter.items():
+                for metric, value in metrics.items():
+                    if metric != "_filtered":
                         raw.setdefault((metric, fname), []).append(value)
         out: dict[str, MetricValue] = {}
         aggregations = task.aggregation()

@@ -1,0 +1,376 @@
+"""Scrape vLLM's Prometheus ``/metrics`` and turn two scrapes into the run's ``server`` section.
+
+vLLM's own counters and histograms say what the *server* saw (its TTFT, queue time, prefix-cache hits,
+preemptions), which complements evalkit's client-side timings. Typical use::
+
+    before = scrape(server.base_url)
+    with MetricsSampler(server.base_url, interval_s=1.0, model_name="smollm2-135m") as sampler:
+        ...  # send the requests
+    after = scrape(server.base_url)
+    section = delta(before, after, "smollm2-135m", gauges=sampler.summary())
+
+Metric names are those of vLLM's V1 engine (checked against vLLM 0.32, ``vllm/v1/metrics/loggers.py``);
+the older names (``vllm:gpu_cache_usage_perc``, ``vllm:gpu_prefix_cache_*``,
+``vllm:time_per_output_token_seconds``) are read when the new ones are missing. A metric the server does
+not export is reported as absent (``None`` and listed under ``absent``), never as 0. The parser is a small
+implementation of the Prometheus text exposition format 0.0.4, so ``prometheus_client`` is not needed.
+
+Histogram percentiles are estimates: their resolution is the server's bucket widths (e.g. vLLM's queue-time
+buckets start at 0.3 s, so a p50 inside that bucket is interpolated between 0 and 0.3 s); means are exact.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Labels = dict[str, str]
+
+# section key -> candidate metric names, newest first
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "preemptions": ("vllm:num_preemptions_total",),
+}
+REQUESTS = ("vllm:request_success_total",)
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft_s": ("vllm:time_to_first_token_seconds",),
+    "tpot_s": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "request_tpot_s": ("vllm:request_time_per_output_token_seconds",),
+    "e2e_s": ("vllm:e2e_request_latency_seconds",),
+    "queue_s": ("vllm:request_queue_time_seconds",),
+}
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE_RE = re.compile(rf'^({_NAME})(?:\{{((?:[^"}}]|"(?:[^"\\]|\\.)*")*)\}})?\s+(\S+)(?:\s+\S+)?\s*$')
+_LABEL_RE = re.compile(rf'\s*({_NAME})\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass
+class Snapshot:
+    """One parsed scrape: samples by sample name (``foo_total``, ``foo_bucket``, ...) and family types."""
+
+    samples: dict[str, list[tuple[Labels, float]]] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
+    t: float = 0.0  # time.monotonic() when scraped
+    wall: float = 0.0  # time.time() when scraped
+
+    def get(self, name: str, model_name: str | None = None) -> list[tuple[Labels, float]]:
+        """Samples called ``name``; with ``model_name``, only those whose ``model_name`` label matches it.
+
+        When no sample carries that model name (e.g. a model path was given instead of the served name),
+        all samples are returned: a vLLM server serves one model.
+        """
+        rows = self.samples.get(name, [])
+        if model_name is not None:
+            mine = [r for r in rows if r[0].get("model_name") == model_name]
+            if mine:
+                return mine
+        return rows
+
+    def value(self, name: str, model_name: str | None = None) -> float | None:
+        """Sum over all matching series (e.g. over data-parallel engines); None when the metric is absent."""
+        rows = self.get(name, model_name)
+        return sum(v for _, v in rows) if rows else None
+
+    def first_present(self, names: Iterable[str]) -> str | None:
+        return next((n for n in names if n in self.samples), None)
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], value)
+
+
+def parse_text(text: str, only: Iterable[str] | None = None) -> Snapshot:
+    """Parse Prometheus text exposition format into a :class:`Snapshot`.
+
+    ``only``: sample-name prefixes to keep (faster when sampling a few gauges).
+
+    >>> s = parse_text('# TYPE vllm:x counter\\nvllm:x_total{model_name="m"} 3.0\\n')
+    >>> s.value("vllm:x_total", "m"), s.types["vllm:x"]
+    (3.0, 'counter')
+    """
+    prefixes = tuple(only) if only is not None else None
+    snap = Snapshot(t=time.monotonic(), wall=time.time())
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                snap.types[parts[2]] = parts[3].strip()
+            continue
+        if prefixes is not None and not line.startswith(prefixes):
+            continue
+        m = _SAMPLE_RE.match(line)
+        if m is None:
+            continue  # tolerate lines we do not understand rather than failing the run
+        name, label_text, value_text = m.groups()
+        try:
+            value = float(value_text)
+        except ValueError:
+            continue
+        labels = {k: _unescape(v) for k, v in _LABEL_RE.findall(label_text or "")}
+        snap.samples.setdefault(name, []).append((labels, value))
+    return snap
+
+
+def scrape(
+    base_url: str,
+    timeout: float = 5.0,
+    only: Iterable[str] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Snapshot | None:
+    """GET ``{base_url}/metrics`` and parse it; None when the endpoint is missing or unreachable.
+
+    >>> scrape("http://127.0.0.1:9")  # nothing listens on the discard port
+    """
+    req = urllib.request.Request(base_url.rstrip("/") + "/metrics", headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            if resp.status != 200:
+                return None
+            text = resp.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None  # HTTPError (404) is a URLError; connection refused / timeouts are OSErrors
+    return parse_text(text, only)
+
+
+# ---------------------------------------------------------------------------------------------- histograms
+def _buckets(snap: Snapshot, family: str, model_name: str | None) -> dict[float, float]:
+    """Cumulative bucket counts by upper bound, summed over series (engines)."""
+    out: dict[float, float] = {}
+    for labels, v in snap.get(family + "_bucket", model_name):
+        le = float(labels.get("le", "nan"))
+        if not math.isnan(le):
+            out[le] = out.get(le, 0.0) + v
+    return out
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """Quantile ``q`` from cumulative buckets ``{le: count}``, interpolated like PromQL's histogram_quantile.
+
+    The lowest bucket is taken to start at 0; a quantile that falls into the ``+Inf`` bucket returns the
+    largest finite bound.
+
+    >>> round(histogram_quantile(0.5, {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 8}), 6)
+    0.3
+    """
+    bounds = sorted(buckets)
+    if not bounds or bounds[-1] != math.inf:
+        return None
+    total = buckets[math.inf]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for i, le in enumerate(bounds):
+        count = buckets[le]
+        if count >= rank:
+            if le == math.inf:
+                return bounds[-2] if len(bounds) > 1 else None
+            if i == 0 and le <= 0:
+                return le
+            in_bucket = count - prev_count
+            if in_bucket <= 0:
+                return le
+            return prev_bound + (le - prev_bound) * (rank - prev_count) / in_bucket
+        prev_bound, prev_count = le, count
+    return None
+
+
+def _histogram_delta(
+    before: Snapshot, after: Snapshot, family: str, model_name: str | None
+) -> dict[str, float | int | None]:
+    b, a = _buckets(before, family, model_name), _buckets(after, family, model_name)
+    diff = {le: a[le] - b.get(le, 0.0) for le in a}
+    n = diff.get(math.inf, 0.0)
+    s_after, s_before = after.value(family + "_sum", model_name), before.value(family + "_sum", model_name)
+    total_s = (s_after or 0.0) - (s_before or 0.0)
+    out: dict[str, float | int | None] = {"mean": total_s / n if n > 0 else None}
+    for key, q in QUANTILES:
+        out[key] = histogram_quantile(q, diff) if n > 0 else None
+    out["n"] = round(n)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ delta
+def _counter_delta(before: Snapshot, after: Snapshot, names: Iterable[str], model_name: str | None):
+    """(delta, name used) for the first name the *after* scrape has; (None, None) when absent."""
+    name = after.first_present(names)
+    if name is None:
+        return None, None
+    a = after.value(name, model_name) or 0.0
+    b = before.value(name, model_name) or 0.0
+    return a - b, name
+
+
+def _requests(before: Snapshot, after: Snapshot, model_name: str | None) -> dict[str, Any] | None:
+    name = after.first_present(REQUESTS)
+    if name is None:
+        return None
+    by_reason: dict[str, float] = {}
+    for snap, sign in ((after, 1.0), (before, -1.0)):
+        for labels, v in snap.get(name, model_name):
+            reason = labels.get("finished_reason", "unknown")
+            by_reason[reason] = by_reason.get(reason, 0.0) + sign * v
+    counts = {k: round(v) for k, v in sorted(by_reason.items())}
+    return {"total": sum(counts.values()), "by_finished_reason": counts}
+
+
+def delta(
+    before: Snapshot | None,
+    after: Snapshot | None,
+    model_name: str | None = None,
+    gauges: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's ``server`` section: what vLLM counted between two scrapes.
+
+    ``gauges``: :meth:`MetricsSampler.summary` (peaks of KV-cache usage and queue lengths); without it those
+    peaks are reported as absent. Histogram entries are ``{"mean", "p50", "p90", "p99", "n"}`` in seconds,
+    estimated from bucket deltas (linear interpolation within a bucket).
+
+    >>> delta(None, None)
+    {'available': False}
+    """
+    if before is None or after is None:
+        return {"available": False}
+    out: dict[str, Any] = {"available": True, "model_name": model_name, "interval_s": after.t - before.t}
+    absent: list[str] = []
+    warnings: list[str] = []
+
+    out["requests"] = _requests(before, after, model_name)
+    for key, names in COUNTERS.items():
+        value, _ = _counter_delta(before, after, names, model_name)
+        out[key] = None if value is None else round(value)
+    hits, _ = _counter_delta(before, after, PREFIX_HITS, model_name)
+    queries, _ = _counter_delta(before, after, PREFIX_QUERIES, model_name)
+    if hits is None or queries is None:
+        out["prefix_cache_hit_rate"] = None
+        absent.append("prefix_cache_hit_rate")
+    else:
+        out["prefix_cache"] = {"hits": round(hits), "queries": round(queries)}
+        out["prefix_cache_hit_rate"] = hits / queries if queries > 0 else None
+    for key, names in HISTOGRAMS.items():
+        family = next((n for n in names if n + "_bucket" in after.samples), None)
+        out[key] = None if family is None else _histogram_delta(before, after, family, model_name)
+    g = gauges or {}
+    for key in ("kv_cache_usage_peak", "num_requests_running_peak", "num_requests_waiting_peak"):
+        out[key] = g.get(key)
+
+    for key, value in out.items():
+        if value is None and key not in ("model_name", "prefix_cache_hit_rate"):
+            absent.append(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            warnings.append(f"{key} went down between scrapes (server restarted?); value is not meaningful")
+            out[key] = None
+    out["absent"] = sorted(absent)
+    if warnings:
+        out["warnings"] = warnings
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+def _gauge(snap: Snapshot, names: Iterable[str], model_name: str | None, how: str) -> float | None:
+    name = snap.first_present(names)
+    if name is None:
+        return None
+    values = [v for _, v in snap.get(name, model_name) if not math.isnan(v)]
+    if not values:
+        return None
+    return max(values) if how == "max" else sum(values)
+
+
+class MetricsSampler:
+    """Background thread that scrapes ``/metrics`` every ``interval_s`` and keeps gauge peaks.
+
+    KV-cache usage is the maximum over engines (a fraction, 1.0 = full); running/waiting requests are summed
+    over engines. Scrape failures are counted, never raised.
+
+    >>> with MetricsSampler("http://127.0.0.1:9", interval_s=0.05) as s:
+    ...     pass
+    >>> s.summary()["kv_cache_usage_peak"] is None
+    True
+    """
+
+    _PREFIXES = KV_USAGE + RUNNING + WAITING
+
+    def __init__(self, base_url: str, interval_s: float = 1.0, model_name: str | None = None, timeout: float = 5.0):
+        self.base_url = base_url
+        self.interval_s = interval_s
+        self.model_name = model_name
+        self.timeout = timeout
+        self._peaks: dict[str, float | None] = {"kv": None, "running": None, "waiting": None}
+        self._samples = 0
+        self._failed = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> None:
+        snap = scrape(self.base_url, self.timeout, only=self._PREFIXES)
+        with self._lock:
+            if snap is None:
+                self._failed += 1
+                return
+            self._samples += 1
+            for key, names, how in (
+                ("kv", KV_USAGE, "max"),
+                ("running", RUNNING, "sum"),
+                ("waiting", WAITING, "sum"),
+            ):
+                v = _gauge(snap, names, self.model_name, how)
+                old = self._peaks[key]
+                if v is not None and (old is None or v > old):
+                    self._peaks[key] = v
+
+    def _run(self) -> None:
+        while True:
+            self.sample_once()
+            if self._stop.wait(self.interval_s):
+                return
+
+    def start(self) -> MetricsSampler:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="evalkit-metrics-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout + self.interval_s + 1)
+
+    def __enter__(self) -> MetricsSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def summary(self) -> dict[str, Any]:
+        """Peaks seen so far: ``kv_cache_usage_peak`` (0-1), ``num_requests_running_peak``,
+        ``num_requests_waiting_peak`` (None when never seen), plus ``samples``/``failed`` scrape counts."""
+        with self._lock:
+            return {
+                "kv_cache_usage_peak": self._peaks["kv"],
+                "num_requests_running_peak": None if self._peaks["running"] is None else int(self._peaks["running"]),
+                "num_requests_waiting_peak": None if self._peaks["waiting"] is None else int(self._peaks["waiting"]),
+                "samples": self._samples,
+                "failed": self._failed,
+                "interval_s": self.interval_s,
+            }

@@ -1,0 +1,66 @@
+"""Self-contained HTML reports that pair accuracy with speed.
+
+- :func:`render_run`: one run directory -> one ``report.html`` (headline cards, provenance, latency CDFs,
+  accuracy by output length, server/GPU metrics, a filterable per-sample table).
+- :func:`render_compare`: N run directories -> one comparison page (config diff, speed and accuracy table,
+  accuracy-vs-throughput scatter with the Pareto front, per-request flips between two runs).
+
+Reports read only the result store (``manifest.json``, ``summary.json``, ``samples.jsonl``), are one
+``.html`` file with inline Chart.js/CSS/JS, make no network requests and escape all model text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalkit.report.analysis import Flips, compute_flips, pareto_front
+from evalkit.report.html import render_template, write_atomic
+from evalkit.report.store import RunData, load_run
+from evalkit.report.views import build_compare_view, build_run_view
+
+__all__ = [
+    "Flips",
+    "RunData",
+    "compute_flips",
+    "load_run",
+    "pareto_front",
+    "render_compare",
+    "render_compare_html",
+    "render_run",
+    "render_run_html",
+]
+
+
+def render_run_html(run_dir: Path) -> str:
+    """The single-run report of ``run_dir`` as an HTML string."""
+    run = load_run(Path(run_dir))
+    view = build_run_view(run)
+    return render_template("run.html.j2", v=view)
+
+
+def render_run(run_dir: Path, out: Path | None = None) -> Path:
+    """Write the single-run report of ``run_dir`` to ``out`` (default ``run_dir/"report.html"``)."""
+    run_dir = Path(run_dir)
+    target = Path(out) if out is not None else run_dir / "report.html"
+    return write_atomic(target, render_run_html(run_dir))
+
+
+def render_compare_html(run_dirs: list[Path], pair: tuple[int, int] | None = None) -> str:
+    """The comparison report of ``run_dirs`` as an HTML string; ``pair`` picks the two runs whose per-request
+    flips are listed (indices into ``run_dirs``; default the first two)."""
+    if not run_dirs:
+        raise ValueError("render_compare needs at least one run directory")
+    n = len(run_dirs)
+    if pair is not None:
+        a, b = pair
+        if not (0 <= a < n and 0 <= b < n) or a == b:
+            raise ValueError(f"pair {pair!r} must be two different indices into the {n} run directories")
+    chosen = set(pair if pair is not None else (0, 1))
+    runs: list[RunData] = [load_run(Path(d), with_samples=i in chosen) for i, d in enumerate(run_dirs)]
+    view = build_compare_view(runs, pair)
+    return render_template("compare.html.j2", v=view)
+
+
+def render_compare(run_dirs: list[Path], out: Path, pair: tuple[int, int] | None = None) -> Path:
+    """Write the comparison report of ``run_dirs`` to ``out``."""
+    return write_atomic(Path(out), render_compare_html(list(run_dirs), pair))

@@ -1,0 +1,120 @@
+"""Jinja2 environment, inlined assets, Content-Security-Policy and atomic writing of the HTML file.
+
+Safety rules (see the tests in ``tests/test_report.py``):
+- autoescape is on for every template; model text reaches templates as ``str`` and is escaped;
+- only our own files (vendored Chart.js, report.js, report.css) are inserted unescaped, as ``Markup``;
+- data for scripts goes through ``|tojson`` into ``<script type="application/json">`` (never executed);
+- the CSP allows exactly the inline script and style blocks we ship, by their sha256 hashes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from evalkit.report import views
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+TEMPLATES = PACKAGE_DIR / "templates"
+STATIC = PACKAGE_DIR / "static"
+
+_SOURCEMAP = re.compile(r"^\s*//# sourceMappingURL=\S*\s*$", re.MULTILINE)
+
+# Tests flip this to make undefined template variables errors instead of empty strings.
+STRICT_UNDEFINED = False
+
+
+@dataclass(frozen=True)
+class Assets:
+    lib_js: Markup
+    app_js: Markup
+    css: Markup
+    csp: str
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def _inline_safe(name: str, text: str) -> str:
+    low = text.lower()
+    if "</script" in low or "<!--" in low or "</style" in low:
+        raise ValueError(f"{name} cannot be inlined: it contains </script, </style or <!--")
+    return text
+
+
+@lru_cache(maxsize=1)
+def assets() -> Assets:
+    lib = _SOURCEMAP.sub("", (STATIC / "chart.umd.js").read_text(encoding="utf-8")).rstrip() + "\n"
+    app = (STATIC / "report.js").read_text(encoding="utf-8")
+    css = (STATIC / "report.css").read_text(encoding="utf-8")
+    for name, text in (("chart.umd.js", lib), ("report.js", app), ("report.css", css)):
+        _inline_safe(name, text)
+    csp = "; ".join(
+        [
+            "default-src 'none'",
+            f"script-src {_csp_hash(lib)} {_csp_hash(app)}",
+            f"style-src {_csp_hash(css)}",
+            "img-src data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
+    # Markup: our own vendored / shipped files, checked above; never model text.
+    return Assets(lib_js=Markup(lib), app_js=Markup(app), css=Markup(css), csp=csp)
+
+
+@lru_cache(maxsize=2)
+def environment(strict: bool = False) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined if strict else jinja2.Undefined,
+    )
+    env.filters.update(
+        num=views.fmt_num,
+        intc=views.fmt_int,
+        ms=views.fmt_ms,
+        pct=views.fmt_pct,
+        dash=lambda v: views.DASH if v is None or v == "" else v,
+    )
+    env.globals["letter"] = views.letter
+    return env
+
+
+def render_template(name: str, **context: Any) -> str:
+    env = environment(STRICT_UNDEFINED)
+    a = assets()
+    return env.get_template(name).render(assets=a, **context)
+
+
+def write_atomic(out: Path, text: str) -> Path:
+    """Write ``text`` to ``out`` through a temp file in the same directory and ``os.replace``."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return out

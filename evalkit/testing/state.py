@@ -1,0 +1,200 @@
+"""Configuration and observable state of the test server (shared by the thread and subprocess forms)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from evalkit.testing.metrics import Metrics
+
+AnswerFn = Callable[[str, dict[str, Any], int], str]
+
+FAULT_KEYS = {
+    "status", "retry_after", "message", "type", "html", "delay_s", "drop_after_tokens", "null_content",
+    "stall_s", "after_tokens",
+}  # fmt: skip
+
+
+@dataclass
+class Behaviour:
+    """How the server behaves; mutable at runtime (each request reads the current values)."""
+
+    ttft_s: float = 0.0  # delay from start of generation (after any queueing) to the first generated token
+    itl_s: float = 0.0  # delay between successive chunks
+    tokens_per_chunk: int = 1
+    models: list[str] = field(default_factory=lambda: ["test-model"])
+    max_model_len: int = 4096
+    correct_ratio: float = 1.0  # share of questions answered correctly (stable sha256 bucket < ratio*1000)
+    answer_fn: AnswerFn | None = None  # (prompt, body, choice_index) -> full text, replaces the policy
+    reasoning: str | None = None  # chat only: streamed first, as reasoning
+    reasoning_field: str = "reasoning_content"  # or "reasoning" (the name newer vLLM sends)
+    api_key: str | None = None
+    max_num_seqs: int | None = None
+    fast: bool = False  # no sleeps, responses cached by request body: for CPU benchmarks of clients
+
+    def update(self, **changes: Any) -> None:
+        names = {f.name for f in fields(self)}
+        for k, v in changes.items():
+            if k not in names:
+                raise ValueError(f"unknown Behaviour field {k!r}")
+            setattr(self, k, v)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "answer_fn"}
+        out["answer_fn"] = None if self.answer_fn is None else repr(self.answer_fn)
+        return out
+
+
+@dataclass
+class RecordedRequest:
+    """One generation request as the server received it."""
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    time: float  # wall-clock arrival (time.time())
+    prompts: list[str] = field(default_factory=list)  # completions prompts, or [last user message] for chat
+    fault: dict[str, Any] | None = None
+    status: int | None = None  # HTTP status sent (None while in progress)
+    completed: bool = False  # the whole response was sent
+    aborted: bool = False  # the client went away, or a drop fault cut the connection
+    first_token_time: float | None = None
+    end_time: float | None = None
+
+    @property
+    def prompt(self) -> str:
+        return self.prompts[0] if self.prompts else ""
+
+    def __getitem__(self, key: str) -> Any:
+        """Dict-style access (``rec["body"]``), like the JSON of ``GET /_test/requests``."""
+        if key not in self.to_dict():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "body": self.body,
+            "headers": self.headers,
+            "time": self.time,
+            "prompts": self.prompts,
+            "fault": self.fault,
+            "status": self.status,
+            "completed": self.completed,
+            "aborted": self.aborted,
+            "first_token_time": self.first_token_time,
+            "end_time": self.end_time,
+        }
+
+
+def validate_fault(fault: Any) -> dict[str, Any] | None:
+    """``None`` / ``{}`` mean "no fault for this request"; anything else must use the known keys."""
+    if fault is None:
+        return None
+    if not isinstance(fault, dict):
+        raise ValueError(f"a fault is a dict, got {fault!r}")
+    unknown = set(fault) - FAULT_KEYS
+    if unknown:
+        raise ValueError(f"unknown fault keys {sorted(unknown)}; known: {sorted(FAULT_KEYS)}")
+    return fault or None
+
+
+class ServerState:
+    """Everything a test may look at or change; safe to read from other threads."""
+
+    def __init__(self, behaviour: Behaviour | None = None) -> None:
+        self.behaviour = behaviour or Behaviour()
+        self.faults: list[dict[str, Any] | None] = []
+        self.metrics = Metrics()
+        self._lock = threading.Lock()
+        self._requests: list[RecordedRequest] = []
+        self.inflight = 0
+        self.max_concurrency_seen = 0
+        self.arrivals: Counter[str] = Counter()
+        # scheduler (only touched from the server's event loop)
+        self.running = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
+        self.cache: dict[tuple[Any, ...], Any] = {}  # fast mode: prebuilt responses
+
+    # ---- requests
+    def record(self, rec: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(rec)
+            self.inflight += 1
+            self.max_concurrency_seen = max(self.max_concurrency_seen, self.inflight)
+
+    def done(self) -> None:
+        with self._lock:
+            self.inflight -= 1
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def completed_count(self, prompt: str) -> int:
+        return sum(1 for r in self.requests if r.completed and prompt in r.prompts)
+
+    def next_fault(self) -> dict[str, Any] | None:
+        try:
+            return validate_fault(self.faults.pop(0))
+        except IndexError:
+            return None
+
+    def reset(self) -> None:
+        with self._lock:
+            self._requests = []
+            self.max_concurrency_seen = self.inflight
+            self.arrivals.clear()
+            self.faults.clear()
+            self.cache.clear()
+        self.metrics.reset()
+
+    # ---- max_num_seqs scheduling
+    def _can_run(self) -> bool:
+        limit = self.behaviour.max_num_seqs
+        return limit is None or self.running < limit
+
+    def wake(self) -> None:
+        while self.waiters and self._can_run():
+            fut = self.waiters.popleft()
+            if not fut.done():
+                self.running += 1
+                fut.set_result(None)
+
+    async def acquire(self, model: str) -> None:
+        if not self.waiters and self._can_run():
+            self.running += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        self.metrics.gauge_add(model, waiting=1)
+        try:
+            while not fut.done():
+                # poll too, so that raising max_num_seqs at runtime lets waiters in
+                await asyncio.wait({fut}, timeout=0.05)
+                self.wake()
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()
+            else:
+                fut.cancel()
+                if fut in self.waiters:
+                    self.waiters.remove(fut)
+            raise
+        finally:
+            self.metrics.gauge_add(model, waiting=-1)
+
+    def release(self) -> None:
+        self.running -= 1
+        self.wake()

@@ -1,0 +1,231 @@
+"""evalkit.prom: Prometheus text parsing, deltas and histogram percentiles.
+
+tests/data/vllm_metrics_0.32_*.txt are real /metrics outputs of vLLM 0.32 (CPU build, SmolLM2-135M) captured
+idle, after a first round of 12 completions and after a second identical round (which hit the prefix cache).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evalkit import prom
+from evalkit.prom import MetricsSampler, delta, histogram_quantile, parse_text, scrape
+from evalkit.server import ServerConfig, VLLMServer
+
+DATA = Path(__file__).parent / "data"
+FAKE = str(Path(__file__).parent / "fake_vllm.py")
+MODEL = "smollm2-135m"
+
+
+def load(name: str) -> prom.Snapshot:
+    return parse_text((DATA / f"vllm_metrics_0.32_{name}.txt").read_text())
+
+
+@pytest.fixture(scope="module")
+def rounds() -> tuple[prom.Snapshot, prom.Snapshot, prom.Snapshot]:
+    return load("idle"), load("round1"), load("round2")
+
+
+# ------------------------------------------------------------------------------------------------ parse
+def test_parse_real_exposition(rounds: tuple[prom.Snapshot, ...]) -> None:
+    _, _, snap = rounds
+    assert snap.types["vllm:time_to_first_token_seconds"] == "histogram"
+    assert snap.types["vllm:kv_cache_usage_perc"] == "gauge"
+    assert snap.types["vllm:prompt_tokens_total"] == "counter"  # text format 0.0.4 names counters with _total
+    assert snap.value("vllm:prompt_tokens_total", MODEL) == 3284.0
+    assert snap.value("vllm:request_success_total", MODEL) == 24.0
+    [(labels, value)] = snap.get("vllm:cache_config_info")
+    assert value == 1.0 and labels["kv_cache_dtype_skip_layers"] == "[]" and labels["block_size"] == "128"
+    inf_bucket = [v for lab, v in snap.get("vllm:time_to_first_token_seconds_bucket") if lab["le"] == "+Inf"]
+    assert inf_bucket == [24.0]
+    assert snap.value("vllm:no_such_metric") is None
+
+
+def test_parse_escapes_timestamps_and_special_values() -> None:
+    text = (
+        "# HELP odd An odd metric\n"
+        "# TYPE odd gauge\n"
+        'odd{a="q\\"uote,}",b="back\\\\slash",c="new\\nline"} 1.5 1700000000000\n'
+        "odd_nan NaN\n"
+        "odd_inf +Inf\n"
+        "   \n"
+        "garbage line that is not a sample {\n"
+        "no_labels 7\n"
+    )
+    snap = parse_text(text)
+    assert snap.get("odd") == [({"a": 'q"uote,}', "b": "back\\slash", "c": "new\nline"}, 1.5)]
+    assert math.isnan(snap.get("odd_nan")[0][1])
+    assert snap.value("odd_inf") == math.inf
+    assert snap.value("no_labels") == 7.0
+
+
+def test_parse_only_prefixes() -> None:
+    snap = parse_text((DATA / "vllm_metrics_0.32_round1.txt").read_text(), only=["vllm:kv_cache_usage_perc"])
+    assert set(snap.samples) == {"vllm:kv_cache_usage_perc"}
+
+
+def test_parser_agrees_with_prometheus_client() -> None:
+    parser = pytest.importorskip("prometheus_client.parser")
+    text = (DATA / "vllm_metrics_0.32_round2.txt").read_text()
+    ours = {(n, tuple(sorted(lab.items())), v) for n, rows in parse_text(text).samples.items() for lab, v in rows}
+    theirs = {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for fam in parser.text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    assert ours == theirs
+
+
+# ------------------------------------------------------------------------------------------------ delta
+def test_delta_between_real_rounds(rounds: tuple[prom.Snapshot, ...]) -> None:
+    _, before, after = rounds
+    d = delta(before, after, MODEL)
+    assert d["available"] is True
+    assert d["requests"] == {
+        "total": 12,
+        "by_finished_reason": {"abort": 0, "error": 0, "length": 1, "repetition": 0, "stop": 11},
+    }
+    assert d["prompt_tokens"] == 1642 and d["generation_tokens"] == 73 and d["preemptions"] == 0
+    assert d["prefix_cache"] == {"hits": 1536, "queries": 1642}
+    assert d["prefix_cache_hit_rate"] == pytest.approx(1536 / 1642)
+    # ttft bucket deltas: le 0.08:1, 0.1:1, 0.25:12, then 12 up to +Inf; sums 30.642852306 -> 33.348093987
+    ttft = d["ttft_s"]
+    assert ttft["n"] == 12
+    assert ttft["mean"] == pytest.approx((33.34809398651123 - 30.642852306365967) / 12)
+    assert ttft["p50"] == pytest.approx(0.1 + 0.15 * (6 - 1) / 11)
+    assert ttft["p90"] == pytest.approx(0.1 + 0.15 * (10.8 - 1) / 11)
+    assert ttft["p99"] == pytest.approx(0.1 + 0.15 * (11.88 - 1) / 11)
+    assert d["tpot_s"]["n"] == 61  # inter-token latencies: one per generated token after the first
+    assert d["request_tpot_s"]["n"] == d["e2e_s"]["n"] == d["queue_s"]["n"] == 12
+    assert d["absent"] == ["kv_cache_usage_peak", "num_requests_running_peak", "num_requests_waiting_peak"]
+    assert d["kv_cache_usage_peak"] is None  # not sampled: absent, not 0
+
+
+def test_delta_first_round_cold_cache(rounds: tuple[prom.Snapshot, ...]) -> None:
+    idle, r1, _ = rounds
+    d = delta(idle, r1, MODEL, gauges={"kv_cache_usage_peak": 0.25, "num_requests_running_peak": 12})
+    assert d["prefix_cache"] == {"hits": 0, "queries": 1642} and d["prefix_cache_hit_rate"] == 0.0
+    assert d["kv_cache_usage_peak"] == 0.25 and d["num_requests_running_peak"] == 12
+    assert d["absent"] == ["num_requests_waiting_peak"]
+
+
+def test_delta_unavailable() -> None:
+    assert delta(None, parse_text("")) == {"available": False}
+    assert delta(parse_text(""), None) == {"available": False}
+
+
+def test_absent_metrics_are_none_never_zero() -> None:
+    before = parse_text('vllm:prompt_tokens_total{model_name="m"} 10\n')
+    after = parse_text('vllm:prompt_tokens_total{model_name="m"} 25\n')
+    d = delta(before, after, "m")
+    assert d["prompt_tokens"] == 15
+    for key in (
+        "requests",
+        "generation_tokens",
+        "preemptions",
+        "prefix_cache_hit_rate",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+    ):
+        assert d[key] is None
+        assert key in d["absent"]
+    assert "prompt_tokens" not in d["absent"]
+
+
+def test_older_metric_names() -> None:
+    def text(hits: float, queries: float, usage: float, n: float) -> str:
+        return (
+            f'vllm:gpu_prefix_cache_hits_total{{model_name="m"}} {hits}\n'
+            f'vllm:gpu_prefix_cache_queries_total{{model_name="m"}} {queries}\n'
+            f'vllm:gpu_cache_usage_perc{{model_name="m"}} {usage}\n'
+            f'vllm:time_per_output_token_seconds_bucket{{le="0.01",model_name="m"}} 0\n'
+            f'vllm:time_per_output_token_seconds_bucket{{le="0.1",model_name="m"}} {n}\n'
+            f'vllm:time_per_output_token_seconds_bucket{{le="+Inf",model_name="m"}} {n}\n'
+            f'vllm:time_per_output_token_seconds_sum{{model_name="m"}} {n * 0.05}\n'
+            f'vllm:time_per_output_token_seconds_count{{model_name="m"}} {n}\n'
+        )
+
+    d = delta(parse_text(text(10, 100, 0.1, 0)), parse_text(text(40, 200, 0.2, 10)), "m")
+    assert d["prefix_cache_hit_rate"] == pytest.approx(0.3)
+    assert d["tpot_s"]["n"] == 10 and d["tpot_s"]["mean"] == pytest.approx(0.05)
+    assert d["tpot_s"]["p50"] == pytest.approx(0.01 + 0.09 * 0.5)
+    assert prom._gauge(parse_text(text(0, 0, 0.2, 0)), prom.KV_USAGE, "m", "max") == 0.2
+
+
+def test_data_parallel_engines_are_summed_and_models_filtered() -> None:
+    def text(a: float, b: float) -> str:
+        return (
+            f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {a}\n'
+            f'vllm:generation_tokens_total{{engine="1",model_name="m"}} {b}\n'
+            f'vllm:generation_tokens_total{{engine="0",model_name="other"}} 1000\n'
+        )
+
+    d = delta(parse_text(text(1, 2)), parse_text(text(11, 32)), "m")
+    assert d["generation_tokens"] == 40
+    # a name that matches no series (e.g. the model path) falls back to all series
+    assert delta(parse_text(text(1, 2)), parse_text(text(11, 32)), "models/m")["generation_tokens"] == 40
+
+
+def test_counter_reset_is_flagged() -> None:
+    d = delta(parse_text("vllm:prompt_tokens_total 100\n"), parse_text("vllm:prompt_tokens_total 5\n"))
+    assert d["prompt_tokens"] is None and "server restarted" in d["warnings"][0]
+
+
+# ------------------------------------------------------------------------------------------- quantiles
+@pytest.mark.parametrize(
+    ("q", "buckets", "expected"),
+    [
+        (0.5, {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 8}, 0.1 + 0.4 * (4 - 2) / 4),
+        (0.25, {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 8}, 0.1),  # rank 2 = end of the first bucket
+        (0.1, {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 8}, 0.1 * 0.8 / 2),  # first bucket starts at 0
+        (0.99, {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 10}, 1.0),  # in +Inf: largest finite bound
+        (0.5, {0.1: 0, math.inf: 0}, None),  # no observations
+        (0.5, {0.1: 3}, None),  # no +Inf bucket: malformed
+        (0.5, {-1.0: 4, 0.0: 4, math.inf: 4}, -1.0),  # non-positive first bound is returned as is
+    ],
+)
+def test_histogram_quantile(q: float, buckets: dict[float, float], expected: float | None) -> None:
+    got = histogram_quantile(q, buckets)
+    assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+# ------------------------------------------------------------------------------------- scrape and sample
+def fake_server(tmp_path: Path, *flags: str) -> VLLMServer:
+    cfg = ServerConfig(model=MODEL, command=[sys.executable, FAKE], extra_args=list(flags), stop_grace_s=5)
+    return VLLMServer(cfg, tmp_path, poll_interval_s=0.05)
+
+
+def test_scrape_real_file_over_http(tmp_path: Path) -> None:
+    path = DATA / "vllm_metrics_0.32_round2.txt"
+    with fake_server(tmp_path, "--fake-metrics", str(path)) as srv:
+        snap = scrape(srv.base_url)
+    assert snap is not None
+    assert snap.samples == parse_text(path.read_text()).samples
+
+
+def test_scrape_missing_metrics_endpoint(tmp_path: Path) -> None:
+    with fake_server(tmp_path, "--fake-no-metrics") as srv:
+        assert scrape(srv.base_url) is None  # 404
+        with MetricsSampler(srv.base_url, interval_s=0.02) as sampler:
+            time.sleep(0.1)
+    assert scrape("http://127.0.0.1:9", timeout=1) is None  # connection refused
+    s = sampler.summary()
+    assert s["samples"] == 0 and s["failed"] >= 1 and s["kv_cache_usage_peak"] is None
+
+
+def test_metrics_sampler_keeps_peaks(tmp_path: Path) -> None:
+    with fake_server(tmp_path) as srv:  # the fake's KV gauge rises 0.1 per scrape; running = scrapes % 4
+        with MetricsSampler(srv.base_url, interval_s=0.01, model_name=MODEL) as sampler:
+            deadline = time.monotonic() + 10
+            while sampler.summary()["samples"] < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        s = sampler.summary()
+    assert s["samples"] >= 5 and s["failed"] == 0
+    assert s["kv_cache_usage_peak"] == pytest.approx(min(1.0, s["samples"] / 10))
+    assert s["num_requests_running_peak"] == 3 and s["num_requests_waiting_peak"] == 0
