@@ -49,6 +49,34 @@ def timed(cmd: list[str]) -> tuple[float, str]:
     return wall, p.stdout
 
 
+def parity(base: str, model: str, limit: int, fresh: Any) -> dict[str, Any]:
+    """evalkit and lm-eval local-completions, one request at a time on the first ``limit`` docs: same answers?"""
+    from tests.parity import evalkit_per_doc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh()
+        ek_wall, _ = timed([sys.executable, "-m", "evalkit.cli", "run", "gsm8k", "--endpoint", base, "--limit",
+                            str(limit), "--concurrency", "1", "-o", f"{tmp}/ek", "--no-report", "-q"])
+        fresh()
+        lm_wall, out = timed([sys.executable, "-m", "benchmarks.lm_eval_run", "--endpoint", base, "--model", model,
+                              "--num-concurrent", "1", "--limit", str(limit), "--samples-out", f"{tmp}/lm.json"])
+        lm = {int(k): v for k, v in json.loads(Path(f"{tmp}/lm.json").read_text()).items()}
+        ek = evalkit_per_doc(Path(f"{tmp}/ek"))
+        summary = json.loads(Path(f"{tmp}/ek/summary.json").read_text())["tasks"]["gsm8k"]["metrics"]
+    lm_res = json.loads(out.strip().splitlines()[-1])
+    same = {k: sum(ek[d][k] == lm[d][k] for d in lm) for k in ("prompt", "response", "filtered", "metrics")}
+    r = {
+        "docs": limit, "same": same, "identical": all(v == limit for v in same.values()),
+        "evalkit": {"wall_s": ek_wall, "strict": summary["exact_match,strict-match"]["value"],
+                    "flexible": summary["exact_match,flexible-extract"]["value"]},
+        "lm_eval": {"wall_s": lm_wall, "strict": lm_res["strict"], "flexible": lm_res["flexible"]},
+    }
+    print(f"parity (c=1, {limit} docs): identical={r['identical']} same={same} "
+          f"evalkit strict={r['evalkit']['strict']:.4f} ({ek_wall:.1f} s) "
+          f"lm-eval strict={r['lm_eval']['strict']:.4f} ({lm_wall:.1f} s)", flush=True)
+    return r
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--endpoint", required=True)
@@ -56,6 +84,8 @@ def main() -> None:
     ap.add_argument("--raw-concurrency", default="16,64,128,256,512")
     ap.add_argument("--lm-eval-default", action="store_true", help="also lm-eval at num_concurrent=1 (slow)")
     ap.add_argument("--evalkit-args", default="", help="extra args for evalkit run")
+    ap.add_argument("--parity-limit", type=int, default=0,
+                    help="also run evalkit and lm-eval one request at a time on this many docs and compare")
     ap.add_argument("--out", default=None, help="write all numbers here as JSON")
     a = ap.parse_args()
     base = a.endpoint.rstrip("/")
@@ -104,6 +134,9 @@ def main() -> None:
         r = json.loads(out.strip().splitlines()[-1])
         res["lm_eval"].append(r)
         print(f"lm-eval c={c:<4} {r['wall_s']:7.2f} s  strict={r['strict']:.4f}", flush=True)
+
+    if a.parity_limit:
+        res["parity"] = parity(base, model, a.parity_limit, fresh)
 
     ek = res["evalkit"]
     print("\nratios (lower is better for evalkit):")

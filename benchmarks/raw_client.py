@@ -44,7 +44,8 @@ async def run(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[
     async def one(body: dict[str, Any]) -> None:
         nonlocal tokens
         async with sem:
-            tokens += await stream_one(session, url, body)
+            n = await stream_one(session, url, body)
+        tokens += n
 
     t0, c0 = time.perf_counter(), time.process_time()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),

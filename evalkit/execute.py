@@ -77,7 +77,7 @@ class AutoConcurrency:
     /metrics, once throughput stops rising by 5%.
     """
 
-    def __init__(self, start: int, cap: int, metrics_url: str | None, window_s: float = 1.0) -> None:
+    def __init__(self, start: int, cap: int, metrics_url: str | None, window_s: float = 0.5) -> None:
         self.limit = min(start, cap)
         self.cap = cap
         self.metrics_url = metrics_url
@@ -131,7 +131,7 @@ async def execute(
     concurrency: int | str = 64,
     max_concurrency: int = 512,
     metrics_url: str | None = None,
-    auto_start: int = 32,
+    auto_start: int = 64,
 ) -> ExecStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order). Only ``concurrency`` requests are in memory at once."""
