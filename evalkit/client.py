@@ -120,6 +120,7 @@ class Client:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
         self.t0 = time.perf_counter()
+        self.chunks_received = 0  # text-carrying chunks so far, for throughput-driven concurrency
 
     async def __aenter__(self) -> Client:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -211,6 +212,7 @@ class Client:
                             piece = c.get("text")
                             rpiece = None
                         if piece or rpiece:
+                            self.chunks_received += 1
                             now = time.perf_counter()
                             if ttft is None:
                                 ttft = now - st

@@ -69,51 +69,50 @@ async def _waiting_requests(session: aiohttp.ClientSession, metrics_url: str | N
 
 
 class AutoConcurrency:
-    """Grow concurrency while the server has spare capacity.
+    """Find the server's speed without tuning: double the requests in flight while that pays.
 
-    Every ``window_s`` it looks at the server's queue (``vllm:num_requests_waiting``) and at completed output
-    tokens per second. It doubles the limit while our requests fill it, the server queues none of them, and
-    throughput did not fall; it stops growing once the server queues requests (its batch is full) or, without
-    /metrics, once throughput stops rising by 5%.
+    Every ``window_s`` it compares the streamed-chunk rate (≈ output tokens/s, counted as chunks arrive, so it
+    is smooth even when requests are long) with the rate at the previous level. It doubles while our requests
+    fill the current limit and either the rate rose by more than ``gain`` or the server reports no queue
+    (``vllm:num_requests_waiting`` averaged over the window is < 1). It stops when the rate stops rising and
+    the server queues requests, at the cap, or when too few requests remain to fill a larger limit.
     """
 
-    def __init__(self, start: int, cap: int, metrics_url: str | None, window_s: float = 0.5) -> None:
+    def __init__(self, start: int, cap: int, metrics_url: str | None, window_s: float = 1.0, gain: float = 0.05):
         self.limit = min(start, cap)
         self.cap = cap
         self.metrics_url = metrics_url
         self.window_s = window_s
+        self.gain = gain
         self.settled = False
-        self.tokens = 0
-        self.completions = 0
+        self.remaining: int | None = None
 
-    def observe(self, resp: Response) -> None:
-        self.completions += 1
-        self.tokens += resp.output_tokens or 1
-
-    async def run(self, limiter: Limiter, session: aiohttp.ClientSession, stats: ExecStats, t0: float) -> None:
-        last_tokens, last_time, best = 0, time.perf_counter(), 0.0
+    async def run(
+        self, limiter: Limiter, client: Client, stats: ExecStats, t0: float
+    ) -> None:
+        assert client._session is not None
+        prev_rate = 0.0
         while not self.settled:
-            await asyncio.sleep(self.window_s)
-            now = time.perf_counter()
-            rate = (self.tokens - last_tokens) / (now - last_time)
-            last_tokens, last_time = self.tokens, now
+            c0, w0 = client.chunks_received, time.perf_counter()
+            waits: list[float] = []
+            while time.perf_counter() - w0 < self.window_s:
+                await asyncio.sleep(self.window_s / 4)
+                w = await _waiting_requests(client._session, self.metrics_url)
+                if w is not None:
+                    waits.append(w)
+            rate = (client.chunks_received - c0) / (time.perf_counter() - w0)
             full = limiter.active >= limiter.limit
-            waiting = await _waiting_requests(session, self.metrics_url)
-            if waiting is not None:
-                grow = full and waiting == 0 and rate >= 0.95 * best
-                if waiting > 0:
-                    self.settled = True
-            else:
-                grow = full and rate > 1.05 * best
-                if not grow and best > 0:
-                    self.settled = True
-            best = max(best, rate)
-            if grow and self.limit < self.cap:
+            queue_free = bool(waits) and sum(waits) / len(waits) < 1.0
+            rising = rate > (1.0 + self.gain) * prev_rate
+            if not full or (self.remaining is not None and self.remaining < self.limit):
+                self.settled = True  # nothing left to gain: the tail of the run
+            elif (rising or queue_free) and self.limit < self.cap:
                 self.limit = min(self.limit * 2, self.cap)
                 await limiter.set_limit(self.limit)
-                stats.concurrency_trace.append((now - t0, self.limit))
-            elif self.limit >= self.cap:
+                stats.concurrency_trace.append((round(time.perf_counter() - t0, 3), self.limit))
+            else:
                 self.settled = True
+            prev_rate = max(prev_rate, rate)
 
 
 async def _loop_lag(stats: ExecStats, interval: float = 0.05) -> None:
@@ -131,7 +130,7 @@ async def execute(
     concurrency: int | str = 64,
     max_concurrency: int = 512,
     metrics_url: str | None = None,
-    auto_start: int = 64,
+    auto_start: int = 32,
 ) -> ExecStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order). Only ``concurrency`` requests are in memory at once."""
@@ -145,14 +144,15 @@ async def execute(
     t0, c0 = time.perf_counter(), time.process_time()
     lag_task = asyncio.create_task(_loop_lag(stats))
     assert client._session is not None
-    auto_task = asyncio.create_task(auto.run(limiter, client._session, stats, t0)) if auto else None
+    auto_task = asyncio.create_task(auto.run(limiter, client, stats, t0)) if auto else None
     pending: set[asyncio.Task[None]] = set()
+
+    reqs = list(requests) if auto else requests
+    left = len(reqs) if isinstance(reqs, list) else None
 
     async def one(req: Request) -> None:
         try:
             resp = await client.generate(req)
-            if auto:
-                auto.observe(resp)
             result = on_done(req, resp)
             if inspect.isawaitable(result):
                 await result
@@ -160,8 +160,11 @@ async def execute(
             await limiter.release()
 
     try:
-        for req in requests:
+        for req in reqs:
             await limiter.acquire()
+            if auto and left is not None:
+                left -= 1
+                auto.remaining = left
             task = asyncio.create_task(one(req))
             pending.add(task)
             task.add_done_callback(pending.discard)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import importlib.util
 import logging
 import os
 import threading
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 
 from evalkit.errors import TaskError
 from evalkit.records import MetricValue, SampleRecord, Status
@@ -39,9 +41,11 @@ def prompt_cache_dir() -> Path:
 
 
 def lm_eval_tasks_dir() -> Path:
-    import lm_eval.tasks
-
-    return Path(lm_eval.tasks.__file__).parent
+    """lm-eval's bundled task folder, found without importing ``lm_eval.tasks`` (which indexes every task)."""
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise TaskError("lm-eval is not installed; pip install 'lm-eval[api]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "tasks"
 
 
 def _quiet_lm_eval() -> None:
@@ -87,9 +91,13 @@ class LmEvalTask(Task):
     # -- lm-eval objects ---------------------------------------------------------------------------------
     def _base_config(self) -> dict[str, Any]:
         if self._config is None:
-            from lm_eval.tasks._yaml_loader import load_yaml
+            text = self.base_yaml.read_text()
+            if "!function" in text or "include:" in text:  # needs lm-eval's own loader (imports its task index)
+                from lm_eval.tasks._yaml_loader import load_yaml
 
-            cfg = copy.deepcopy(load_yaml(self.base_yaml, resolve_func=True))
+                cfg = copy.deepcopy(load_yaml(self.base_yaml, resolve_func=True))
+            else:
+                cfg = yaml.safe_load(text)
             for key in ("tag", "group", "task_list"):
                 cfg.pop(key, None)
             cfg.update(copy.deepcopy(self.overrides))
