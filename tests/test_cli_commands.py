@@ -1,0 +1,43 @@
+"""`evalkit tasks list|show` and `evalkit report` (single and comparison) through the CLI."""
+
+import subprocess
+import sys
+
+from evalkit.testing.server import Behaviour, TestServer
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evalkit.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_tasks_list_and_show():
+    p = cli("tasks", "list")
+    assert p.returncode == 0
+    assert "gsm8k" in p.stdout and "aime25" in p.stdout and "lm-eval" in p.stdout
+    p = cli("tasks", "show", "aime25")
+    assert p.returncode == 0, p.stderr
+    assert "4213712e99507f03469175b1cbfb02cd7746c34b04f28e1ea62290626a582e5d" in p.stdout
+    assert "pass@8" in p.stdout and "\\boxed{}" in p.stdout and '"num_samples": 8' in p.stdout
+    p = cli("tasks", "show", "aime24")
+    assert p.returncode == 2 and "did you mean 'aime25'" in p.stderr
+
+
+def test_report_rerender_and_compare(tmp_path):
+    runs = []
+    for ratio in (0.3, 0.7):
+        with TestServer(Behaviour(correct_ratio=ratio)) as srv:
+            out = tmp_path / f"run{ratio}"
+            p = cli("run", "gsm8k", "--endpoint", srv.url, "--limit", "12", "--max-tokens", "64", "-o", str(out), "-q")
+            assert p.returncode == 0, p.stderr
+            assert (out / "report.html").stat().st_size > 10_000
+            runs.append(out)
+    (runs[0] / "report.html").unlink()
+    p = cli("report", str(runs[0]))
+    assert p.returncode == 0, p.stderr
+    html = (runs[0] / "report.html").read_text()
+    assert "exact_match" in html and "http://" not in html.split("</head>")[0].replace("http://127.0.0.1", "")
+    cmp_path = tmp_path / "compare.html"
+    p = cli("report", str(runs[0]), str(runs[1]), "-o", str(cmp_path))
+    assert p.returncode == 0, p.stderr
+    text = cmp_path.read_text()
+    assert "Pareto" in text and "run0.3" in text and "run0.7" in text
