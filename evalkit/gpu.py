@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import threading
 from typing import Any
+
+from evalkit.sampler import PeriodicSampler
 
 QUERY = "index,name,memory.total,memory.used,driver_version"
 
@@ -70,21 +71,23 @@ def gpu_info(timeout: float = 10.0) -> list[dict[str, Any]] | None:
     return out
 
 
-class GpuSampler:
+class GpuSampler(PeriodicSampler):
     """Background thread sampling ``memory.used`` of each GPU every ``interval_s`` seconds.
 
     :meth:`summary` gives peak and mean MiB per GPU. Without ``nvidia-smi`` it does nothing and reports
     ``{"available": False}``.
     """
 
+    thread_name = "evalkit-gpu-sampler"
+
     def __init__(self, interval_s: float = 1.0, timeout: float = 10.0):
-        self.interval_s = interval_s
-        self.timeout = timeout
+        super().__init__(interval_s, timeout)
         self.available = shutil.which("nvidia-smi") is not None
         self._used: dict[str, list[float]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.available
 
     def sample_once(self) -> None:
         rows = _nvidia_smi("index,memory.used", self.timeout)
@@ -94,29 +97,6 @@ class GpuSampler:
             for row in rows:
                 if len(row) >= 2 and (mib := _num(row[1])) is not None:
                     self._used.setdefault(row[0], []).append(mib)
-
-    def _run(self) -> None:
-        while True:
-            self.sample_once()
-            if self._stop.wait(self.interval_s):
-                return
-
-    def start(self) -> GpuSampler:
-        if self.available and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="evalkit-gpu-sampler", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout + self.interval_s + 1)
-
-    def __enter__(self) -> GpuSampler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def summary(self) -> dict[str, Any]:
         """``{"available": True, "interval_s": s, "gpus": [{"index", "peak_mib", "mean_mib", "samples"}]}``,

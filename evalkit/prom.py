@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from evalkit.sampler import PeriodicSampler
 
 Labels = dict[str, str]
 
@@ -296,7 +297,7 @@ def _gauge(snap: Snapshot, names: Iterable[str], model_name: str | None, how: st
     return max(values) if how == "max" else sum(values)
 
 
-class MetricsSampler:
+class MetricsSampler(PeriodicSampler):
     """Background thread that scrapes ``/metrics`` every ``interval_s`` and keeps gauge peaks.
 
     KV-cache usage is the maximum over engines (a fraction, 1.0 = full); running/waiting requests are summed
@@ -309,18 +310,15 @@ class MetricsSampler:
     """
 
     _PREFIXES = KV_USAGE + RUNNING + WAITING
+    thread_name = "evalkit-metrics-sampler"
 
     def __init__(self, base_url: str, interval_s: float = 1.0, model_name: str | None = None, timeout: float = 5.0):
+        super().__init__(interval_s, timeout)
         self.base_url = base_url
-        self.interval_s = interval_s
         self.model_name = model_name
-        self.timeout = timeout
         self._peaks: dict[str, float | None] = {"kv": None, "running": None, "waiting": None}
         self._samples = 0
         self._failed = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def sample_once(self) -> None:
         snap = scrape(self.base_url, self.timeout, only=self._PREFIXES)
@@ -338,29 +336,6 @@ class MetricsSampler:
                 old = self._peaks[key]
                 if v is not None and (old is None or v > old):
                     self._peaks[key] = v
-
-    def _run(self) -> None:
-        while True:
-            self.sample_once()
-            if self._stop.wait(self.interval_s):
-                return
-
-    def start(self) -> MetricsSampler:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="evalkit-metrics-sampler", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout + self.interval_s + 1)
-
-    def __enter__(self) -> MetricsSampler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def summary(self) -> dict[str, Any]:
         """Peaks seen so far: ``kv_cache_usage_peak`` (0-1), ``num_requests_running_peak``,
