@@ -193,7 +193,21 @@ def main() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    app()
+    try:
+        rc = app(standalone_mode=False)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except typer.TyperException as e:  # click's errors (typer vendors click): bad flags, values, commands
+        show = getattr(e, "show", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and show is not None:
+            show()  # no arguments: the help text
+        else:  # bad input like any other: one line (not the boxed usage text)
+            ctx = getattr(e, "ctx", None)
+            hint = f"; see {ctx.command_path} --help" if ctx is not None else ""
+            typer.echo(f"evalkit: error: {' '.join(e.format_message().split()).rstrip('.')}{hint}", err=True)
+        sys.exit(e.exit_code)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

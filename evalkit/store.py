@@ -34,6 +34,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
             f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are as readable as report.html
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -49,6 +50,7 @@ def write_text_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -61,20 +63,19 @@ def read_json(path: Path) -> Any:
 
 
 def iter_sample_dicts(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a samples.jsonl; a torn (unparseable) last line is skipped."""
+    """Records of a samples.jsonl, read line by line; a torn (unparseable) last line is skipped."""
     if not path.exists():
         return
     with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            yield orjson.loads(line)
-        except orjson.JSONDecodeError:
-            if i >= len(lines) - 2:  # the last record, cut mid-write by a crash
-                return
-            raise
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                if not line.endswith(b"\n") and not f.read(1):  # the last record, cut mid-write by a crash
+                    return
+                raise
 
 
 class RunStore:

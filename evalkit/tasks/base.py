@@ -122,6 +122,7 @@ class Task(ABC):
     description: str = ""
     endpoint_kind: EndpointKind = "completions"
     data_files: dict[str, Path]
+    summary_needs_text = False  # True when summarize() re-reads responses (lm-eval tasks re-run their filters)
 
     @functools.cached_property
     def data_sha256(self) -> dict[str, str]:

@@ -63,6 +63,7 @@ class LmEvalTask(Task):
     """
 
     endpoint_kind = "completions"
+    summary_needs_text = True
 
     def __init__(self, spec: dict[str, Any], root: Path) -> None:
         self.spec = spec
@@ -280,6 +281,8 @@ class LmEvalTask(Task):
             se_fn = stderr_for_metric(metric=agg, bootstrap_iters=100000)
             se = float(se_fn(items)) if se_fn is not None and len(items) > 1 else None
             ci = (value - 1.96 * se, value + 1.96 * se) if se is not None else None
+            if ci is not None and all(isinstance(x, int | float) and 0 <= x <= 1 for x in items):
+                ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
             out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
         return out, {"docs_scored": scored, "docs_total": len(by_doc)}
 

@@ -12,7 +12,8 @@ As a process (for tests that SIGKILL the client, and for benchmarks)::
     python -m evalkit.testing.server --port 0 --ttft 0.2 --itl 0.02 --correct-ratio 0.5
     # prints "evalkit-testserver ready http://127.0.0.1:PORT" once it accepts connections
 
-or from Python: ``with SubprocessServer("--ttft", "0.2") as srv: ...``.
+or from Python: ``with SubprocessServer("--ttft", "0.2") as srv: ...``. ``--answer-tokens N`` (in-process:
+``Behaviour(answer_fn=long_answer_fn(N))``) pads every answer to N tokens, for client benchmarks.
 
 Answer policy: the last ``Question: X\\nAnswer:`` of the prompt (or the last user message for chat) is looked
 up in the GSM8K test data; the gold solution (ending ``#### N``) is returned when
@@ -47,6 +48,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -59,10 +61,10 @@ from typing import Any
 
 from aiohttp import web
 
-from evalkit.testing.answers import load_data
+from evalkit.testing.answers import count_tokens, default_answer, hash_words, load_data
 from evalkit.testing.app import build_app
 from evalkit.testing.metrics import Metrics
-from evalkit.testing.state import Behaviour, RecordedRequest, ServerState
+from evalkit.testing.state import AnswerFn, Behaviour, RecordedRequest, ServerState
 
 READY_PREFIX = "evalkit-testserver ready "
 _READY_RE = re.compile(re.escape(READY_PREFIX) + r"(http://\S+)")
@@ -263,6 +265,33 @@ class SubprocessServer:
         self.stop()
 
 
+def long_answer_fn(tokens: int, behaviour: Behaviour | None = None) -> AnswerFn:
+    """An ``answer_fn`` giving answers of at least ``tokens`` tokens (for client CPU / memory benchmarks).
+
+    The default policy's answer (so AIME ``\\boxed{N}`` / GSM8K ``#### N`` still score) is preceded by
+    sha256-derived filler words that bring the text to ``tokens`` tokens; stop strings and ``max_tokens``
+    still apply to the result. ``behaviour`` (if given) supplies ``correct_ratio`` at call time.
+    """
+    arrivals = itertools.count()
+
+    def answer(prompt: str, body: dict[str, Any], index: int) -> str:
+        chat = "messages" in body
+        temperature = body.get("temperature")
+        seed = body.get("seed")
+        variant = ""
+        if temperature is None or float(temperature) > 0:
+            variant = f"|seed={seed}|i={index}" if seed is not None else f"|r={next(arrivals)}|i={index}"
+        ratio = behaviour.correct_ratio if behaviour is not None else 1.0
+        text = default_answer(prompt, chat=chat, correct_ratio=ratio, variant=variant)
+        missing = tokens - count_tokens(text)
+        if missing <= 0:
+            return text
+        pad = " ".join(hash_words("pad:" + prompt + variant, missing)) + "."
+        return ("" if chat else " ") + pad + "\n\n" + text.lstrip(" ")
+
+    return answer
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m evalkit.testing.server", description=__doc__.split("\n")[0])
     p.add_argument("--host", default="127.0.0.1")
@@ -278,11 +307,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--fast", action="store_true", help="no sleeps, cached responses (client benchmarks)")
+    p.add_argument(
+        "--answer-tokens", type=int, default=None,
+        help="pad every answer with filler words to at least N tokens (long responses for client benchmarks)",
+    )
     return p.parse_args(argv)
 
 
 def behaviour_from_args(args: argparse.Namespace) -> Behaviour:
-    return Behaviour(
+    b = Behaviour(
         ttft_s=args.ttft,
         itl_s=args.itl,
         tokens_per_chunk=args.tokens_per_chunk,
@@ -295,6 +328,9 @@ def behaviour_from_args(args: argparse.Namespace) -> Behaviour:
         max_num_seqs=args.max_num_seqs,
         fast=args.fast,
     )
+    if args.answer_tokens:
+        b.answer_fn = long_answer_fn(args.answer_tokens, b)
+    return b
 
 
 async def _serve(args: argparse.Namespace) -> None:

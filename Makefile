@@ -1,0 +1,31 @@
+# evalkit developer shortcuts. The venv is the one scripts/setup_vllm_cpu.sh (and .ci/run) make: .venv
+VENV   ?= .venv
+PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
+BIN    := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/,)
+
+.PHONY: help test test-fast lint typecheck check demo
+
+help:
+	@echo "make test       the README test command: python -m pytest -m \"not gpu\" (real vLLM included)"
+	@echo "make test-fast  the same without the real-vLLM and slow tests"
+	@echo "make lint       ruff check evalkit tests tasks benchmarks"
+	@echo "make typecheck  mypy evalkit"
+	@echo "make check      lint + typecheck + test (what .ci/run checks after installing)"
+	@echo "make demo       CPU demo: set up vLLM + SmolLM2-135M, evalkit starts vLLM, GSM8K --limit 20 (scripts/demo.sh)"
+
+test:
+	$(PYTHON) -m pytest -m "not gpu"
+
+test-fast:
+	$(PYTHON) -m pytest -m "not gpu and not vllm and not slow"
+
+lint:
+	$(BIN)ruff check evalkit tests tasks benchmarks
+
+typecheck:
+	$(BIN)mypy evalkit
+
+check: lint typecheck test
+
+demo:
+	bash scripts/demo.sh

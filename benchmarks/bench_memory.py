@@ -1,0 +1,146 @@
+"""(c) Peak RSS of the evalkit process for a 20,000-sample run with 1,000-token responses.
+
+    python -m benchmarks.bench_memory [--quick] [--num-samples 667] [--tokens-per-chunk 1] [--json PATH]
+
+Runs the real CLI, ``python -m evalkit.cli run aime25 --num-samples 667 --max-tokens 1000 --concurrency 64
+--no-report -q`` (30 problems x 667 = 20,010 requests), as a child process against the test server in
+``--fast`` mode with every answer padded to 1,000 tokens (``--answer-tokens 1000``). The peak RSS is the
+child's own ``ru_maxrss`` from ``os.wait4`` (exact, kernel-kept high-water mark, the test server excluded);
+psutil also samples the child's RSS every 0.25 s so that the peak can be placed in the request phase
+(samples.jsonl still growing) or after it (reading the store back, summary).
+
+``--tokens-per-chunk`` sets how many tokens the server puts in one SSE chunk. The default, 1, is how vLLM
+streams (and the worst case for the client: evalkit keeps one inter-token-latency entry per chunk, ``itl_ms``,
+so the stored record and what reading the store back costs grow with the chunk count); the full run takes
+about 4 minutes on 2 cores. ``--tokens-per-chunk 20`` cuts the chunk count (still 1,000 tokens per response)
+for a faster run. ``--quick`` (2,010 requests) only checks the pipeline: the 400 MB bound is for 20,010.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from evalkit.testing.server import SubprocessServer
+
+LIMIT_MB = 400.0
+AIME_PROBLEMS = 30
+
+
+def _poll(pid: int, samples_path: Path, out: list[tuple[float, int, int]], stop: threading.Event) -> None:
+    try:
+        proc = psutil.Process(pid)
+    except psutil.Error:
+        return
+    t0 = time.perf_counter()
+    while not stop.is_set():
+        try:
+            rss = proc.memory_info().rss
+        except psutil.Error:
+            return
+        try:
+            size = samples_path.stat().st_size
+        except OSError:
+            size = 0
+        out.append((time.perf_counter() - t0, rss, size))
+        stop.wait(0.25)
+
+
+def run_cli(url: str, num_samples: int, max_tokens: int, concurrency: int, workdir: Path) -> dict[str, Any]:
+    """One ``evalkit run aime25`` child; its exact peak RSS, wall time and an RSS trace."""
+    run_dir = workdir / "run"
+    cmd = [sys.executable, "-m", "evalkit.cli", "run", "aime25", "--endpoint", url,
+           "--num-samples", str(num_samples), "--max-tokens", str(max_tokens), "--concurrency", str(concurrency),
+           "--no-report", "-q", "-o", str(run_dir)]
+    log = open(workdir / "cli.log", "w+b")  # noqa: SIM115 - closed below
+    trace: list[tuple[float, int, int]] = []
+    stop = threading.Event()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    poller = threading.Thread(target=_poll, args=(proc.pid, run_dir / "samples.jsonl", trace, stop), daemon=True)
+    poller.start()
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (not the test server's)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stop.set()
+    poller.join(5)
+    log.seek(0)
+    output = log.read().decode("utf-8", "replace")
+    log.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"evalkit run failed ({proc.returncode}):\n{output[-3000:]}")
+    summary = json.loads((run_dir / "summary.json").read_text())["tasks"]["aime25"]
+    samples_bytes = (run_dir / "samples.jsonl").stat().st_size
+    # request phase: while samples.jsonl is still growing; after it: reading the store back, scoring summary
+    during = [rss for _, rss, size in trace if size < samples_bytes]
+    after = [rss for _, rss, size in trace if size >= samples_bytes]
+    peak_t = max(trace, key=lambda x: x[1])[0] if trace else None
+    return {
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),  # Linux: KiB
+        "wall_s": round(wall, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+        "requests": summary["counts"]["total"],
+        "api_errors": summary["counts"]["api_error"],
+        "output_tokens_per_s": summary["speed"]["output_tokens_per_s"],
+        "samples_jsonl_mb": round(samples_bytes / 1024**2, 1),
+        "sampled_peak_request_phase_mb": round(max(during) / 1024**2, 1) if during else None,
+        "sampled_peak_after_requests_mb": round(max(after) / 1024**2, 1) if after else None,
+        "sampled_peak_at_s": round(peak_t, 1) if peak_t is not None else None,
+        "trace_mb": [(round(t, 1), round(r / 1024**2, 1)) for t, r, _ in trace[:: max(1, len(trace) // 40)]],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--num-samples", type=int, default=667, help="samples per AIME problem (30 problems)")
+    ap.add_argument("--max-tokens", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--limit-mb", type=float, default=LIMIT_MB)
+    ap.add_argument("--quick", action="store_true", help="67 samples per problem (2,010 requests)")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--keep", default=None, help="keep the run dir and CLI log in this folder")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.num_samples = min(a.num_samples, 67)
+    n = AIME_PROBLEMS * a.num_samples
+    print(f"(c) evalkit run aime25: {n:,} requests x {a.max_tokens} tokens, {a.tokens_per_chunk} token(s)/chunk, "
+          f"concurrency {a.concurrency}", flush=True)
+    with SubprocessServer("--fast", "--tokens-per-chunk", str(a.tokens_per_chunk), "--answer-tokens",
+                          str(a.max_tokens), "--max-model-len", str(a.max_tokens + 1024)) as srv:
+        if a.keep:
+            Path(a.keep).mkdir(parents=True, exist_ok=True)
+            r = run_cli(srv.url, a.num_samples, a.max_tokens, a.concurrency, Path(a.keep))
+        else:
+            with tempfile.TemporaryDirectory(prefix="evalkit-bench-mem-") as tmp:
+                r = run_cli(srv.url, a.num_samples, a.max_tokens, a.concurrency, Path(tmp))
+    r["config"] = {"num_samples": a.num_samples, "requests_expected": n, "max_tokens": a.max_tokens,
+                   "concurrency": a.concurrency, "tokens_per_chunk": a.tokens_per_chunk}
+    r["pass"] = r["peak_rss_mb"] <= a.limit_mb and r["requests"] == n and r["api_errors"] == 0
+    r["quick"] = n < 20_000
+    print(f"peak RSS {r['peak_rss_mb']:.0f} MB (limit {a.limit_mb:.0f}) | wall {r['wall_s']:.0f} s | "
+          f"CPU {r['cpu_s']:.0f} s | {r['requests']:,} requests, {r['api_errors']} errors | "
+          f"{r['output_tokens_per_s']:,.0f} out tok/s | samples.jsonl {r['samples_jsonl_mb']:.0f} MB")
+    print(f"sampled RSS peak: {r['sampled_peak_request_phase_mb']} MB while requests ran, "
+          f"{r['sampled_peak_after_requests_mb']} MB after the last sample was written "
+          f"(peak at {r['sampled_peak_at_s']} s of {r['wall_s']} s)")
+    note = f" (only {n:,} requests: the bound is for 20,010)" if r["quick"] else ""
+    print(f"peak RSS <= {a.limit_mb:.0f} MB: {'PASS' if r['pass'] else 'FAIL'}{note}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=2)
+    return r
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main()["pass"] else 1)
