@@ -1,9 +1,10 @@
 """All local benchmarks in one command, each in its own process, then a summary of the ratios.
 
-    python -m benchmarks.run [--quick] [--endpoint URL] [--out DIR] [--only cpu,memory,gsm8k]
+    python -m benchmarks.run [--quick] [--endpoint URL] [--out DIR] [--only cpu,fixed,memory,gsm8k]
 
 - (a) :mod:`benchmarks.bench_client_cpu`: client CPU per streamed token, evalkit / plain aiohttp (<= 1.5).
 - (c) :mod:`benchmarks.bench_memory`: peak RSS of ``evalkit run`` for 20,010 x 1,000-token responses (<= 400 MB).
+- (b') :mod:`benchmarks.bench_fixed_costs`: evalkit's fixed costs for 1319 GSM8K prompts (warm < 3 s).
 - (b) :mod:`benchmarks.bench_gsm8k`: GSM8K wall time against a live vLLM, only with ``--endpoint URL``.
 
 ``--quick`` runs smaller versions (a: 80 requests, 2 rounds, completions; c: 2,010 requests, which checks the
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller versions of every benchmark")
     ap.add_argument("--endpoint", default=None, help="a live vLLM (http://host:port/v1): also run (b) GSM8K")
-    ap.add_argument("--only", default="cpu,memory,gsm8k", help="comma-separated subset of cpu,memory,gsm8k")
+    ap.add_argument("--only", default="cpu,fixed,memory,gsm8k", help="subset of cpu,fixed,memory,gsm8k")
     ap.add_argument("--out", default=None, help="keep each benchmark's JSON in this folder")
     ap.add_argument("--cpu-args", default="", help="extra args for bench_client_cpu")
     ap.add_argument("--memory-args", default="", help="extra args for bench_memory, e.g. '--tokens-per-chunk 1'")
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if "cpu" in only:
         rcs["cpu"] = _run("benchmarks.bench_client_cpu",
                           [*quick, "--json", str(out / "client_cpu.json"), *shlex.split(a.cpu_args)])
+    if "fixed" in only:
+        rcs["fixed"] = _run("benchmarks.bench_fixed_costs", ["--json", str(out / "fixed.json")])
     if "memory" in only:
         rcs["memory"] = _run("benchmarks.bench_memory",
                              [*quick, "--json", str(out / "memory.json"), *shlex.split(a.memory_args)])
@@ -82,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(a) {'PASS' if cpu['pass'] else 'FAIL'}")
     elif "cpu" in rcs:
         print("(a) no result (see the output above)")
+    fixed = _load(out / "fixed.json") if "fixed" in rcs else None
+    if fixed:
+        print(f"(b') fixed costs, 1319 GSM8K prompts: warm {fixed['warm_fixed_s']:.2f} s (< 3), cold "
+              f"{fixed['cold_fixed_s']:.2f} s vs lm-eval's own prompt building "
+              f"{fixed['lm_eval_index_s'] + fixed['lm_eval_build_s']:.2f} s")
     mem = _load(out / "memory.json") if "memory" in rcs else None
     if mem:
         c = mem["config"]

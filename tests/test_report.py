@@ -24,7 +24,7 @@ from evalkit.report.analysis import (
     primary_correct,
     shared_prefix,
 )
-from evalkit.report.views import endpoint_host, parse_argv
+from evalkit.report.provenance import endpoint_host, parse_argv
 
 try:
     from tests import report_fixtures as rf

@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalkit.report.analysis import Flips, compute_flips, pareto_front
+from evalkit.report.compare_view import build_compare_view
 from evalkit.report.html import render_template, write_atomic
+from evalkit.report.run_view import build_run_view
 from evalkit.report.store import RunData, load_run
-from evalkit.report.views import build_compare_view, build_run_view
 
 __all__ = [
     "Flips",

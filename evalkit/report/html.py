@@ -23,7 +23,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from evalkit.report import views
+from evalkit.report.common import DASH, fmt_int, fmt_ms, fmt_num, fmt_pct
+from evalkit.report.compare_view import letter
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 TEMPLATES = PACKAGE_DIR / "templates"
@@ -85,13 +86,13 @@ def environment(strict: bool = False) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined if strict else jinja2.Undefined,
     )
     env.filters.update(
-        num=views.fmt_num,
-        intc=views.fmt_int,
-        ms=views.fmt_ms,
-        pct=views.fmt_pct,
-        dash=lambda v: views.DASH if v is None or v == "" else v,
+        num=fmt_num,
+        intc=fmt_int,
+        ms=fmt_ms,
+        pct=fmt_pct,
+        dash=lambda v: DASH if v is None or v == "" else v,
     )
-    env.globals["letter"] = views.letter
+    env.globals["letter"] = letter
     return env
 
 

@@ -1,0 +1,155 @@
+"""Shared pieces of the report view models: formatting (also Jinja filters), key/value rows, banners and
+accuracy metrics.
+
+Templates only loop and print; every missing or malformed field of the store becomes None / "—" here.
+Model text is passed as plain ``str`` (autoescaped by Jinja), never as ``Markup``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from evalkit.report.store import as_dict, as_int, as_list, as_num
+
+DASH = "—"
+TEXT_LIMIT = 3000  # characters kept of one long text (head + tail)
+SHORT_LIMIT = 300  # extracted answers, targets, errors in the row header
+STATUSES = ("ok", "truncated", "no_answer", "empty", "api_error")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Formatting (also registered as Jinja filters)
+
+
+def fmt_num(v: Any, nd: int = 1) -> str:
+    x = as_num(v)
+    if x is None:
+        return DASH
+    return f"{x:,.{nd}f}"
+
+
+def fmt_int(v: Any) -> str:
+    x = as_num(v)
+    if x is None:
+        return DASH
+    return f"{round(x):,}"
+
+
+def fmt_ms(v: Any) -> str:
+    x = as_num(v)
+    if x is None:
+        return DASH
+    if abs(x) >= 100:
+        return f"{x:,.0f} ms"
+    return f"{x:,.1f} ms"
+
+
+def fmt_pct(v: Any, nd: int = 1) -> str:
+    x = as_num(v)
+    if x is None:
+        return DASH
+    return f"{100 * x:.{nd}f}%"
+
+
+def fmt_sig(v: Any) -> str:
+    x = as_num(v)
+    if x is None:
+        return DASH
+    return f"{x:.4g}"
+
+
+def compact_json(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    try:
+        return json.dumps(v, ensure_ascii=False, separators=(", ", ": "), sort_keys=False, default=str)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def short(text: Any, limit: int = SHORT_LIMIT) -> str | None:
+    if text is None:
+        return None
+    s = text if isinstance(text, str) else compact_json(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def is_finite(x: Any) -> bool:
+    v = as_num(x)
+    return v is not None and math.isfinite(v)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rows and banners
+@dataclass
+class KV:
+    key: str
+    value: str | None
+    title: str | None = None  # full value when ``value`` is shortened
+    mono: bool = False
+
+
+@dataclass
+class Banner:
+    level: str  # "warn" | "info"
+    text: str
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Accuracy metrics
+
+
+@dataclass
+class MetricView:
+    name: str  # key in summary.json, e.g. "exact_match,strict-match"
+    label: str
+    value: float | None
+    value_str: str
+    ci_str: str
+    n: int | None
+    lo: float | None = None
+    hi: float | None = None
+    is_fraction: bool = True
+
+
+def metric_label(name: str) -> str:
+    metric, _, flt = name.partition(",")
+    return f"{metric} · {flt}" if flt else metric
+
+
+def metric_view(name: str, m: Any) -> MetricView:
+    d = as_dict(m)
+    value = as_num(d.get("value"))
+    ci = as_list(d.get("ci95"))
+    lo = as_num(ci[0]) if len(ci) == 2 else None
+    hi = as_num(ci[1]) if len(ci) == 2 else None
+    stderr = as_num(d.get("stderr"))
+    if lo is None and hi is None and value is not None and stderr is not None:
+        lo, hi = value - 1.96 * stderr, value + 1.96 * stderr
+    nums = [x for x in (value, lo, hi) if x is not None]
+    frac = all(-1e-9 <= x <= 1 + 1e-9 for x in nums)
+    f = fmt_pct if frac else fmt_sig
+    ci_str = f"95% CI {f(lo)} – {f(hi)}" if lo is not None and hi is not None else "95% CI " + DASH
+    return MetricView(
+        name=name,
+        label=metric_label(name),
+        value=value,
+        value_str=f(value),
+        ci_str=ci_str,
+        n=as_int(d.get("n")),
+        lo=lo,
+        hi=hi,
+        is_fraction=frac,
+    )
+
+
+def metric_views(task_summary: dict[str, Any]) -> list[MetricView]:
+    return [metric_view(str(k), v) for k, v in as_dict(task_summary.get("metrics")).items()]

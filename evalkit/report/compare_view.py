@@ -1,0 +1,344 @@
+"""The comparison report's view model: config diff, speed/accuracy table with the Pareto front, scatter
+charts and (through :mod:`evalkit.report.flips`) per-request flips between two runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from evalkit.report.analysis import pareto_front
+from evalkit.report.common import (
+    DASH,
+    KV,
+    Banner,
+    MetricView,
+    compact_json,
+    fmt_ms,
+    fmt_num,
+    metric_label,
+    metric_views,
+    now_iso,
+)
+from evalkit.report.flips import FlipsView, flips_view
+from evalkit.report.provenance import argv_str, endpoint_host, gpu_summary, parse_argv
+from evalkit.report.store import RunData, as_dict, as_int, as_num, as_str
+
+
+def run_config(run: RunData) -> dict[str, str]:
+    """A flat {setting: value} of what shapes a run's numbers: server flags, env, sampling, versions."""
+    m = run.manifest
+    cfg: dict[str, str] = {}
+
+    def put(k: str, v: Any) -> None:
+        if v is not None:
+            cfg[k] = compact_json(v)
+
+    put("model", m.get("model"))
+    endpoint = as_dict(m.get("endpoint"))
+    put(
+        "endpoint",
+        " ".join(x for x in (as_str(endpoint.get("kind")), endpoint_host(endpoint.get("base_url"))) if x) or None,
+    )
+    put("concurrency", m.get("concurrency"))
+    server = as_dict(m.get("server"))
+    put("vllm", server.get("vllm_version") or as_dict(m.get("versions")).get("vllm"))
+    put("gpu", gpu_summary(server.get("gpus")))
+    pos, flags = parse_argv(server.get("argv"))
+    if pos:
+        put("server args", " ".join(pos))
+    for k, v in flags.items():
+        put(k, v)
+    for k, v in as_dict(server.get("env_overrides")).items():
+        put(f"env {k}", v)
+    for task, t in run.manifest_tasks.items():
+        for k, v in as_dict(t.get("settings")).items():
+            put(f"{task}.{k}", "null" if v is None else v)
+    put("evalkit", m.get("evalkit_version"))
+    return cfg
+
+
+@dataclass
+class CompareRunHead:
+    index: int
+    letter: str
+    label: str
+    model: str | None
+    diff: list[KV]
+    argv: str | None
+    notes: list[str]
+
+
+@dataclass
+class CompareCell:
+    metric: MetricView | None
+    delta: str = ""
+
+
+@dataclass
+class CompareRow:
+    index: int
+    letter: str
+    label: str
+    present: bool
+    diff: list[KV]
+    tok_s: str
+    req_s: str
+    ttft: str
+    tpot: str
+    tok_s_delta: str
+    req_s_delta: str
+    ttft_delta: str
+    tpot_delta: str
+    cells: list[CompareCell]
+    on_front: bool
+    counts: str
+
+
+@dataclass
+class CompareTask:
+    name: str
+    anchor: str
+    metric_labels: list[str]
+    primary: str | None
+    primary_label: str
+    rows: list[CompareRow]
+    front: list[str]  # labels on the Pareto front
+
+
+@dataclass
+class CompareView:
+    title: str
+    generated_at: str
+    runs: list[CompareRunHead]
+    common: list[KV]
+    banners: list[Banner]
+    tasks: list[CompareTask]
+    flips: FlipsView | None
+    charts: list[dict[str, Any]]
+    chart_ids: set[str]
+
+
+def letter(i: int) -> str:
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(65 + r) + s
+    return s
+
+
+def unique_labels(runs: list[RunData]) -> list[str]:
+    labels = [r.label for r in runs]
+    counts = Counter(labels)
+    out = []
+    for r in runs:
+        lab = r.label
+        if counts[lab] > 1:
+            lab = f"{r.path.resolve().parent.name}/{lab}"
+        out.append(lab)
+    seen: Counter[str] = Counter()
+    final = []
+    for lab in out:
+        seen[lab] += 1
+        final.append(lab if seen[lab] == 1 and out.count(lab) == 1 else f"{lab} ({seen[lab]})")
+    return final
+
+
+def _rel_delta(v: Any, base: Any) -> str:
+    x, b = as_num(v), as_num(base)
+    if x is None or b is None or b == 0:
+        return ""
+    return f"{100 * (x - b) / abs(b):+.1f}%"
+
+
+def _acc_delta(m: MetricView | None, base: MetricView | None) -> str:
+    if m is None or base is None or m.value is None or base.value is None:
+        return ""
+    if m.is_fraction and base.is_fraction:
+        return f"{100 * (m.value - base.value):+.1f} pp"
+    return f"{m.value - base.value:+.4g}"
+
+
+def _counts_str(counts: dict[str, Any]) -> str:
+    parts = [f"{st} {as_int(counts.get(st))}" for st in ("api_error", "truncated") if as_int(counts.get(st))]
+    return ", ".join(parts)
+
+
+def compare_banners(runs: list[RunData], labels: list[str]) -> list[Banner]:
+    out: list[Banner] = []
+    for run, lab in zip(runs, labels, strict=True):
+        for note in run.notes:
+            out.append(Banner("warn", f"{lab}: {note}"))
+        for name, t in run.summary_tasks.items():
+            speed = as_dict(t.get("speed"))
+            if speed.get("client_bound") is True:
+                out.append(Banner("warn", f"{lab} / {name}: client-bound; its speed numbers are lower bounds."))
+    tasks: dict[str, list[tuple[str, str, str]]] = {}
+    for run, lab in zip(runs, labels, strict=True):
+        for name, t in run.manifest_tasks.items():
+            sha = compact_json(t.get("data_sha256")) if t.get("data_sha256") else ""
+            tasks.setdefault(name, []).append((lab, as_str(t.get("version")) or "", sha))
+    for name, entries in tasks.items():
+        if len({e[1] for e in entries}) > 1:
+            out.append(
+                Banner(
+                    "warn",
+                    f"{name}: runs used different task versions ("
+                    + ", ".join(f"{e[0]}: {e[1] or '?'}" for e in entries)
+                    + ").",
+                )
+            )
+        if len({e[2] for e in entries if e[2]}) > 1:
+            out.append(
+                Banner(
+                    "warn",
+                    f"{name}: runs used different data (data_sha256 differs); accuracy is not comparable.",
+                )
+            )
+    return out
+
+
+def build_compare_view(runs: list[RunData], pair: tuple[int, int] | None) -> CompareView:
+    labels = unique_labels(runs)
+    configs = [run_config(r) for r in runs]
+    keys: list[str] = []
+    for c in configs:
+        for k in c:
+            if k not in keys:
+                keys.append(k)
+    differing = [k for k in keys if len({c.get(k) for c in configs}) > 1]
+    common = [KV(k, configs[0][k], mono=True) for k in keys if k not in differing]
+    heads = []
+    for i, (run, lab, cfg) in enumerate(zip(runs, labels, configs, strict=True)):
+        heads.append(
+            CompareRunHead(
+                index=i,
+                letter=letter(i),
+                label=lab,
+                model=as_str(run.manifest.get("model")),
+                diff=[KV(k, cfg.get(k, DASH), mono=True) for k in differing],
+                argv=argv_str(as_dict(run.manifest.get("server")).get("argv")),
+                notes=run.notes,
+            )
+        )
+    task_names: list[str] = []
+    for r in runs:
+        for n in r.task_names():
+            if n not in task_names and (n in r.summary_tasks):
+                task_names.append(n)
+    tasks: list[CompareTask] = []
+    charts: list[dict[str, Any]] = []
+    for ti, name in enumerate(task_names):
+        metric_names: list[str] = []
+        for r in runs:
+            for k in as_dict(r.summary_tasks.get(name, {}).get("metrics")):
+                if str(k) not in metric_names:
+                    metric_names.append(str(k))
+        primary = metric_names[0] if metric_names else None
+        base_t = runs[0].summary_tasks.get(name, {})
+        base_speed = as_dict(base_t.get("speed"))
+        base_metrics = {mv.name: mv for mv in metric_views(base_t)}
+        points: list[tuple[float | None, float | None]] = []
+        rows: list[CompareRow] = []
+        for i, (run, lab) in enumerate(zip(runs, labels, strict=True)):
+            t = run.summary_tasks.get(name)
+            speed = as_dict((t or {}).get("speed"))
+            mvs = {mv.name: mv for mv in metric_views(t or {})}
+            pm = mvs.get(primary) if primary else None
+            points.append((as_num(speed.get("output_tokens_per_s")), pm.value if pm else None))
+            # only the config keys of this task (or global) that differ
+            diff = [kv for kv in heads[i].diff if "." not in kv.key or kv.key.startswith(f"{name}.")]
+            ttft = as_dict(speed.get("ttft_ms")).get("p50")
+            tpot = as_dict(speed.get("tpot_ms")).get("p50")
+            rows.append(
+                CompareRow(
+                    index=i,
+                    letter=letter(i),
+                    label=lab,
+                    present=t is not None,
+                    diff=diff,
+                    tok_s=fmt_num(speed.get("output_tokens_per_s")),
+                    req_s=fmt_num(speed.get("requests_per_s"), 2),
+                    ttft=fmt_ms(ttft),
+                    tpot=fmt_ms(tpot),
+                    tok_s_delta=_rel_delta(speed.get("output_tokens_per_s"), base_speed.get("output_tokens_per_s"))
+                    if i
+                    else "",
+                    req_s_delta=_rel_delta(speed.get("requests_per_s"), base_speed.get("requests_per_s")) if i else "",
+                    ttft_delta=_rel_delta(ttft, as_dict(base_speed.get("ttft_ms")).get("p50")) if i else "",
+                    tpot_delta=_rel_delta(tpot, as_dict(base_speed.get("tpot_ms")).get("p50")) if i else "",
+                    cells=[
+                        CompareCell(mvs.get(k), _acc_delta(mvs.get(k), base_metrics.get(k)) if i else "")
+                        for k in metric_names
+                    ],
+                    on_front=False,
+                    counts=_counts_str(as_dict((t or {}).get("counts"))),
+                )
+            )
+        front = pareto_front(points)
+        for i in front:
+            rows[i].on_front = True
+        anchor = f"cmp-{ti}"
+        tasks.append(
+            CompareTask(
+                name=name,
+                anchor=anchor,
+                metric_labels=[metric_label(k) for k in metric_names],
+                primary=primary,
+                primary_label=metric_label(primary) if primary else DASH,
+                rows=rows,
+                front=[labels[i] for i in front],
+            )
+        )
+        pts = []
+        for i, ((x, y), row) in enumerate(zip(points, rows, strict=True)):
+            if x is None or y is None:
+                continue
+            mv = row.cells[0].metric if row.cells else None
+            frac = mv.is_fraction if mv else True
+            scale = 100.0 if frac else 1.0
+            pts.append(
+                {
+                    "label": f"{letter(i)} {labels[i]}",
+                    "x": round(x, 3),
+                    "y": round(y * scale, 4),
+                    "lo": round(mv.lo * scale, 4) if mv and mv.lo is not None else None,
+                    "hi": round(mv.hi * scale, 4) if mv and mv.hi is not None else None,
+                    "front": i in front,
+                }
+            )
+        if pts:
+            frac0 = all(r.cells[0].metric.is_fraction for r in rows if r.cells and r.cells[0].metric)
+            charts.append(
+                {
+                    "id": f"scatter-{ti}",
+                    "kind": "scatter",
+                    "title": f"{name}: {metric_label(primary or '')} vs output throughput",
+                    "x": "output tokens/s",
+                    "y": f"{metric_label(primary or '')}{' (%)' if frac0 else ''}",
+                    "points": pts,
+                    "front": [
+                        {
+                            "x": round(points[i][0] or 0.0, 3),
+                            "y": round((points[i][1] or 0.0) * (100 if frac0 else 1), 4),
+                        }
+                        for i in front
+                    ],
+                }
+            )
+    flips = None
+    if len(runs) >= 2:
+        a, b = pair if pair is not None else (0, 1)
+        flips = flips_view(runs[a], runs[b], heads[a], heads[b])
+    return CompareView(
+        title="evalkit comparison · " + " vs ".join(labels[:4]) + (" …" if len(labels) > 4 else ""),
+        generated_at=now_iso(),
+        runs=heads,
+        common=common,
+        banners=compare_banners(runs, labels),
+        tasks=tasks,
+        flips=flips,
+        charts=charts,
+        chart_ids={c["id"] for c in charts},
+    )

@@ -1,0 +1,148 @@
+"""Provenance of a run: endpoint, server command line, GPUs, versions and per-task settings."""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from evalkit.report.common import KV, compact_json
+from evalkit.report.store import RunData, as_dict, as_list, as_num, as_str
+
+
+def endpoint_host(base_url: Any) -> str | None:
+    """scheme://host[:port]/path of the endpoint, without credentials, query or fragment."""
+    s = as_str(base_url)
+    if not s:
+        return None
+    try:
+        u = urlsplit(s)
+        host = u.hostname or ""
+        port = f":{u.port}" if u.port else ""
+    except ValueError:
+        return None
+    if not host:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    scheme = f"{u.scheme}://" if u.scheme else ""
+    return f"{scheme}{host}{port}{u.path}"
+
+
+def argv_str(argv: Any) -> str | None:
+    items = as_list(argv)
+    if not items:
+        return None
+    return shlex.join(str(a) for a in items)
+
+
+def gpu_summary(gpus: Any) -> str | None:
+    names = [as_str(as_dict(g).get("name")) or "GPU" for g in as_list(gpus)]
+    if not names:
+        return None
+    counts = Counter(names)
+    return ", ".join(f"{n}× {name}" for name, n in counts.items())
+
+
+def parse_argv(argv: Any) -> tuple[list[str], dict[str, str]]:
+    """(positional arguments, {flag: value}) of a server command line; a bare flag gets "true"."""
+    toks = [str(a) for a in as_list(argv)]
+    pos: list[str] = []
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        if t.startswith("-") and len(t) > 1 and not _is_number(t):
+            name, eq, val = t.partition("=")
+            if not eq:
+                if i + 1 < len(toks) and (not toks[i + 1].startswith("-") or _is_number(toks[i + 1])):
+                    val = toks[i + 1]
+                    i += 1
+                else:
+                    val = "true"
+            flags[name] = val
+        else:
+            pos.append(t)
+        i += 1
+    return pos, flags
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class TaskProvenance:
+    name: str
+    version: str | None
+    data_sha256: list[KV]
+    settings: list[KV]
+    clamp: str | None
+
+
+def provenance(run: RunData) -> tuple[list[KV], list[TaskProvenance]]:
+    m = run.manifest
+    endpoint = as_dict(m.get("endpoint"))
+    versions = as_dict(m.get("versions"))
+    server = as_dict(m.get("server"))
+    rows: list[KV] = [
+        KV("Model", as_str(m.get("model"))),
+        KV("Endpoint", endpoint_host(endpoint.get("base_url")), mono=True),
+        KV("API", as_str(endpoint.get("kind"))),
+        KV("Concurrency", as_str(m.get("concurrency"))),
+        KV("Started", as_str(m.get("created_at"))),
+        KV("Finished", as_str(m.get("finished_at"))),
+        KV("evalkit", as_str(m.get("evalkit_version"))),
+        KV("vLLM", as_str(server.get("vllm_version") or versions.get("vllm"))),
+    ]
+    for k, v in versions.items():
+        if k != "vllm":
+            rows.append(KV(str(k), as_str(v)))
+    if server:
+        rows.append(KV("Server command", argv_str(server.get("argv")), mono=True))
+        env = as_dict(server.get("env_overrides"))
+        if env:
+            rows.append(KV("Server env", " ".join(f"{k}={v}" for k, v in env.items()), mono=True))
+        rows.append(KV("Launcher", as_str(server.get("launcher"))))
+        startup = as_num(server.get("startup_s"))
+        rows.append(KV("Server startup", f"{startup:.1f} s" if startup is not None else None))
+        for i, g in enumerate(as_list(server.get("gpus"))):
+            gd = as_dict(g)
+            extra = ", ".join(f"{k} {v}" for k, v in gd.items() if k not in ("name", "memory_total_mib"))
+            mem = as_num(gd.get("memory_total_mib"))
+            desc = as_str(gd.get("name")) or "GPU"
+            if mem is not None:
+                desc += f" ({mem:,.0f} MiB)"
+            if extra:
+                desc += f"; {extra}"
+            rows.append(KV(f"GPU {i}", desc))
+    elif "server" in m:
+        rows.append(KV("Server", "not launched by evalkit (no server flags recorded)"))
+    cmd = argv_str(m.get("command"))
+    if cmd:
+        rows.append(KV("Command", cmd, mono=True))
+    rows.append(KV("Run directory", run.path.resolve().name, mono=True))
+    tasks: list[TaskProvenance] = []
+    for name, t in run.manifest_tasks.items():
+        sha = [KV(str(split), as_str(h), mono=True) for split, h in as_dict(t.get("data_sha256")).items()]
+        settings = [
+            KV(str(k), compact_json(v) if v is not None else "null", mono=True)
+            for k, v in as_dict(t.get("settings")).items()
+        ]
+        clamp = t.get("max_tokens_clamp")
+        tasks.append(
+            TaskProvenance(
+                name=name,
+                version=as_str(t.get("version")),
+                data_sha256=sha,
+                settings=settings,
+                clamp=compact_json(clamp) if clamp else None,
+            )
+        )
+    return rows, tasks
