@@ -110,19 +110,15 @@ class TaskRun:
     clamp: dict[str, Any] | None = None
     done_keys: set[str] = field(default_factory=set)
 
+    @property
+    def kind(self) -> str:
+        """completions or chat: the user's choice, else the task's (resolved by task_settings)."""
+        return self.settings.endpoint_kind or self.task.endpoint_kind
+
     def todo(self) -> Iterator[tuple[Request, str]]:
         for req, key in zip(self.requests, self.keys, strict=True):
             if key not in self.done_keys:
                 yield req, key
-
-
-def latest_records(records: list[SampleRecord], task: str) -> list[SampleRecord]:
-    """One record per key (the last one written: a retried failure is superseded by its success)."""
-    by_key: dict[str, SampleRecord] = {}
-    for r in records:
-        if r.task == task:
-            by_key[r.key] = r
-    return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index))
 
 
 def load_for_summary(store: RunStore, task: str, keep_text: bool) -> tuple[list[SampleRecord], array]:
@@ -291,16 +287,13 @@ class Runner:
         self, tasks: list[Task], base_url: str, api_key: str | None, model: str, max_model_len: int | None,
         store: RunStore,
     ) -> dict[str, Any]:
-        kind = self.cfg.endpoint_kind or tasks[0].endpoint_kind
         plans = self._plan(tasks, base_url, api_key, model, max_model_len)
-        manifest = self._manifest(plans, base_url, model, kind)
+        manifest = self._manifest(plans, base_url, model, plans[0].kind)
         old = self._check_resume(store, manifest)
         if old is not None:
             manifest["created_at"] = old.get("created_at", manifest["created_at"])
             manifest["resumed_at"] = [*old.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         store.write_manifest(manifest)
-        for p in plans:
-            p.done_keys = set()
         by_name = {p.task.name: p for p in plans}
         for d in iter_sample_dicts(store.samples_path):  # streamed: a resumed big run is not loaded whole
             plan = by_name.get(d.get("task", ""))
@@ -322,7 +315,6 @@ class Runner:
 
     def _run_one(self, p: TaskRun, base_url: str, api_key: str | None, model: str, store: RunStore) -> dict[str, Any]:
         task = p.task
-        kind = p.settings.endpoint_kind or task.endpoint_kind
         total = len(p.requests)
         done = len(p.done_keys)
         if self.progress:
@@ -337,8 +329,9 @@ class Runner:
             if self.progress:
                 self.progress(task.name, done, total, rec)
 
-        keyed = dict(zip((id(r) for r in p.requests), p.keys, strict=True))
-        todo = [req for req, _ in p.todo()]
+        pending = list(p.todo())
+        keyed = {id(req): key for req, key in pending}
+        todo = [req for req, _ in pending]
         options = ClientOptions(
             connect_timeout_s=self.cfg.connect_timeout_s, idle_timeout_s=self.cfg.idle_timeout_s,
             max_attempts=self.cfg.max_attempts, max_retry_s=self.cfg.max_retry_s,
@@ -350,7 +343,7 @@ class Runner:
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         before = scrape(root, headers=auth)
         with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:
-            stats = asyncio.run(self._send(todo, base_url, api_key, model, kind, options, extra, keyed, on_done))
+            stats = asyncio.run(self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done))
         after = scrape(root, headers=auth)
         records, itl = load_for_summary(store, task.name, keep_text=task.summary_needs_text)
         out = self._task_summary(task, records, stats, itl)
