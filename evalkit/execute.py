@@ -71,19 +71,25 @@ async def _waiting_requests(session: aiohttp.ClientSession, metrics_url: str | N
 class AutoConcurrency:
     """Find the server's speed without tuning: double the requests in flight while that pays.
 
-    Every ``window_s`` it compares the streamed-chunk rate (≈ output tokens/s, counted as chunks arrive, so it
+    At each level it waits half a window for the new requests to start, then over ``window_s`` compares the
+    streamed-chunk rate (≈ output tokens/s, counted as chunks arrive, so it
     is smooth even when requests are long) with the rate at the previous level. It doubles while our requests
-    fill the current limit and either the rate rose by more than ``gain`` or the server reports no queue
-    (``vllm:num_requests_waiting`` averaged over the window is < 1). It stops when the rate stops rising and
+    fill the current limit and either the server reports no queue (``vllm:num_requests_waiting`` averaged over
+    the window is < 1) or the rate rose by more than ``gain`` (``queued_gain`` when the server does report a
+    queue, since then more in flight should not help). It stops when the rate stops rising and
     the server queues requests, at the cap, or when too few requests remain to fill a larger limit.
     """
 
-    def __init__(self, start: int, cap: int, metrics_url: str | None, window_s: float = 1.0, gain: float = 0.05):
+    def __init__(
+        self, start: int, cap: int, metrics_url: str | None, window_s: float = 1.0, gain: float = 0.05,
+        queued_gain: float = 0.25,
+    ):
         self.limit = min(start, cap)
         self.cap = cap
         self.metrics_url = metrics_url
         self.window_s = window_s
         self.gain = gain
+        self.queued_gain = queued_gain
         self.settled = False
         self.remaining: int | None = None
 
@@ -93,6 +99,7 @@ class AutoConcurrency:
         assert client._session is not None
         prev_rate = 0.0
         while not self.settled:
+            await asyncio.sleep(self.window_s / 2)  # let the new level fill before measuring it
             c0, w0 = client.chunks_received, time.perf_counter()
             waits: list[float] = []
             while time.perf_counter() - w0 < self.window_s:
@@ -103,7 +110,9 @@ class AutoConcurrency:
             rate = (client.chunks_received - c0) / (time.perf_counter() - w0)
             full = limiter.active >= limiter.limit
             queue_free = bool(waits) and sum(waits) / len(waits) < 1.0
-            rising = rate > (1.0 + self.gain) * prev_rate
+            # with a queue reported by the server, a rise must be clear: ramp effects alone look like a few percent
+            gain = self.queued_gain if waits else self.gain
+            rising = rate > (1.0 + gain) * prev_rate
             if not full or (self.remaining is not None and self.remaining < self.limit):
                 self.settled = True  # nothing left to gain: the tail of the run
             elif (rising or queue_free) and self.limit < self.cap:
