@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import statistics
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -44,6 +47,7 @@ class Limiter:
 class ExecStats:
     concurrency_trace: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, limit)
     final_concurrency: int = 0
+    auto_levels: list[dict[str, Any]] = field(default_factory=list)  # what --concurrency auto measured
     loop_lag_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     cpu_s: float = 0.0
@@ -69,59 +73,91 @@ async def _waiting_requests(session: aiohttp.ClientSession, metrics_url: str | N
 
 
 class AutoConcurrency:
-    """Find the server's speed without tuning: double the requests in flight while that pays.
+    """Find the server's speed without tuning: a doubling hill climb on the streamed-token rate.
 
-    At each level it waits half a window for the new requests to start, then over ``window_s`` compares the
-    streamed-chunk rate (≈ output tokens/s, counted as chunks arrive, so it
-    is smooth even when requests are long) with the rate at the previous level. It doubles while our requests
-    fill the current limit and either the server reports no queue (``vllm:num_requests_waiting`` averaged over
-    the window is < 1) or the rate rose by more than ``gain`` (``queued_gain`` when the server does report a
-    queue, since then more in flight should not help). It stops when the rate stops rising and
-    the server queues requests, at the cap, or when too few requests remain to fill a larger limit.
+    The time scale is the typical request latency (median end-to-end time of the latest answered requests; the
+    first level waits for its first answers). Each level is left to settle for half that, so that the requests it
+    let in are under way, then measured for one whole latency (so a burst of requests started together is seen
+    through its start and its end): the rate of streamed chunks (≈ output tokens/s, counted as chunks arrive, so
+    it is smooth even when requests are long) and the server's ``vllm:num_requests_waiting``. Then:
+
+    - the rate did not rise by more than ``gain`` over the best level so far: go back to that level (the
+      smaller one wins a tie: same speed with less queueing in the timings);
+    - fewer requests remain to be sent than a doubled level would add: stay (the tail of the run);
+    - it rose, but the server queues requests (waiting ≥ 1 on average) or the cap is reached: stay;
+    - else double.
+
+    Settling and measuring are bounded by ``min_window_s``..``max_window_s`` (long generations are measured
+    while they stream). Every measured level is kept in ``levels``: limit, chunks_s (streamed chunks per second)
+    and waiting (mean server queue, None where /metrics is not served).
     """
 
     def __init__(
-        self, start: int, cap: int, metrics_url: str | None, window_s: float = 1.0, gain: float = 0.05,
-        queued_gain: float = 0.25,
+        self, start: int, cap: int, metrics_url: str | None, gain: float = 0.10, min_window_s: float = 0.5,
+        max_window_s: float = 6.0,
     ):
         self.limit = min(start, cap)
         self.cap = cap
         self.metrics_url = metrics_url
-        self.window_s = window_s
         self.gain = gain
-        self.queued_gain = queued_gain
+        self.min_window_s = min_window_s
+        self.max_window_s = max_window_s
         self.settled = False
         self.remaining: int | None = None
+        self.latencies: deque[float] = deque(maxlen=64)  # seconds, of the latest answered requests
+        self.levels: list[dict[str, Any]] = []
 
-    async def run(
-        self, limiter: Limiter, client: Client, stats: ExecStats, t0: float
-    ) -> None:
+    def observe(self, resp: Response) -> None:
+        if resp.error is None and resp.e2e_ms is not None:
+            self.latencies.append(resp.e2e_ms / 1000.0)
+
+    async def window_s(self) -> float:
+        """The typical request latency, bounded; waits (up to the bound) for a first answer to know it."""
+        deadline = time.perf_counter() + self.max_window_s
+        while not self.latencies and time.perf_counter() < deadline:
+            await asyncio.sleep(0.02)
+        typical = statistics.median(self.latencies) if self.latencies else self.max_window_s
+        return min(self.max_window_s, max(self.min_window_s, typical))
+
+    async def _measure(self, client: Client, window_s: float) -> tuple[float, float | None]:
+        """Streamed chunks per second over ``window_s``, and the server's mean queue length (None if unknown)."""
         assert client._session is not None
-        prev_rate = 0.0
+        c0, w0 = client.chunks_received, time.perf_counter()
+        waits: list[float] = []
+        while time.perf_counter() - w0 < window_s:
+            await asyncio.sleep(window_s / 4)
+            w = await _waiting_requests(client._session, self.metrics_url)
+            if w is not None:
+                waits.append(w)
+        rate = (client.chunks_received - c0) / (time.perf_counter() - w0)
+        return rate, (sum(waits) / len(waits) if waits else None)
+
+    async def _set(self, limiter: Limiter, limit: int, stats: ExecStats, t0: float) -> None:
+        self.limit = limit
+        await limiter.set_limit(limit)
+        stats.concurrency_trace.append((round(time.perf_counter() - t0, 3), limit))
+
+    async def run(self, limiter: Limiter, client: Client, stats: ExecStats, t0: float) -> None:
+        best: dict[str, Any] | None = None
         while not self.settled:
-            await asyncio.sleep(self.window_s / 2)  # let the new level fill before measuring it
-            c0, w0 = client.chunks_received, time.perf_counter()
-            waits: list[float] = []
-            while time.perf_counter() - w0 < self.window_s:
-                await asyncio.sleep(self.window_s / 4)
-                w = await _waiting_requests(client._session, self.metrics_url)
-                if w is not None:
-                    waits.append(w)
-            rate = (client.chunks_received - c0) / (time.perf_counter() - w0)
-            full = limiter.active >= limiter.limit
-            queue_free = bool(waits) and sum(waits) / len(waits) < 1.0
-            # with a queue reported by the server, a rise must be clear: ramp effects alone look like a few percent
-            gain = self.queued_gain if waits else self.gain
-            rising = rate > (1.0 + gain) * prev_rate
-            if not full or (self.remaining is not None and self.remaining < self.limit):
-                self.settled = True  # nothing left to gain: the tail of the run
-            elif (rising or queue_free) and self.limit < self.cap:
-                self.limit = min(self.limit * 2, self.cap)
-                await limiter.set_limit(self.limit)
-                stats.concurrency_trace.append((round(time.perf_counter() - t0, 3), self.limit))
+            window = await self.window_s()
+            await asyncio.sleep(window / 2)  # let the requests this level let in get under way
+            rate, waiting = await self._measure(client, window)
+            level = {"limit": self.limit, "chunks_s": round(rate, 1),
+                     "waiting": None if waiting is None else round(waiting, 2)}
+            self.levels.append(level)
+            if self.remaining == 0:
+                self.settled = True  # everything has been sent: nothing left to tune
+            elif best is not None and rate <= (1.0 + self.gain) * best["chunks_s"]:
+                self.settled = True  # no clear rise: back to the best level
+                await self._set(limiter, best["limit"], stats, t0)
+            elif self.remaining is not None and self.remaining < self.limit:
+                self.settled = True  # too few requests left to fill a larger level: the tail of the run
+            elif (waiting is not None and waiting >= 1.0) or self.limit >= self.cap:
+                self.settled = True  # the server queues what more we would send
             else:
-                self.settled = True
-            prev_rate = max(prev_rate, rate)
+                best = level
+                await self._set(limiter, min(self.limit * 2, self.cap), stats, t0)
 
 
 async def _loop_lag(stats: ExecStats, interval: float = 0.05) -> None:
@@ -140,15 +176,21 @@ async def execute(
     max_concurrency: int = 512,
     metrics_url: str | None = None,
     auto_start: int = 32,
+    backlog: int = 1024,
 ) -> ExecStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
-    completes (in completion order). Only ``concurrency`` requests are in memory at once."""
+    completes (in completion order).
+
+    A request's slot is freed as soon as its answer is in, so slow scoring never lowers the concurrency the
+    server sees; at most ``backlog`` answers wait for ``on_done`` before sending pauses (memory stays bounded)."""
     stats = ExecStats()
     auto = (
         AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
     )
     limit = auto.limit if auto else int(concurrency)
     limiter = Limiter(limit)
+    # requests in flight + answers not yet handled by on_done
+    unfinished = Limiter((max_concurrency if auto else limit) + backlog)
     stats.concurrency_trace.append((0.0, limit))
     t0, c0 = time.perf_counter(), time.process_time()
     lag_task = asyncio.create_task(_loop_lag(stats))
@@ -161,15 +203,21 @@ async def execute(
 
     async def one(req: Request) -> None:
         try:
-            resp = await client.generate(req)
+            try:
+                resp = await client.generate(req)
+            finally:
+                await limiter.release()
+            if auto:
+                auto.observe(resp)
             result = on_done(req, resp)
             if inspect.isawaitable(result):
                 await result
         finally:
-            await limiter.release()
+            await unfinished.release()
 
     try:
         for req in reqs:
+            await unfinished.acquire()
             await limiter.acquire()
             if auto and left is not None:
                 left -= 1
@@ -187,4 +235,5 @@ async def execute(
         stats.wall_s = time.perf_counter() - t0
         stats.cpu_s = time.process_time() - c0
         stats.final_concurrency = auto.limit if auto else limit
+        stats.auto_levels = auto.levels if auto else []
     return stats

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import platform
 import sys
+import time
 from array import array
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +49,16 @@ def _versions() -> dict[str, str | None]:
             except PackageNotFoundError:
                 continue
     return out
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (interpreter start-up and imports included); None off Linux."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks
+        return float(Path("/proc/uptime").read_text().split()[0]) - start
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
@@ -206,7 +219,15 @@ class Runner:
 
     # -- main --------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        # where the whole command's time goes, in the summary's "timings_s"
+        self.timings: dict[str, float | None] = {"startup": process_age_s()}
+        self._t = time.perf_counter()
+        # scoring may take a moment (math-verify): it runs off the event loop that times the requests, in
+        # threads of its own, so that it never holds up the loop's default executor (aiohttp's DNS lookups)
+        self._scorer = ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 2), thread_name_prefix="score")
         tasks = self._tasks()
+        # each task's scorer loads in the background from here on (beside server start, prompts, first requests)
+        self._prepared = {task.name: self._scorer.submit(task.prepare) for task in tasks}
         out_dir = self.cfg.output_dir
         if out_dir is None and self.cfg.server is not None:
             out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
@@ -214,6 +235,8 @@ class Runner:
             RunStore(out_dir).ensure_writable()
         try:
             base_url = self._endpoint(out_dir)
+            if self.server is not None:
+                self._lap("server_start")
             api_key = self.cfg.resolved_api_key()
             if self.cfg.server is not None and self.cfg.server.api_key is not None:
                 api_key = self.cfg.server.api_key.get_secret_value()
@@ -224,10 +247,17 @@ class Runner:
                 out_dir = default_output_dir(self.cfg, served.id)
             store = RunStore(out_dir)
             store.ensure_writable()
+            self._lap("setup")
             return self._run_tasks(tasks, base_url, api_key, served.id, served.max_model_len, store)
         finally:
+            self._scorer.shutdown(cancel_futures=True)
             if self.server is not None:
                 self.server.stop()
+
+    def _lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.timings[phase] = round(now - self._t, 3)
+        self._t = now
 
     def _plan(
         self, tasks: list[Task], base_url: str, api_key: str | None, model: str, max_model_len: int | None
@@ -288,6 +318,7 @@ class Runner:
         store: RunStore,
     ) -> dict[str, Any]:
         plans = self._plan(tasks, base_url, api_key, model, max_model_len)
+        self._lap("prompts")
         manifest = self._manifest(plans, base_url, model, plans[0].kind)
         old = self._check_resume(store, manifest)
         if old is not None:
@@ -299,7 +330,8 @@ class Runner:
             plan = by_name.get(d.get("task", ""))
             if plan is not None and d.get("status") != "api_error":
                 plan.done_keys.add(d["key"])
-        summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tasks": {}}
+        summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tasks": {}, "timings_s": self.timings}
+        self._lap("resume_check")
         store.open()
         try:
             for p in plans:
@@ -309,7 +341,10 @@ class Runner:
             store.close()
         manifest["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         store.write_manifest(manifest)
-        self._render_report(store)
+        if self.cfg.report:
+            self._render_report(store)
+            self._lap("report")
+            store.write_summary(summary)
         self._check_errors(summary)
         return {"run_dir": str(store.dir), "summary": summary, "manifest": manifest}
 
@@ -320,11 +355,14 @@ class Runner:
         if self.progress:
             self.progress(task.name, done, total, None)
 
+        def score_and_store(req: Request, resp: Response, key: str) -> SampleRecord:
+            rec = record_for(req, resp, key, task)
+            store.append(rec)
+            return rec
+
         async def on_done(req: Request, resp: Response, key: str) -> None:
             nonlocal done
-            # scoring may take a moment (math-verify): keep it off the event loop that times the requests
-            rec = await asyncio.to_thread(record_for, req, resp, key, task)
-            store.append(rec)
+            rec = await asyncio.get_running_loop().run_in_executor(self._scorer, score_and_store, req, resp, key)
             done += 1
             if self.progress:
                 self.progress(task.name, done, total, rec)
@@ -342,26 +380,39 @@ class Runner:
         root = server_root(base_url)
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         before = scrape(root, headers=auth)
+        self._lap(f"{task.name}.before_requests")
         with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:
-            stats = asyncio.run(self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done))
+            stats = asyncio.run(
+                self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done,
+                           self._prepared[task.name])
+            )
+        self._lap(f"{task.name}.requests")
         after = scrape(root, headers=auth)
         records, itl = load_for_summary(store, task.name, keep_text=task.summary_needs_text)
         out = self._task_summary(task, records, stats, itl)
         out["server"] = delta(before, after, model, gauges=gauges.summary())
         out["gpu"] = gpu.summary()
+        self._lap(f"{task.name}.scoring_summary")
         return out
 
     async def _send(
         self, todo: list[Request], base_url: str, api_key: str | None, model: str, kind: str,
         options: ClientOptions, extra: dict[str, Any], keyed: dict[int, str],
-        on_done: Callable[[Request, Response, str], Awaitable[None]],
+        on_done: Callable[[Request, Response, str], Awaitable[None]], prepared: Future[None],
     ) -> ExecStats:
-        async with Client(base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
-            return await execute(
-                todo, client, lambda req, resp: on_done(req, resp, keyed[id(req)]),
-                concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
-                metrics_url=server_root(base_url) + "/metrics",
-            )
+        """Send the requests while ``prepared`` (the task's scorer loading beside the first requests) finishes;
+        answers that arrive before it is ready wait for it."""
+        try:
+            async with Client(
+                base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra
+            ) as client:
+                return await execute(
+                    todo, client, lambda req, resp: on_done(req, resp, keyed[id(req)]),
+                    concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
+                    metrics_url=server_root(base_url) + "/metrics",
+                )
+        finally:
+            await asyncio.wrap_future(prepared)
 
     def _task_summary(
         self, task: Task, records: list[SampleRecord], stats: ExecStats, itl: array | None = None
@@ -384,6 +435,7 @@ class Runner:
             "counts": counts,
             "speed": speed.model_dump(mode="json"),
             "concurrency_trace": stats.concurrency_trace,
+            "concurrency_levels": stats.auto_levels,
             "detail": detail,
         }
 

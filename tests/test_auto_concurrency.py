@@ -1,28 +1,64 @@
-"""--concurrency auto finds the server's capacity: it grows while the server has free slots and stops once
-the server queues requests."""
+"""--concurrency auto finds the server's speed (a doubling hill climb on the streamed-token rate), and the
+scheduler keeps the server's concurrency up while answers are being scored.
+
+The auto tests use the test server in its own process (the 2-core CI machine would otherwise measure the
+GIL shared by client and server) with 4 tokens per chunk, to keep its CPU per request low."""
+
+import asyncio
+import json
+import urllib.request
 
 import pytest
 
+from evalkit.client import Client
 from evalkit.config import load_config
+from evalkit.execute import execute
 from evalkit.runner import Runner
-from evalkit.testing.server import Behaviour, TestServer
+from evalkit.tasks.base import GenParams, Request, Response
+from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
+
+SLOW = ("--ttft", "0.05", "--itl", "0.04", "--tokens-per-chunk", "4")  # ~0.7 s per 64-token answer
+
+
+def _auto_run(srv: SubprocessServer, tmp_path, limit: int = 600) -> dict:
+    cfg = load_config({"tasks": ["gsm8k"], "endpoint": srv.url, "limit": limit, "max_tokens": 64,
+                       "output_dir": tmp_path / "auto", "report": False})
+    return Runner(cfg).run()["summary"]["tasks"]["gsm8k"]
+
+
+def _limits(t: dict) -> list[int]:
+    return [lim for _, lim in t["concurrency_trace"]]
 
 
 @pytest.mark.slow
-def test_auto_grows_to_server_capacity_and_stops_there(tmp_path):
-    # the server generates at most 48 requests at once; each takes ~0.7 s (64 tokens at 10 ms)
-    with TestServer(Behaviour(ttft_s=0.05, itl_s=0.01, max_num_seqs=48)) as srv:
-        cfg = load_config({"tasks": ["gsm8k"], "endpoint": srv.url, "limit": 600, "max_tokens": 64,
-                           "output_dir": tmp_path / "auto", "report": False})
-        out = Runner(cfg).run()
-        seen = srv.max_concurrency_seen
-    t = out["summary"]["tasks"]["gsm8k"]
+def test_auto_grows_to_server_capacity_and_stops_once_it_queues(tmp_path):
+    # the server runs at most 48 requests at once and queues the rest (vLLM's --max-num-seqs)
+    with SubprocessServer(*SLOW, "--max-num-seqs", "48") as srv:
+        t = _auto_run(srv, tmp_path)
+        with urllib.request.urlopen(srv.base_url + "/_test/stats") as r:
+            seen = json.load(r)["max_concurrency_seen"]
     used = t["speed"]["concurrency"]
-    assert used >= 48, t["concurrency_trace"]  # reached the server's capacity (started below it)
-    assert used <= 128, t["concurrency_trace"]  # and stopped once the server queued requests
+    levels = t["concurrency_levels"]
+    assert _limits(t)[0] < 48  # it had to grow
+    assert 48 <= used <= 128, (t["concurrency_trace"], levels)  # reached capacity, stopped once queued
     assert seen >= 48
-    assert t["concurrency_trace"][0][1] < 48  # it did have to grow
-    print(t["concurrency_trace"])
+    # what it measured is recorded: the server's queue at the level where it stopped
+    assert any(lv["limit"] >= 64 and (lv["waiting"] or 0) >= 1 for lv in levels), levels
+    assert all(lv["chunks_s"] > 0 for lv in levels)
+
+
+@pytest.mark.slow
+def test_auto_steps_back_when_more_in_flight_does_not_pay(tmp_path):
+    # compute-bound: beyond 32 running requests every request slows in proportion; nothing is ever queued, so
+    # only the measured rate can tell that 64 in flight is no faster than 32
+    with SubprocessServer(*SLOW, "--batch-knee", "32") as srv:
+        t = _auto_run(srv, tmp_path)
+    limits = _limits(t)
+    used = t["speed"]["concurrency"]
+    assert max(limits) > used, (t["concurrency_trace"], t["concurrency_levels"])  # it tried more, went back
+    assert used <= 64, (t["concurrency_trace"], t["concurrency_levels"])
+    assert limits[-1] == used
+    assert all(lv["waiting"] == 0 for lv in t["concurrency_levels"])
 
 
 def test_fixed_concurrency_is_respected(tmp_path):
@@ -31,4 +67,64 @@ def test_fixed_concurrency_is_respected(tmp_path):
                            "max_tokens": 32, "output_dir": tmp_path / "fixed", "report": False})
         out = Runner(cfg).run()
         assert srv.max_concurrency_seen == 3
-    assert out["summary"]["tasks"]["gsm8k"]["speed"]["concurrency"] == 3
+    t = out["summary"]["tasks"]["gsm8k"]
+    assert t["speed"]["concurrency"] == 3
+    assert t["concurrency_levels"] == []  # nothing is tuned at a fixed concurrency
+
+
+def _requests(n: int) -> list[Request]:
+    return [Request(task="t", doc_id=i, sample_index=0, prompt=f"question {i}", gen=GenParams(max_tokens=8))
+            for i in range(n)]
+
+
+def test_slow_scoring_does_not_hold_request_slots():
+    """An answer frees its slot before on_done runs: here on_done cannot finish until every request has been
+    answered, which only happens if new requests go out while earlier answers wait to be handled."""
+    n = 40
+
+    async def main(url: str) -> int:
+        answered = 0
+        all_in = asyncio.Event()
+
+        async def on_done(req: Request, resp: Response) -> None:
+            nonlocal answered
+            assert resp.error is None
+            answered += 1
+            if answered == n:
+                all_in.set()
+            await all_in.wait()
+
+        async with Client(url, "test-model") as client:
+            await asyncio.wait_for(execute(_requests(n), client, on_done, concurrency=4), timeout=20)
+        return answered
+
+    with TestServer(Behaviour(ttft_s=0.01, itl_s=0.001)) as srv:
+        assert asyncio.run(main(srv.url)) == n
+        assert srv.max_concurrency_seen <= 4
+
+
+def test_unhandled_answers_are_bounded():
+    """While on_done is stuck, at most concurrency + backlog requests are sent; then sending pauses."""
+
+    async def main(url: str, srv: TestServer) -> tuple[int, int]:
+        gate = asyncio.Event()
+
+        async def on_done(req: Request, resp: Response) -> None:
+            await gate.wait()
+
+        async with Client(url, "test-model") as client:
+            run = asyncio.create_task(execute(_requests(50), client, on_done, concurrency=4, backlog=8))
+            for _ in range(200):  # until sending has stopped at the bound
+                await asyncio.sleep(0.05)
+                if len(srv.requests) >= 12 and all(r.end_time is not None for r in srv.requests):
+                    break
+            await asyncio.sleep(0.3)
+            stuck_at = len(srv.requests)
+            gate.set()
+            await asyncio.wait_for(run, timeout=60)
+        return stuck_at, len(srv.requests)
+
+    with TestServer(Behaviour(ttft_s=0.01, itl_s=0.001)) as srv:
+        stuck_at, total = asyncio.run(main(srv.url, srv))
+    assert stuck_at == 12  # 4 in flight + 8 waiting for on_done
+    assert total == 50

@@ -149,6 +149,10 @@ class Task(ABC):
     def metric_names(self) -> list[str]:
         return []
 
+    def prepare(self) -> None:  # noqa: B027 - an optional hook: most tasks need nothing loaded
+        """Load what ``score`` needs (evalkit runs this beside the first requests, so that the first answers
+        do not wait for it)."""
+
     def preview(self, settings: TaskSettings) -> str:
         """The first request's prompt, for ``evalkit tasks show``."""
         reqs = self.build_requests(TaskSettings(**{**settings.__dict__, "limit": 1}))

@@ -217,6 +217,10 @@ class LmEvalTask(Task):
             self._lm_task = self.lm_task()
         return self._lm_task
 
+    def prepare(self) -> None:
+        with self._lock:
+            self._task()
+
     def per_doc_metrics(self, response_text: str, doc_id: int, prompt: str = "") -> dict[str, dict[str, Any]]:
         """{filter: {metric: value}} for one response, by lm-eval's own filters and ``process_results``."""
         from lm_eval.api.instance import Instance

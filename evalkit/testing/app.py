@@ -175,7 +175,7 @@ async def _run(
     last_sent: list[float | None] = [None] * len(job.plans)
     finished = [False] * len(job.plans)
     resp: web.StreamResponse | None = None
-    offset = 0.0
+    due = t0 + ttft  # when the next chunk is sent
     try:
         if job.stream:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
@@ -193,9 +193,12 @@ async def _run(
             if j == nsteps:
                 break
             if stall_s and sent >= stall_after:
-                offset += stall_s
+                due += stall_s
                 stall_s = 0.0
-            await _sleep_until(t0 + ttft + j * itl + offset)
+            await _sleep_until(due)
+            # a compute-bound engine: beyond batch_knee running requests, each step takes proportionally longer
+            knee = b.batch_knee
+            due += itl * (max(1.0, state.running / knee) if knee else 1.0)
             now = loop.time()
             chunks: list[bytes] = []
             if j == 0:

@@ -306,6 +306,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reasoning-field", default="reasoning_content", choices=["reasoning", "reasoning_content"])
     p.add_argument("--api-key", default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument(
+        "--batch-knee", type=int, default=None,
+        help="beyond N running requests every request slows in proportion (throughput flat, no queue)",
+    )
     p.add_argument("--fast", action="store_true", help="no sleeps, cached responses (client benchmarks)")
     p.add_argument(
         "--answer-tokens", type=int, default=None,
@@ -326,6 +330,7 @@ def behaviour_from_args(args: argparse.Namespace) -> Behaviour:
         reasoning_field=args.reasoning_field,
         api_key=args.api_key,
         max_num_seqs=args.max_num_seqs,
+        batch_knee=args.batch_knee,
         fast=args.fast,
     )
     if args.answer_tokens:

@@ -34,6 +34,7 @@ class Behaviour:
     reasoning_field: str = "reasoning_content"  # or "reasoning" (the name newer vLLM sends)
     api_key: str | None = None
     max_num_seqs: int | None = None
+    batch_knee: int | None = None  # beyond this many running requests, chunks slow in proportion: flat throughput
     fast: bool = False  # no sleeps, responses cached by request body: for CPU benchmarks of clients
 
     def update(self, **changes: Any) -> None:
