@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 
 
-async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> int:
-    """Send one streaming request; return the number of output tokens the server reported."""
-    tokens = 0
+async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, int]:
+    """Send one streaming request; return the output tokens the server reported and the events received."""
+    tokens = events = 0
     async with session.post(url, json=body) as resp:
         resp.raise_for_status()
         async for line in resp.content:
@@ -29,30 +29,32 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
                 break
             if not data:
                 continue
+            events += 1
             chunk = json.loads(data)
             usage = chunk.get("usage")
             if usage:
                 tokens = usage.get("completion_tokens") or tokens
-    return tokens
+    return tokens, events
 
 
 async def run(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, float]:
     """Send every body with ``concurrency`` in flight; wall time and token totals."""
     sem = asyncio.Semaphore(concurrency)
-    tokens = 0
+    tokens = events = 0
 
     async def one(body: dict[str, Any]) -> None:
-        nonlocal tokens
+        nonlocal tokens, events
         async with sem:
-            n = await stream_one(session, url, body)
+            n, e = await stream_one(session, url, body)
         tokens += n
+        events += e
 
     t0, c0 = time.perf_counter(), time.process_time()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                      timeout=aiohttp.ClientTimeout(total=3600)) as session:
         await asyncio.gather(*(one(b) for b in bodies))
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "cpu_s": time.process_time() - c0, "output_tokens": tokens,
+    return {"wall_s": wall, "cpu_s": time.process_time() - c0, "output_tokens": tokens, "events": events,
             "requests": len(bodies), "concurrency": concurrency}
 
 

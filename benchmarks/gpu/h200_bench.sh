@@ -1,0 +1,34 @@
+#!/bin/bash
+# On the lent H200, after ../shared/gpu's receive.sh printed READY (see BENCHMARKS.md), three steps, one call each:
+#   serve   start a dev-mode vLLM on :8000 (same flags as the 2026-12-02 runs) and wait until it answers
+#   bench   benchmarks/bench_gsm8k.py: 3 interleaved rounds of the raw sweep, evalkit at defaults and evalkit at a
+#           fixed 128, then lm-eval local-completions at the best raw concurrency -> $OUT/bench.json
+#   lmdefault  lm-eval local-completions at its default num_concurrent=1 on the same server -> $OUT/lmeval-c1.json
+set -uo pipefail
+. /root/stash/s/env.sh
+export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
+export EVALKIT_CACHE_DIR=/root/evalkit-cache
+M=/root/models/smollm2-135m
+URL=http://127.0.0.1:8000
+case "${1:?serve|bench|lmdefault}" in
+serve)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M \
+    --served-model-name smollm2-135m --port 8000 --max-num-seqs 256 --gpu-memory-utilization 0.3 \
+    > /root/srv.log 2>&1 < /dev/null &
+  for i in $(seq 1 400); do curl -sf $URL/health >/dev/null && break; sleep 1; done
+  curl -sf $URL/health >/dev/null || { tail -40 /root/srv.log; exit 3; }
+  echo "vLLM ready after ${SECONDS} s"
+  ;;
+bench)
+  python3 -c "import vllm, lm_eval; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
+  python3 -m benchmarks.bench_gsm8k --endpoint $URL/v1 --raw-concurrency 64,128,256,512 --rounds 3 \
+    --evalkit-fixed 128 --lm-eval best --out $OUT/bench.json 2>&1 | grep -v Warning
+  cp /root/srv.log $OUT/server.log
+  ;;
+lmdefault)
+  curl -sf -X POST $URL/reset_prefix_cache && echo "prefix cache reset"
+  python3 -m benchmarks.lm_eval_run --endpoint $URL/v1 --model smollm2-135m --num-concurrent 1 \
+    | tail -1 | tee $OUT/lmeval-c1.json
+  ;;
+esac
