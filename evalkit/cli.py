@@ -35,6 +35,7 @@ def run(
     endpoint_kind: Annotated[str | None, typer.Option(help="completions or chat (default: the task's).")] = None,
     concurrency: Annotated[str | None, typer.Option(help="Requests in flight: a number, or auto (default).")] = None,
     max_concurrency: Annotated[int | None, typer.Option(help="Upper bound for --concurrency auto.")] = None,
+    auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 64).")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N documents.")] = None,
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
     num_samples: Annotated[int | None, typer.Option(help="Samples per problem (repeats).")] = None,
@@ -96,7 +97,8 @@ def run(
             server = given  # completes a server: section of --config, or is refused there
         cli: dict[str, Any] = dict(
             tasks=tasks or None, endpoint=endpoint, model=model, api_key_file=api_key_file,
-            endpoint_kind=endpoint_kind, concurrency=concurrency, max_concurrency=max_concurrency, limit=limit,
+            endpoint_kind=endpoint_kind, concurrency=concurrency, max_concurrency=max_concurrency, auto_start=auto_start,
+            limit=limit,
             num_fewshot=num_fewshot, num_samples=num_samples, temperature=temperature, top_p=top_p,
             max_tokens=max_tokens, max_length=max_length, seed=seed, chat_template_kwargs=chat_template_kwargs,
             output_dir=output_dir, tasks_dir=tasks_dir or None, fresh=fresh or None,

@@ -121,6 +121,7 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         self.t0 = time.perf_counter()
         self.chunks_received = 0  # text-carrying chunks so far, for throughput-driven concurrency
+        self.first_tokens = 0  # requests (attempts) that got their first generated text so far
 
     async def __aenter__(self) -> Client:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -216,6 +217,7 @@ class Client:
                             now = time.perf_counter()
                             if ttft is None:
                                 ttft = now - st
+                                self.first_tokens += 1
                             else:
                                 itl.append((now - last) * 1000.0)
                             last = now

@@ -75,21 +75,25 @@ async def _waiting_requests(session: aiohttp.ClientSession, metrics_url: str | N
 class AutoConcurrency:
     """Find the server's speed without tuning: a doubling hill climb on the streamed-token rate.
 
-    The time scale is the typical request latency (median end-to-end time of the latest answered requests; the
-    first level waits for its first answers). Each level is left to settle for half that, so that the requests it
-    let in are under way, then measured for one whole latency (so a burst of requests started together is seen
-    through its start and its end): the rate of streamed chunks (≈ output tokens/s, counted as chunks arrive, so
-    it is smooth even when requests are long) and the server's ``vllm:num_requests_waiting``. Then:
+    Raising the level lets a burst of new requests in at once; on a prefill-bound server they hold the decode
+    rate down until they are prefilled. So each level first settles until the requests sent so far (the burst
+    included) have streamed their first token (9 in 10 of them, bounded by ``max_window_s``), and is then
+    measured for one typical request latency (median end-to-end time of the latest answers, within
+    ``min_window_s``..``max_window_s``): the rate of streamed chunks (≈ output tokens/s, counted as they arrive,
+    so it is smooth even when requests are long), and the server's ``vllm:num_requests_waiting`` for the record.
+    Then:
 
+    - everything has been sent: stop (nothing left to tune);
     - the rate did not rise by more than ``gain`` over the best level so far: go back to that level (the
       smaller one wins a tie: same speed with less queueing in the timings);
-    - fewer requests remain to be sent than a doubled level would add: stay (the tail of the run);
-    - it rose, but the server queues requests (waiting ≥ 1 on average) or the cap is reached: stay;
+    - fewer requests remain to be sent than the current level: stay (the tail of the run);
+    - the cap is reached: stay;
     - else double.
 
-    Settling and measuring are bounded by ``min_window_s``..``max_window_s`` (long generations are measured
-    while they stream). Every measured level is kept in ``levels``: limit, chunks_s (streamed chunks per second)
-    and waiting (mean server queue, None where /metrics is not served).
+    vLLM's waiting count is not a stop signal: a prefill-bound server reports requests waiting for its token
+    budget while more of them in flight still raises its throughput. Every measured level is kept in
+    ``levels``: limit, chunks_s (streamed chunks per second) and waiting (mean server queue, None where
+    /metrics is not served).
     """
 
     def __init__(
@@ -104,18 +108,31 @@ class AutoConcurrency:
         self.max_window_s = max_window_s
         self.settled = False
         self.remaining: int | None = None
+        self.sent = 0
+        self.tokenless = 0
         self.latencies: deque[float] = deque(maxlen=64)  # seconds, of the latest answered requests
         self.levels: list[dict[str, Any]] = []
 
     def observe(self, resp: Response) -> None:
         if resp.error is None and resp.e2e_ms is not None:
             self.latencies.append(resp.e2e_ms / 1000.0)
+        if resp.ttft_ms is None:
+            self.tokenless += 1  # finished (empty answer, error) without streaming a first token
+
+    async def settle(self, client: Client) -> None:
+        """Wait until the requests sent so far have (nearly all) streamed a first token or ended without one,
+        or ``max_window_s``."""
+        await asyncio.sleep(0.01)  # the sender fills the new level
+        target = self.sent - self.limit // 10
+        deadline = time.perf_counter() + self.max_window_s
+        while client.first_tokens + self.tokenless < target and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
 
     async def window_s(self) -> float:
         """The typical request latency, bounded; waits (up to the bound) for a first answer to know it."""
         deadline = time.perf_counter() + self.max_window_s
         while not self.latencies and time.perf_counter() < deadline:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
         typical = statistics.median(self.latencies) if self.latencies else self.max_window_s
         return min(self.max_window_s, max(self.min_window_s, typical))
 
@@ -140,9 +157,8 @@ class AutoConcurrency:
     async def run(self, limiter: Limiter, client: Client, stats: ExecStats, t0: float) -> None:
         best: dict[str, Any] | None = None
         while not self.settled:
-            window = await self.window_s()
-            await asyncio.sleep(window / 2)  # let the requests this level let in get under way
-            rate, waiting = await self._measure(client, window)
+            await self.settle(client)
+            rate, waiting = await self._measure(client, await self.window_s())
             level = {"limit": self.limit, "chunks_s": round(rate, 1),
                      "waiting": None if waiting is None else round(waiting, 2)}
             self.levels.append(level)
@@ -153,8 +169,8 @@ class AutoConcurrency:
                 await self._set(limiter, best["limit"], stats, t0)
             elif self.remaining is not None and self.remaining < self.limit:
                 self.settled = True  # too few requests left to fill a larger level: the tail of the run
-            elif (waiting is not None and waiting >= 1.0) or self.limit >= self.cap:
-                self.settled = True  # the server queues what more we would send
+            elif self.limit >= self.cap:
+                self.settled = True
             else:
                 best = level
                 await self._set(limiter, min(self.limit * 2, self.cap), stats, t0)
@@ -175,7 +191,7 @@ async def execute(
     concurrency: int | str = 64,
     max_concurrency: int = 512,
     metrics_url: str | None = None,
-    auto_start: int = 32,
+    auto_start: int = 64,
     backlog: int = 1024,
 ) -> ExecStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
@@ -222,6 +238,7 @@ async def execute(
             if auto and left is not None:
                 left -= 1
                 auto.remaining = left
+                auto.sent += 1
             task = asyncio.create_task(one(req))
             pending.add(task)
             task.add_done_callback(pending.discard)

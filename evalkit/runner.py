@@ -409,6 +409,7 @@ class Runner:
                 return await execute(
                     todo, client, lambda req, resp: on_done(req, resp, keyed[id(req)]),
                     concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
+                    auto_start=self.cfg.auto_start,
                     metrics_url=server_root(base_url) + "/metrics",
                 )
         finally:
