@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from evalkit.client import Client
+from evalkit.prom import parse_text
 from evalkit.tasks.base import Request, Response
 
 OnDone = Callable[[Request, Response], "Awaitable[None] | None"]
@@ -53,23 +54,25 @@ class ExecStats:
     cpu_s: float = 0.0
 
 
-async def _waiting_requests(session: aiohttp.ClientSession, metrics_url: str | None) -> float | None:
-    """vLLM's ``vllm:num_requests_waiting`` summed over engines, or None when /metrics is not served."""
+async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | None) -> dict[str, float]:
+    """From vLLM's /metrics, summed over engines: ``waiting`` (``vllm:num_requests_waiting``) and
+    ``generated`` (``vllm:generation_tokens_total``); keys absent when not served."""
     if not metrics_url:
-        return None
+        return {}
     try:
         async with session.get(metrics_url, timeout=aiohttp.ClientTimeout(total=2)) as r:
             if r.status != 200:
-                return None
+                return {}
             text = await r.text()
     except (aiohttp.ClientError, asyncio.TimeoutError):
-        return None
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        if line.startswith("vllm:num_requests_waiting"):
-            seen = True
-            total += float(line.rsplit(" ", 1)[-1])
-    return total if seen else None
+        return {}
+    snap = parse_text(text, only=("vllm:num_requests_waiting", "vllm:generation_tokens_total"))
+    out: dict[str, float] = {}
+    for name, key in (("vllm:num_requests_waiting", "waiting"), ("vllm:generation_tokens_total", "generated")):
+        value = snap.value(name)
+        if value is not None:
+            out[key] = value
+    return out
 
 
 class AutoConcurrency:
@@ -79,9 +82,9 @@ class AutoConcurrency:
     rate down until they are prefilled. So each level first settles until the requests sent so far (the burst
     included) have streamed their first token (9 in 10 of them, bounded by ``max_window_s``), and is then
     measured for one typical request latency (median end-to-end time of the latest answers, within
-    ``min_window_s``..``max_window_s``): the rate of streamed chunks (≈ output tokens/s, counted as they arrive,
-    so it is smooth even when requests are long), and the server's ``vllm:num_requests_waiting`` for the record.
-    Then:
+    ``min_window_s``..``max_window_s``): the output token rate from the server's ``vllm:generation_tokens_total``
+    (where /metrics is not served: the rate of streamed chunks), and the server's ``vllm:num_requests_waiting``
+    for the record. Then:
 
     - everything has been sent: stop (nothing left to tune);
     - the rate did not rise by more than ``gain`` over the best level so far: go back to that level (the
@@ -92,8 +95,8 @@ class AutoConcurrency:
 
     vLLM's waiting count is not a stop signal: a prefill-bound server reports requests waiting for its token
     budget while more of them in flight still raises its throughput. Every measured level is kept in
-    ``levels``: limit, chunks_s (streamed chunks per second) and waiting (mean server queue, None where
-    /metrics is not served).
+    ``levels``: limit, tok_s (server-counted output tokens/s), chunks_s (streamed chunks/s) and waiting (mean
+    server queue); tok_s and waiting are None where /metrics is not served.
     """
 
     def __init__(
@@ -136,18 +139,35 @@ class AutoConcurrency:
         typical = statistics.median(self.latencies) if self.latencies else self.max_window_s
         return min(self.max_window_s, max(self.min_window_s, typical))
 
-    async def _measure(self, client: Client, window_s: float) -> tuple[float, float | None]:
-        """Streamed chunks per second over ``window_s``, and the server's mean queue length (None if unknown)."""
+    async def _measure(self, client: Client, window_s: float) -> dict[str, Any]:
+        """Over ``window_s``: output tokens/s from the server's own counter (``tok_s``, None without /metrics),
+        streamed chunks/s (``chunks_s``), and the server's mean queue (``waiting``, None if unknown).
+
+        The server's counter is the one to trust: under load vLLM coalesces several tokens into one SSE chunk
+        (on the H200, ~2 tokens per chunk at 128 in flight, ~1 at 256), so chunk counts under-read exactly the
+        levels being compared."""
         assert client._session is not None
+        first = await _server_counts(client._session, self.metrics_url)
         c0, w0 = client.chunks_received, time.perf_counter()
         waits: list[float] = []
+        last, w1 = first, w0
         while time.perf_counter() - w0 < window_s:
             await asyncio.sleep(window_s / 4)
-            w = await _waiting_requests(client._session, self.metrics_url)
-            if w is not None:
-                waits.append(w)
-        rate = (client.chunks_received - c0) / (time.perf_counter() - w0)
-        return rate, (sum(waits) / len(waits) if waits else None)
+            counts = await _server_counts(client._session, self.metrics_url)
+            if "waiting" in counts:
+                waits.append(counts["waiting"])
+            if "generated" in counts:
+                last, w1 = counts, time.perf_counter()
+        elapsed = time.perf_counter() - w0
+        tok_s = None
+        if "generated" in first and "generated" in last and w1 > w0:
+            tok_s = round((last["generated"] - first["generated"]) / (w1 - w0), 1)
+        return {"limit": self.limit, "tok_s": tok_s, "chunks_s": round((client.chunks_received - c0) / elapsed, 1),
+                "waiting": round(sum(waits) / len(waits), 2) if waits else None}
+
+    @staticmethod
+    def _rate(level: dict[str, Any]) -> float:
+        return float(level["tok_s"] if level["tok_s"] is not None else level["chunks_s"])
 
     async def _set(self, limiter: Limiter, limit: int, stats: ExecStats, t0: float) -> None:
         self.limit = limit
@@ -158,13 +178,11 @@ class AutoConcurrency:
         best: dict[str, Any] | None = None
         while not self.settled:
             await self.settle(client)
-            rate, waiting = await self._measure(client, await self.window_s())
-            level = {"limit": self.limit, "chunks_s": round(rate, 1),
-                     "waiting": None if waiting is None else round(waiting, 2)}
+            level = await self._measure(client, await self.window_s())
             self.levels.append(level)
             if self.remaining == 0:
                 self.settled = True  # everything has been sent: nothing left to tune
-            elif best is not None and rate <= (1.0 + self.gain) * best["chunks_s"]:
+            elif best is not None and self._rate(level) <= (1.0 + self.gain) * self._rate(best):
                 self.settled = True  # no clear rise: back to the best level
                 await self._set(limiter, best["limit"], stats, t0)
             elif self.remaining is not None and self.remaining < self.limit:

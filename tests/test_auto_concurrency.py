@@ -45,6 +45,10 @@ def test_auto_grows_to_server_capacity_and_stops_past_it(tmp_path):
     # what it measured is recorded, the server's queue included where it queued
     assert any(lv["limit"] >= 64 and (lv["waiting"] or 0) >= 1 for lv in levels), levels
     assert all(lv["chunks_s"] > 0 for lv in levels)
+    # the rate compared is the server's own token counter, not chunks: 4 tokens travel in each chunk here (vLLM
+    # itself packs several tokens into one chunk under load, so chunk counts under-read busy levels)
+    for lv in levels:
+        assert 3.4 < lv["tok_s"] / lv["chunks_s"] < 4.6, levels
 
 
 @pytest.mark.slow
@@ -128,3 +132,21 @@ def test_unhandled_answers_are_bounded():
         stuck_at, total = asyncio.run(main(srv.url, srv))
     assert stuck_at == 12  # 4 in flight + 8 waiting for on_done
     assert total == 50
+
+
+def test_auto_without_metrics_measures_streamed_chunks():
+    """Where /metrics is not served, the streamed-chunk rate stands in for the server's token counter."""
+
+    async def main(url: str):
+        async def on_done(req: Request, resp: Response) -> None:
+            assert resp.error is None
+
+        async with Client(url, "test-model") as client:
+            return await execute(_requests(300), client, on_done, concurrency="auto", auto_start=8,
+                                 metrics_url=None)
+
+    with TestServer(Behaviour(ttft_s=0.02, itl_s=0.02, max_num_seqs=16)) as srv:
+        stats = asyncio.run(main(srv.url))
+    assert stats.auto_levels, stats
+    assert all(lv["tok_s"] is None and lv["waiting"] is None and lv["chunks_s"] > 0 for lv in stats.auto_levels)
+    assert 16 <= stats.final_concurrency <= 32, stats.auto_levels  # 8 -> 16 pays, 32 does not
