@@ -7,6 +7,7 @@ import hashlib
 import os
 import platform
 import sys
+import threading
 import time
 from array import array
 from collections.abc import Awaitable, Callable, Iterator
@@ -14,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -33,6 +34,7 @@ from evalkit.store import RunStore, iter_sample_dicts
 from evalkit.tasks.base import Request, Response, Task, TaskSettings
 from evalkit.tasks.registry import Registry
 
+T = TypeVar("T")
 Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
 
 
@@ -49,6 +51,23 @@ def _versions() -> dict[str, str | None]:
             except PackageNotFoundError:
                 continue
     return out
+
+
+def in_background(fn: Callable[..., T], *args: Any) -> Future[T]:
+    """Run ``fn(*args)`` in a daemon thread: its result or exception comes through the future, and a run that
+    fails or is interrupted meanwhile exits without waiting for it."""
+    fut: Future[T] = Future()
+
+    def work() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # handed to whoever waits on the future
+            fut.set_exception(e)
+
+    threading.Thread(target=work, name=f"evalkit-{getattr(fn, '__name__', 'work')}", daemon=True).start()
+    return fut
 
 
 def process_age_s() -> float | None:
@@ -227,7 +246,12 @@ class Runner:
         self._scorer = ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 2), thread_name_prefix="score")
         tasks = self._tasks()
         # each task's scorer loads in the background from here on (beside server start, prompts, first requests)
-        self._prepared = {task.name: self._scorer.submit(task.prepare) for task in tasks}
+        self._prepared = {task.name: in_background(task.prepare) for task in tasks}
+        # prompts do not need the server: while evalkit starts vLLM (minutes), they are built beside it
+        self._prebuilt = (
+            {task.name: in_background(task.build_requests, task_settings(task, self.cfg)) for task in tasks}
+            if self.cfg.server is not None else {}
+        )
         out_dir = self.cfg.output_dir
         if out_dir is None and self.cfg.server is not None:
             out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
@@ -235,7 +259,7 @@ class Runner:
             RunStore(out_dir).ensure_writable()
         try:
             base_url = self._endpoint(out_dir)
-            if self.server is not None:
+            if self.cfg.server is not None:
                 self._lap("server_start")
             api_key = self.cfg.resolved_api_key()
             if self.cfg.server is not None and self.cfg.server.api_key is not None:
@@ -266,7 +290,8 @@ class Runner:
         for task in tasks:
             settings = task_settings(task, self.cfg)
             kind = settings.endpoint_kind or task.endpoint_kind
-            reqs = task.build_requests(settings)
+            pre = self._prebuilt.get(task.name)
+            reqs = pre.result() if pre is not None else task.build_requests(settings)
             reqs, clamp = asyncio.run(clamp_max_tokens(reqs, base_url, model, kind, max_model_len, api_key))
             sha = task.data_sha256
             keys = [request_key(model, kind, task, sha, r) for r in reqs]

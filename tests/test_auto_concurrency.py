@@ -7,6 +7,7 @@ GIL shared by client and server) with 4 tokens per chunk, to keep its CPU per re
 import asyncio
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,41 @@ def test_auto_without_metrics_measures_streamed_chunks():
     assert stats.auto_levels, stats
     assert all(lv["tok_s"] is None and lv["waiting"] is None and lv["chunks_s"] > 0 for lv in stats.auto_levels)
     assert 16 <= stats.final_concurrency <= 32, stats.auto_levels  # 8 -> 16 pays, 32 does not
+
+
+def test_server_counts_read_from_real_vllm_metrics():
+    """The rate auto compares comes from vLLM's own counters, summed over engines (data parallel)."""
+    import aiohttp
+    from aiohttp import web
+
+    from evalkit.execute import _server_counts
+
+    one = (Path(__file__).parent / "data" / "vllm_metrics_0.32_round1.txt").read_text()
+    # a second data-parallel engine with the same series
+    two = one + "\n".join(line.replace('engine="0"', 'engine="1"') for line in one.splitlines()
+                          if line.startswith(("vllm:generation_tokens_total{", "vllm:num_requests_waiting{")))
+
+    async def main() -> list[dict[str, float]]:
+        texts = iter([one, two, "# nothing here\n"])
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(text=next(texts))
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with aiohttp.ClientSession() as s:
+                url = f"http://127.0.0.1:{port}/metrics"
+                return [await _server_counts(s, url) for _ in range(3)] + [await _server_counts(s, None)]
+        finally:
+            await runner.cleanup()
+
+    first, both, none, off = asyncio.run(main())
+    assert first == {"waiting": 0.0, "generated": 73.0}
+    assert both == {"waiting": 0.0, "generated": 146.0}
+    assert none == {} and off == {}
