@@ -110,11 +110,16 @@ class AutoConcurrency:
         self.min_window_s = min_window_s
         self.max_window_s = max_window_s
         self.settled = False
-        self.remaining: int | None = None
+        self.total = 0  # requests to send; set by execute()
         self.sent = 0
         self.tokenless = 0
         self.latencies: deque[float] = deque(maxlen=64)  # seconds, of the latest answered requests
         self.levels: list[dict[str, Any]] = []
+
+    @property
+    def remaining(self) -> int:
+        """Requests not yet sent."""
+        return self.total - self.sent
 
     def observe(self, resp: Response) -> None:
         if resp.error is None and resp.e2e_ms is not None:
@@ -185,7 +190,7 @@ class AutoConcurrency:
             elif best is not None and self._rate(level) <= (1.0 + self.gain) * self._rate(best):
                 self.settled = True  # no clear rise: back to the best level
                 await self._set(limiter, best["limit"], stats, t0)
-            elif self.remaining is not None and self.remaining < self.limit:
+            elif self.remaining < self.limit:
                 self.settled = True  # too few requests left to fill a larger level: the tail of the run
             elif self.limit >= self.cap:
                 self.settled = True
@@ -232,8 +237,10 @@ async def execute(
     auto_task = asyncio.create_task(auto.run(limiter, client, stats, t0)) if auto else None
     pending: set[asyncio.Task[None]] = set()
 
-    reqs = list(requests) if auto else requests
-    left = len(reqs) if isinstance(reqs, list) else None
+    reqs = requests
+    if auto:  # it needs to know how many are left
+        reqs = list(requests)
+        auto.total = len(reqs)
 
     async def one(req: Request) -> None:
         try:
@@ -253,9 +260,7 @@ async def execute(
         for req in reqs:
             await unfinished.acquire()
             await limiter.acquire()
-            if auto and left is not None:
-                left -= 1
-                auto.remaining = left
+            if auto:
                 auto.sent += 1
             task = asyncio.create_task(one(req))
             pending.add(task)

@@ -245,8 +245,10 @@ class Runner:
         # threads of its own, so that it never holds up the loop's default executor (aiohttp's DNS lookups)
         self._scorer = ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 2), thread_name_prefix="score")
         tasks = self._tasks()
-        # each task's scorer loads in the background from here on (beside server start, prompts, first requests)
-        self._prepared = {task.name: in_background(task.prepare) for task in tasks}
+        # each task's scorer loads in the background from here on (beside server start, prompts, first requests);
+        # answers that come before it is ready wait for it in score(), where a failure to load also surfaces
+        for task in tasks:
+            in_background(task.prepare)
         # prompts do not need the server: while evalkit starts vLLM (minutes), they are built beside it
         self._prebuilt = (
             {task.name: in_background(task.build_requests, task_settings(task, self.cfg)) for task in tasks}
@@ -407,10 +409,7 @@ class Runner:
         before = scrape(root, headers=auth)
         self._lap(f"{task.name}.before_requests")
         with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:
-            stats = asyncio.run(
-                self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done,
-                           self._prepared[task.name])
-            )
+            stats = asyncio.run(self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done))
         self._lap(f"{task.name}.requests")
         after = scrape(root, headers=auth)
         records, itl = load_for_summary(store, task.name, keep_text=task.summary_needs_text)
@@ -423,22 +422,14 @@ class Runner:
     async def _send(
         self, todo: list[Request], base_url: str, api_key: str | None, model: str, kind: str,
         options: ClientOptions, extra: dict[str, Any], keyed: dict[int, str],
-        on_done: Callable[[Request, Response, str], Awaitable[None]], prepared: Future[None],
+        on_done: Callable[[Request, Response, str], Awaitable[None]],
     ) -> ExecStats:
-        """Send the requests while ``prepared`` (the task's scorer loading beside the first requests) finishes;
-        answers that arrive before it is ready wait for it."""
-        try:
-            async with Client(
-                base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra
-            ) as client:
-                return await execute(
-                    todo, client, lambda req, resp: on_done(req, resp, keyed[id(req)]),
-                    concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
-                    auto_start=self.cfg.auto_start,
-                    metrics_url=server_root(base_url) + "/metrics",
-                )
-        finally:
-            await asyncio.wrap_future(prepared)
+        async with Client(base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
+            return await execute(
+                todo, client, lambda req, resp: on_done(req, resp, keyed[id(req)]),
+                concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
+                auto_start=self.cfg.auto_start, metrics_url=server_root(base_url) + "/metrics",
+            )
 
     def _task_summary(
         self, task: Task, records: list[SampleRecord], stats: ExecStats, itl: array | None = None
@@ -466,8 +457,6 @@ class Runner:
         }
 
     def _render_report(self, store: RunStore) -> None:
-        if not self.cfg.report:
-            return
         try:
             from evalkit.report import render_run
         except ImportError:

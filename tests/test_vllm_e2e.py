@@ -12,7 +12,6 @@ that the parity and AIME tests share. Tests print their wall times and numbers (
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import itertools
 import json
 import os
@@ -29,24 +28,10 @@ import pytest
 
 from evalkit.records import SampleRecord
 from evalkit.server import MODULE, ServerConfig, VLLMServer, group_alive
+from tests.vllm_env import MODEL_DIR, NAME, REPO, VLLM_MARKS
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL_DIR = Path(os.environ.get("EVALKIT_VLLM_MODEL") or REPO / ".cache/evalkit/models/smollm2-135m")
-NAME = "smollm2-135m"
 PARITY_LIMIT = 10
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="vLLM is not installed in this environment; run scripts/setup_vllm_cpu.sh",
-    ),
-    pytest.mark.skipif(
-        not (MODEL_DIR / "config.json").is_file(),
-        reason=f"no model at {MODEL_DIR}; run scripts/setup_vllm_cpu.sh or set EVALKIT_VLLM_MODEL",
-    ),
-]
+pytestmark = VLLM_MARKS
 
 
 # ----------------------------------------------------------------------------------------------- helpers

@@ -7,7 +7,6 @@ costs ~45-60 s on a 2-core machine, so this file starts it once for the happy pa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -18,23 +17,9 @@ import pytest
 
 from evalkit.prom import MetricsSampler, delta, scrape
 from evalkit.server import ServerConfig, ServerStartError, VLLMServer, group_alive, resolve_launcher
+from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL_DIR = Path(os.environ.get("EVALKIT_VLLM_MODEL") or REPO / ".cache/evalkit/models/smollm2-135m")
-NAME = "smollm2-135m"
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="vLLM is not installed in this environment; run scripts/setup_vllm_cpu.sh",
-    ),
-    pytest.mark.skipif(
-        not (MODEL_DIR / "config.json").is_file(),
-        reason=f"no model at {MODEL_DIR}; run scripts/setup_vllm_cpu.sh or set EVALKIT_VLLM_MODEL",
-    ),
-]
+pytestmark = VLLM_MARKS
 
 
 def cpu_cfg(**kw: object) -> ServerConfig:

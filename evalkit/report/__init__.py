@@ -15,9 +15,10 @@ from pathlib import Path
 
 from evalkit.report.analysis import Flips, compute_flips, pareto_front
 from evalkit.report.compare_view import build_compare_view
-from evalkit.report.html import render_template, write_atomic
+from evalkit.report.html import render_template
 from evalkit.report.run_view import build_run_view
 from evalkit.report.store import RunData, load_run
+from evalkit.store import write_text_atomic
 
 __all__ = [
     "Flips",
@@ -43,7 +44,8 @@ def render_run(run_dir: Path, out: Path | None = None) -> Path:
     """Write the single-run report of ``run_dir`` to ``out`` (default ``run_dir/"report.html"``)."""
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
-    return write_atomic(target, render_run_html(run_dir))
+    write_text_atomic(target, render_run_html(run_dir))
+    return target
 
 
 def render_compare_html(run_dirs: list[Path], pair: tuple[int, int] | None = None) -> str:
@@ -64,4 +66,5 @@ def render_compare_html(run_dirs: list[Path], pair: tuple[int, int] | None = Non
 
 def render_compare(run_dirs: list[Path], out: Path, pair: tuple[int, int] | None = None) -> Path:
     """Write the comparison report of ``run_dirs`` to ``out``."""
-    return write_atomic(Path(out), render_compare_html(list(run_dirs), pair))
+    write_text_atomic(Path(out), render_compare_html(list(run_dirs), pair))
+    return Path(out)

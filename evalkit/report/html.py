@@ -10,11 +10,8 @@ Safety rules (see the tests in ``tests/test_report.py``):
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -100,22 +97,3 @@ def render_template(name: str, **context: Any) -> str:
     env = environment(STRICT_UNDEFINED)
     a = assets()
     return env.get_template(name).render(assets=a, **context)
-
-
-def write_atomic(out: Path, text: str) -> Path:
-    """Write ``text`` to ``out`` through a temp file in the same directory and ``os.replace``."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return out
