@@ -221,7 +221,9 @@ async def execute(
     completes (in completion order).
 
     A request's slot is freed as soon as its answer is in, so slow scoring never lowers the concurrency the
-    server sees; at most ``backlog`` answers wait for ``on_done`` before sending pauses (memory stays bounded)."""
+    server sees; at most ``backlog`` answers wait for ``on_done`` before sending pauses (memory stays bounded).
+    When the run stops early (an ``on_done`` raised, or it was interrupted), requests in flight are cancelled but
+    answers already in finish their ``on_done``: nothing already computed is dropped."""
     stats = ExecStats()
     auto = (
         AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
@@ -236,6 +238,7 @@ async def execute(
     assert client._session is not None
     auto_task = asyncio.create_task(auto.run(limiter, client, stats, t0)) if auto else None
     pending: set[asyncio.Task[None]] = set()
+    answered: set[asyncio.Task[None]] = set()  # tasks past their request, in on_done
 
     reqs = requests
     if auto:  # it needs to know how many are left
@@ -248,6 +251,9 @@ async def execute(
                 resp = await client.generate(req)
             finally:
                 await limiter.release()
+            current = asyncio.current_task()
+            if current is not None:
+                answered.add(current)
             if auto:
                 auto.observe(resp)
             result = on_done(req, resp)
@@ -265,10 +271,11 @@ async def execute(
             task = asyncio.create_task(one(req))
             pending.add(task)
             task.add_done_callback(pending.discard)
+            task.add_done_callback(answered.discard)
         while pending:
             await asyncio.gather(*list(pending))
     finally:
-        for t in (lag_task, auto_task, *pending):
+        for t in (lag_task, auto_task, *(p for p in pending if p not in answered)):
             if t is not None:
                 t.cancel()
         await asyncio.gather(lag_task, *(t for t in [auto_task] if t), *pending, return_exceptions=True)

@@ -28,10 +28,11 @@ from evalkit.errors import ConfigError, RunError, ServerError
 from evalkit.execute import ExecStats, execute
 from evalkit.gpu import GpuSampler
 from evalkit.prom import MetricsSampler, delta, scrape
-from evalkit.records import SCHEMA_VERSION, SampleRecord
+from evalkit.records import SCHEMA_VERSION, MetricValue, SampleRecord
+from evalkit.scorer import Scorer
 from evalkit.stats import percentile, speed_summary
-from evalkit.store import RunStore, iter_sample_dicts
-from evalkit.tasks.base import Request, Response, Task, TaskSettings
+from evalkit.store import RunStore, iter_sample_dicts, load_for_summary
+from evalkit.tasks.base import Request, Response, Score, Task, TaskSettings
 from evalkit.tasks.registry import Registry
 
 T = TypeVar("T")
@@ -112,8 +113,8 @@ def request_key(model: str, kind: str, task: Task, data_sha: dict[str, str], req
     return hashlib.sha256(blob).hexdigest()
 
 
-def record_for(req: Request, resp: Response, key: str, task: Task) -> SampleRecord:
-    """Score a response (unless the request failed) into the record stored for it."""
+def record_for(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
+    """The record stored for a request: its answer and timings, with its score (None: the request failed)."""
     base: dict[str, Any] = dict(
         key=key, task=req.task, doc_id=req.doc_id, sample_index=req.sample_index, prompt=req.prompt,
         messages=list(req.messages) if req.messages else None, response=resp.text, reasoning=resp.reasoning,
@@ -121,9 +122,8 @@ def record_for(req: Request, resp: Response, key: str, task: Task) -> SampleReco
         prompt_tokens=resp.prompt_tokens, output_tokens=resp.output_tokens, reasoning_tokens=resp.reasoning_tokens,
         ttft_ms=resp.ttft_ms, tpot_ms=resp.tpot_ms, e2e_ms=resp.e2e_ms, itl_ms=resp.itl_ms, start_s=resp.start_s,
     )
-    if resp.error is not None:
+    if resp.error is not None or score is None:
         return SampleRecord(**base, status="api_error", error=resp.error)
-    score = task.score(req, resp)
     if score.answer is not None:
         base["response"] = score.answer
     if score.reasoning is not None:
@@ -151,23 +151,6 @@ class TaskRun:
         for req, key in zip(self.requests, self.keys, strict=True):
             if key not in self.done_keys:
                 yield req, key
-
-
-def load_for_summary(store: RunStore, task: str, keep_text: bool) -> tuple[list[SampleRecord], array]:
-    """The task's latest records, streamed from samples.jsonl and slimmed for summarising: prompts (and
-    responses unless ``keep_text``) dropped, every ITL moved into one float32 array. Keeps a 20,000-sample run
-    with 1,000-token answers within a few hundred MB."""
-    itl = array("f")
-    by_key: dict[str, SampleRecord] = {}
-    for d in iter_sample_dicts(store.samples_path):
-        if d.get("task") != task:
-            continue
-        itl.extend(d.get("itl_ms") or ())  # only answered requests have ITLs, and those are never re-sent
-        d["itl_ms"], d["prompt"], d["messages"] = [], "", None
-        if not keep_text:
-            d["response"] = d["reasoning"] = None
-        by_key[d["key"]] = SampleRecord.model_construct(**d)
-    return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index)), itl
 
 
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
@@ -241,14 +224,15 @@ class Runner:
         # where the whole command's time goes, in the summary's "timings_s"
         self.timings: dict[str, float | None] = {"startup": process_age_s()}
         self._t = time.perf_counter()
-        # scoring may take a moment (math-verify): it runs off the event loop that times the requests, in
-        # threads of its own, so that it never holds up the loop's default executor (aiohttp's DNS lookups)
-        self._scorer = ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 2), thread_name_prefix="score")
         tasks = self._tasks()
-        # each task's scorer loads in the background from here on (beside server start, prompts, first requests);
-        # answers that come before it is ready wait for it in score(), where a failure to load also surfaces
+        # scoring runs in a process of its own (evalkit/scorer.py), so that it never holds the GIL the event loop
+        # timing the requests needs; each task's scorer loads there from now on, beside server start, prompts and
+        # the first requests (answers that come before it is ready wait for it; a failure to load surfaces there)
+        self._scoring = Scorer(self.cfg.tasks_dir)
         for task in tasks:
-            in_background(task.prepare)
+            self._scoring.load(task.name)
+        # records are built and appended (fsync included) in one thread, off the event loop
+        self._store_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         # prompts do not need the server: while evalkit starts vLLM (minutes), they are built beside it
         self._prebuilt = (
             {task.name: in_background(task.build_requests, task_settings(task, self.cfg)) for task in tasks}
@@ -276,7 +260,8 @@ class Runner:
             self._lap("setup")
             return self._run_tasks(tasks, base_url, api_key, served.id, served.max_model_len, store)
         finally:
-            self._scorer.shutdown(cancel_futures=True)
+            self._store_pool.shutdown(cancel_futures=True)
+            self._scoring.close()
             if self.server is not None:
                 self.server.stop()
 
@@ -382,14 +367,19 @@ class Runner:
         if self.progress:
             self.progress(task.name, done, total, None)
 
-        def score_and_store(req: Request, resp: Response, key: str) -> SampleRecord:
-            rec = record_for(req, resp, key, task)
+        def store_record(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
+            rec = record_for(req, resp, key, score)
             store.append(rec)
             return rec
 
         async def on_done(req: Request, resp: Response, key: str) -> None:
             nonlocal done
-            rec = await asyncio.get_running_loop().run_in_executor(self._scorer, score_and_store, req, resp, key)
+            score = None
+            if resp.error is None:  # failed requests are recorded as such, never scored
+                score = await asyncio.wrap_future(self._scoring.score(task.name, req, resp))
+            rec = await asyncio.get_running_loop().run_in_executor(
+                self._store_pool, store_record, req, resp, key, score
+            )
             done += 1
             if self.progress:
                 self.progress(task.name, done, total, rec)
@@ -412,8 +402,8 @@ class Runner:
             stats = asyncio.run(self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done))
         self._lap(f"{task.name}.requests")
         after = scrape(root, headers=auth)
-        records, itl = load_for_summary(store, task.name, keep_text=task.summary_needs_text)
-        out = self._task_summary(task, records, stats, itl)
+        records, itl = load_for_summary(store, task.name, keep_text=False)
+        out = self._task_summary(task, records, stats, itl, self._scoring.summarize(task.name, store.dir).result())
         out["server"] = delta(before, after, model, gauges=gauges.summary())
         out["gpu"] = gpu.summary()
         self._lap(f"{task.name}.scoring_summary")
@@ -432,9 +422,11 @@ class Runner:
             )
 
     def _task_summary(
-        self, task: Task, records: list[SampleRecord], stats: ExecStats, itl: array | None = None
+        self, task: Task, records: list[SampleRecord], stats: ExecStats, itl: array | None,
+        scored: tuple[dict[str, MetricValue], dict[str, Any]],
     ) -> dict[str, Any]:
-        metrics, detail = task.summarize(records)
+        """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process)."""
+        metrics, detail = scored
         counts: dict[str, int] = {"total": len(records)}
         for status in ("ok", "truncated", "no_answer", "empty", "api_error"):
             counts[status] = sum(1 for r in records if r.status == status)

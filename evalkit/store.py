@@ -14,6 +14,7 @@ import os
 import tempfile
 import threading
 import time
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,23 @@ class RunStore:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json_atomic(self.summary_path, summary)
+
+
+def load_for_summary(
+    store: RunStore, task: str, keep_text: bool, keep_itl: bool = True
+) -> tuple[list[SampleRecord], array]:
+    """The task's latest records, streamed from samples.jsonl and slimmed for summarising: prompts (and
+    responses unless ``keep_text``) dropped, every ITL moved into one float32 array (left empty unless
+    ``keep_itl``). Keeps a 20,000-sample run with 1,000-token answers within a few hundred MB."""
+    itl = array("f")
+    by_key: dict[str, SampleRecord] = {}
+    for d in iter_sample_dicts(store.samples_path):
+        if d.get("task") != task:
+            continue
+        if keep_itl:
+            itl.extend(d.get("itl_ms") or ())  # only answered requests have ITLs, and those are never re-sent
+        d["itl_ms"], d["prompt"], d["messages"] = [], "", None
+        if not keep_text:
+            d["response"] = d["reasoning"] = None
+        by_key[d["key"]] = SampleRecord.model_construct(**d)
+    return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index)), itl

@@ -150,8 +150,8 @@ class Task(ABC):
         return []
 
     def prepare(self) -> None:  # noqa: B027 - an optional hook: most tasks need nothing loaded
-        """Load what ``score`` needs (evalkit runs this beside the first requests, so that the first answers
-        do not wait for it)."""
+        """Load what ``score`` needs (evalkit runs this in the scoring process as the run starts, beside setup
+        and the first requests, so that the first answers do not wait for it)."""
 
     def preview(self, settings: TaskSettings) -> str:
         """The first request's prompt, for ``evalkit tasks show``."""

@@ -1,0 +1,228 @@
+"""Scoring in a child process of its own: the process that times the requests never shares its GIL with a scorer.
+
+Loading lm-eval's task (imports of lm_eval and datasets, ~2 s of pure Python), its filters and metrics
+(~0.5 ms an answer), math-verify's parsing: in a thread of the timing process, each of these holds the GIL that
+the event loop needs to read the next SSE chunk. On the H200 that stalled the loop for up to 0.4 s while
+answers streamed in, and inflated the timings it records. So each run starts one scoring process
+(``python -m evalkit.scorer``), which rebuilds the run's tasks from the same registry, loads their scorers while
+the parent sets up and sends, scores answers one at a time, and summarises each task from the store.
+
+Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
+``(id, ok, result or exception)``. The parent writes from a thread and reads in a thread, so neither a full
+pipe nor a slow scorer ever blocks the event loop; results come back as ``concurrent.futures.Future``s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import pickle
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any
+
+from evalkit.errors import RunError
+
+_LEN = struct.Struct("<Q")
+
+
+def _write(out: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_LEN.pack(len(data)) + data)
+    out.flush()
+
+
+def _read(inp: IO[bytes]) -> Any:
+    """The next message, or None at the end of the stream."""
+    head = inp.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    (n,) = _LEN.unpack(head)
+    data = inp.read(n)
+    if len(data) < n:
+        return None
+    return pickle.loads(data)
+
+
+def _settle(fut: Future[Any], result: Any, error: BaseException | None) -> None:
+    """Resolve ``fut`` unless its caller cancelled it meanwhile."""
+    with contextlib.suppress(InvalidStateError):
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
+
+
+class ScorerError(RunError):
+    """The scoring process died; answers scored and stored before that are kept."""
+
+
+class Scorer:
+    """The parent's handle on the scoring process.
+
+    Example::
+
+        scorer = Scorer(tasks_dirs)
+        scorer.load("gsm8k")                         # starts loading lm-eval's task in the child
+        score = scorer.score("gsm8k", req, resp).result()
+        metrics, detail = scorer.summarize("gsm8k", store.dir).result()
+        scorer.close()
+    """
+
+    def __init__(self, tasks_dirs: list[Path] | None = None) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "evalkit.scorer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )
+        self._ids = itertools.count()
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._dead: str | None = None
+        self._outbox: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._send_loop, name="scorer-send", daemon=True).start()
+        threading.Thread(target=self._receive_loop, name="scorer-receive", daemon=True).start()
+        self._call("init", [str(d) for d in tasks_dirs or []])
+
+    # -- calls ---------------------------------------------------------------------------------------------
+    def load(self, task: str) -> Future[None]:
+        """Load ``task`` and its scorer in the child (later calls wait for it); a failure comes back here and
+        again from every later call on the task."""
+        return self._call("load", task)
+
+    def score(self, task: str, request: Any, response: Any) -> Future[Any]:
+        """``Task.score`` in the child; the response goes without its inter-token latencies (not scored)."""
+        return self._call("score", task, request, replace(response, itl_ms=[]))
+
+    def summarize(self, task: str, run_dir: Path) -> Future[Any]:
+        """``Task.summarize`` in the child over the task's records, read there from the store in ``run_dir``."""
+        return self._call("summarize", task, str(run_dir))
+
+    def _call(self, op: str, *args: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        with self._lock:
+            if self._dead is not None:
+                fut.set_exception(ScorerError(self._dead))
+                return fut
+            call_id = next(self._ids)
+            self._pending[call_id] = fut
+        self._outbox.put((call_id, op, args))
+        return fut
+
+    # -- threads -------------------------------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            while (msg := self._outbox.get()) is not None:
+                _write(stdin, msg)
+        except (OSError, ValueError):
+            pass  # the child is gone: the receiving thread reports it
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    def _receive_loop(self) -> None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        try:
+            while (msg := _read(stdout)) is not None:
+                call_id, ok, result = msg
+                with self._lock:
+                    fut = self._pending.pop(call_id)
+                _settle(fut, result if ok else None, None if ok else result)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            pass
+        code = self._proc.wait()
+        with self._lock:
+            if self._dead is None:
+                self._dead = (
+                    f"the scoring process exited (code {code}) before scoring every answer; the answers stored so "
+                    "far are kept: re-run the same command to resume"
+                )
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            _settle(fut, None, ScorerError(self._dead))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Let the child finish what it was sent and exit; kill it after ``timeout_s``."""
+        with self._lock:
+            if self._dead is None:
+                self._dead = "the scoring process was closed"
+        self._outbox.put(None)
+        try:
+            self._proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+# ------------------------------------------------------------------------------------------------ the child
+
+
+class _Child:
+    def __init__(self) -> None:
+        self.registry: Any = None
+        self.tasks: dict[str, Any] = {}
+
+    def init(self, tasks_dirs: list[str]) -> None:
+        from evalkit.tasks.registry import Registry
+
+        self.registry = Registry([Path(d) for d in tasks_dirs])
+
+    def task(self, name: str) -> Any:
+        if name not in self.tasks:
+            task = self.registry.get(name)
+            task.prepare()
+            self.tasks[name] = task
+        return self.tasks[name]
+
+    def load(self, name: str) -> None:
+        self.task(name)
+
+    def score(self, name: str, request: Any, response: Any) -> Any:
+        return self.task(name).score(request, response)
+
+    def summarize(self, name: str, run_dir: str) -> Any:
+        from evalkit.store import RunStore, load_for_summary
+
+        task = self.task(name)
+        records, _ = load_for_summary(
+            RunStore(Path(run_dir)), name, keep_text=task.summary_needs_text, keep_itl=False
+        )
+        return task.summarize(records)
+
+
+def _portable(e: BaseException) -> BaseException:
+    """``e`` if it survives pickling, else a RuntimeError naming it."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes our stdin
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints (ours, lm-eval's, C libraries') go to stderr, not into the protocol
+    sys.stdout = sys.stderr
+    child = _Child()
+    while (msg := _read(inp)) is not None:
+        call_id, op, args = msg
+        try:
+            reply = (call_id, True, getattr(child, op)(*args))
+        except Exception as e:
+            reply = (call_id, False, _portable(e))
+        _write(out, reply)
+
+
+if __name__ == "__main__":
+    main()

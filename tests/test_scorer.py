@@ -1,0 +1,133 @@
+"""Scoring runs in a process of its own (evalkit/scorer.py): the process timing the requests never shares its GIL
+with a scorer, a dying scorer is a clear error that keeps what was stored, and scores equal in-process ones."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from evalkit.config import load_config
+from evalkit.errors import RunError
+from evalkit.runner import Runner
+from evalkit.scorer import Scorer, ScorerError
+from evalkit.tasks.base import GenParams, Request, Response
+from evalkit.tasks.registry import Registry
+
+PROBE_YAML = """\
+name: probe
+kind: python
+version: "1"
+module: probe.py
+data:
+  test: probe.jsonl
+endpoint_kind: completions
+"""
+
+# A task whose score() does what PROBE_MODE says: report its pid, hold the GIL ~100 ms in one C call (what a
+# regex over a long answer or an import does), or kill its process on the third document.
+PROBE_PY = '''
+import os, time
+from evalkit.records import MetricValue
+from evalkit.tasks.base import GenParams, Request, Score, Task
+
+def hold_gil(seconds):
+    n = 200_000
+    while True:  # calibrate: one sum() over range(n) is a single C call that never releases the GIL
+        t = time.perf_counter(); sum(range(n)); took = time.perf_counter() - t
+        if took >= seconds:
+            return
+        n = int(n * max(2.0, seconds / max(took, 1e-6)))
+
+class Probe(Task):
+    def __init__(self, root):
+        self.name, self.version, self.data_files = "probe", "1", {"test": root / "probe.jsonl"}
+    def defaults(self):
+        return {"max_tokens": 8, "temperature": 0.0}
+    def build_requests(self, settings):
+        n = settings.limit or 12
+        return [Request(task="probe", doc_id=i, sample_index=0, prompt=f"question {i}",
+                        gen=GenParams(max_tokens=8)) for i in range(n)]
+    def score(self, request, response):
+        mode = os.environ.get("PROBE_MODE", "pid")
+        if mode == "hold":
+            hold_gil(0.1)
+        if mode == "die" and request.doc_id == 2:
+            os._exit(3)
+        return Score(status="ok", extracted={"pid": str(os.getpid())}, correct={"pid": True})
+    def summarize(self, records):
+        return {"n": MetricValue(value=float(len(records)), n=len(records))}, {"pids": sorted(
+            {r.extracted["pid"] for r in records if r.extracted})}
+
+def make_task(spec, root):
+    return Probe(root)
+'''
+
+
+@pytest.fixture
+def probe_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "tasks"
+    d.mkdir()
+    (d / "probe.yaml").write_text(PROBE_YAML)
+    (d / "probe.py").write_text(textwrap.dedent(PROBE_PY))
+    (d / "probe.jsonl").write_text('{"q": 1}\n')
+    return d
+
+
+def run_probe(url: str, tasks_dir: Path, out: Path, **extra) -> dict:
+    cfg = load_config({"tasks": ["probe"], "endpoint": url, "tasks_dir": [str(tasks_dir)], "output_dir": str(out),
+                       "report": False, **extra})
+    return Runner(cfg).run()
+
+
+def samples(out: Path) -> list[dict]:
+    return [orjson.loads(line) for line in (out / "samples.jsonl").read_bytes().splitlines()]
+
+
+def test_answers_are_scored_and_summarised_in_one_other_process(test_server, probe_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROBE_MODE", "pid")
+    res = run_probe(test_server.url, probe_dir, tmp_path / "run")
+    pids = {r["extracted"]["pid"] for r in samples(tmp_path / "run")}
+    assert len(pids) == 1 and str(os.getpid()) not in pids
+    assert res["summary"]["tasks"]["probe"]["detail"]["pids"] == sorted(pids)  # summarize ran there too
+
+
+def test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop(test_server, probe_dir, tmp_path, monkeypatch):
+    # 12 answers x 100 ms of GIL held per score: in a thread of the timing process, the event loop would wait
+    # up to 100 ms at a time (lag p99 ~100 ms); in the scoring process it never waits for it.
+    monkeypatch.setenv("PROBE_MODE", "hold")
+    res = run_probe(test_server.url, probe_dir, tmp_path / "run", concurrency=4)
+    speed = res["summary"]["tasks"]["probe"]["speed"]
+    assert len(samples(tmp_path / "run")) == 12
+    # scoring (12 x 100 ms, one at a time) happened within the request phase, where the loop's lag is sampled
+    assert res["summary"]["timings_s"]["probe.requests"] > 1.0
+    assert speed["loop_lag_ms_p99"] < 40.0, speed
+
+
+def test_a_dying_scorer_is_a_clear_error_and_keeps_what_was_stored(test_server, probe_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROBE_MODE", "die")
+    with pytest.raises(RunError, match=r"scoring process exited \(code 3\).*re-run the same command"):
+        run_probe(test_server.url, probe_dir, tmp_path / "run", concurrency=1)
+    assert [r["doc_id"] for r in samples(tmp_path / "run")] == [0, 1]
+
+
+def test_scores_equal_in_process_scores_and_errors_come_back(probe_dir):
+    from evalkit.tasks.base import TaskSettings
+
+    task = Registry().get("gsm8k")
+    reqs = task.build_requests(TaskSettings(limit=3))
+    answers = [f"The answer is {reqs[0].target}.", "#### 7", ""]
+    scorer = Scorer()
+    try:
+        for req, text in zip(reqs, answers, strict=True):
+            resp = Response(text=text, finish_reason="stop", itl_ms=[1.0, 2.0])
+            assert scorer.score("gsm8k", req, resp).result(60) == task.score(req, resp)
+        with pytest.raises(Exception, match="no-such-task"):
+            scorer.load("no-such-task").result(60)
+    finally:
+        scorer.close()
+    with pytest.raises(ScorerError, match="closed"):
+        scorer.score("gsm8k", Request("gsm8k", 0, 0, "p", GenParams(max_tokens=1)), Response(text="x")).result(5)
