@@ -35,7 +35,7 @@ def run(
     endpoint_kind: Annotated[str | None, typer.Option(help="completions or chat (default: the task's).")] = None,
     concurrency: Annotated[str | None, typer.Option(help="Requests in flight: a number, or auto (default).")] = None,
     max_concurrency: Annotated[int | None, typer.Option(help="Upper bound for --concurrency auto.")] = None,
-    auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 64).")] = None,
+    auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 128).")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N documents.")] = None,
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
     num_samples: Annotated[int | None, typer.Option(help="Samples per problem (repeats).")] = None,

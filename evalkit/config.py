@@ -35,7 +35,7 @@ class RunConfig(BaseSettings):
     endpoint_kind: Literal["completions", "chat"] | None = None
     concurrency: int | Literal["auto"] = "auto"
     max_concurrency: int = Field(default=512, ge=1)
-    auto_start: int = Field(default=64, ge=1)
+    auto_start: int = Field(default=128, ge=1)
     limit: int | None = Field(default=None, ge=1)
     num_fewshot: int | None = Field(default=None, ge=0)
     num_samples: int | None = Field(default=None, ge=1)

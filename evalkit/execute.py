@@ -54,9 +54,16 @@ class ExecStats:
     cpu_s: float = 0.0
 
 
+COUNTERS = {  # vLLM's /metrics series auto reads, summed over engines (data parallel)
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:num_requests_running": "running",
+    "vllm:generation_tokens_total": "generated",
+}
+
+
 async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | None) -> dict[str, float]:
-    """From vLLM's /metrics, summed over engines: ``waiting`` (``vllm:num_requests_waiting``) and
-    ``generated`` (``vllm:generation_tokens_total``); keys absent when not served."""
+    """From vLLM's /metrics, summed over engines: ``waiting`` and ``running`` (requests queued and running) and
+    ``generated`` (output tokens so far); keys absent when not served."""
     if not metrics_url:
         return {}
     try:
@@ -66,9 +73,9 @@ async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | None
             text = await r.text()
     except (aiohttp.ClientError, asyncio.TimeoutError):
         return {}
-    snap = parse_text(text, only=("vllm:num_requests_waiting", "vllm:generation_tokens_total"))
+    snap = parse_text(text, only=tuple(COUNTERS))
     out: dict[str, float] = {}
-    for name, key in (("vllm:num_requests_waiting", "waiting"), ("vllm:generation_tokens_total", "generated")):
+    for name, key in COUNTERS.items():
         value = snap.value(name)
         if value is not None:
             out[key] = value
@@ -76,32 +83,36 @@ async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | None
 
 
 class AutoConcurrency:
-    """Find the server's speed without tuning: a doubling hill climb on the streamed-token rate.
+    """Find the server's speed without tuning: a doubling climb on the server's output token rate.
 
     Raising the level lets a burst of new requests in at once; on a prefill-bound server they hold the decode
     rate down until they are prefilled. So each level first settles until the requests sent so far (the burst
     included) have streamed their first token (9 in 10 of them, bounded by ``max_window_s``), and is then
     measured for one typical request latency (median end-to-end time of the latest answers, within
     ``min_window_s``..``max_window_s``): the output token rate from the server's ``vllm:generation_tokens_total``
-    (where /metrics is not served: the rate of streamed chunks), and the server's ``vllm:num_requests_waiting``
-    for the record. Then:
+    (where /metrics is not served: the rate of streamed chunks), and the server's mean ``waiting`` and
+    ``running`` requests. Then, against the best level so far:
 
     - everything has been sent: stop (nothing left to tune);
-    - the rate did not rise by more than ``gain`` over the best level so far: go back to that level (the
-      smaller one wins a tie: same speed with less queueing in the timings);
-    - fewer requests remain to be sent than the current level: stay (the tail of the run);
-    - the cap is reached: stay;
+    - the first level already queues at the server (``waiting`` above ``queue_share`` of the level): the server
+      cannot run that many at once, so use what it runs (mean ``running``, at least 1) and stop;
+    - the rate fell clearly (below ``1 - gain`` of the best), or it did not rise clearly and the server queues
+      (the extra requests only wait there, inflating TTFT): go back to the best level and stop;
+    - the rate did not rise by more than ``gain``: keep this level and stop. On vLLM more requests in flight
+      never lower throughput until the server queues or thrashes (both handled above), while a one-latency
+      window reads the rate only to +-20% (fast GPU, short answers), so a tie is no evidence against the
+      larger level; going back on ties stepped down on noise;
+    - fewer requests remain to be sent than the current level, or the cap is reached: stay;
     - else double.
 
-    vLLM's waiting count is not a stop signal: a prefill-bound server reports requests waiting for its token
-    budget while more of them in flight still raises its throughput. Every measured level is kept in
-    ``levels``: limit, tok_s (server-counted output tokens/s), chunks_s (streamed chunks/s) and waiting (mean
-    server queue); tok_s and waiting are None where /metrics is not served.
+    Every measured level is kept in ``levels``: limit, tok_s (server-counted output tokens/s), chunks_s (streamed
+    chunks/s), waiting and running (mean server queue and batch); the server's figures are None where /metrics
+    is not served.
     """
 
     def __init__(
         self, start: int, cap: int, metrics_url: str | None, gain: float = 0.10, min_window_s: float = 0.5,
-        max_window_s: float = 6.0,
+        max_window_s: float = 6.0, queue_share: float = 0.25,
     ):
         self.limit = min(start, cap)
         self.cap = cap
@@ -109,6 +120,7 @@ class AutoConcurrency:
         self.gain = gain
         self.min_window_s = min_window_s
         self.max_window_s = max_window_s
+        self.queue_share = queue_share
         self.settled = False
         self.total = 0  # requests to send; set by execute()
         self.sent = 0
@@ -146,7 +158,8 @@ class AutoConcurrency:
 
     async def _measure(self, client: Client, window_s: float) -> dict[str, Any]:
         """Over ``window_s``: output tokens/s from the server's own counter (``tok_s``, None without /metrics),
-        streamed chunks/s (``chunks_s``), and the server's mean queue (``waiting``, None if unknown).
+        streamed chunks/s (``chunks_s``), and the server's mean queue and batch (``waiting``, ``running``; None if
+        unknown).
 
         The server's counter is the one to trust: under load vLLM coalesces several tokens into one SSE chunk
         (on the H200, ~2 tokens per chunk at 128 in flight, ~1 at 256), so chunk counts under-read exactly the
@@ -154,25 +167,30 @@ class AutoConcurrency:
         assert client._session is not None
         first = await _server_counts(client._session, self.metrics_url)
         c0, w0 = client.chunks_received, time.perf_counter()
-        waits: list[float] = []
+        gauges: dict[str, list[float]] = {"waiting": [], "running": []}
         last, w1 = first, w0
         while time.perf_counter() - w0 < window_s:
             await asyncio.sleep(window_s / 4)
             counts = await _server_counts(client._session, self.metrics_url)
-            if "waiting" in counts:
-                waits.append(counts["waiting"])
+            for key, seen in gauges.items():
+                if key in counts:
+                    seen.append(counts[key])
             if "generated" in counts:
                 last, w1 = counts, time.perf_counter()
         elapsed = time.perf_counter() - w0
         tok_s = None
         if "generated" in first and "generated" in last and w1 > w0:
             tok_s = round((last["generated"] - first["generated"]) / (w1 - w0), 1)
+        mean = {key: round(sum(v) / len(v), 2) if v else None for key, v in gauges.items()}
         return {"limit": self.limit, "tok_s": tok_s, "chunks_s": round((client.chunks_received - c0) / elapsed, 1),
-                "waiting": round(sum(waits) / len(waits), 2) if waits else None}
+                **mean}
 
     @staticmethod
     def _rate(level: dict[str, Any]) -> float:
         return float(level["tok_s"] if level["tok_s"] is not None else level["chunks_s"])
+
+    def _queues(self, level: dict[str, Any]) -> bool:
+        return level["waiting"] is not None and level["waiting"] > self.queue_share * level["limit"]
 
     async def _set(self, limiter: Limiter, limit: int, stats: ExecStats, t0: float) -> None:
         self.limit = limit
@@ -185,15 +203,21 @@ class AutoConcurrency:
             await self.settle(client)
             level = await self._measure(client, await self.window_s())
             self.levels.append(level)
+            rate, queues = self._rate(level), self._queues(level)
+            rose = best is None or rate > (1.0 + self.gain) * self._rate(best)
             if self.remaining == 0:
                 self.settled = True  # everything has been sent: nothing left to tune
-            elif best is not None and self._rate(level) <= (1.0 + self.gain) * self._rate(best):
-                self.settled = True  # no clear rise: back to the best level
+            elif best is None and queues:
+                self.settled = True  # the server cannot run the first level at once: use what it runs
+                if level["running"] is not None:
+                    await self._set(limiter, max(1, min(self.limit, round(level["running"]))), stats, t0)
+            elif best is not None and (rate < (1.0 - self.gain) * self._rate(best) or (queues and not rose)):
+                self.settled = True  # clearly slower, or the extra requests only queue: back to the best level
                 await self._set(limiter, best["limit"], stats, t0)
-            elif self.remaining < self.limit:
-                self.settled = True  # too few requests left to fill a larger level: the tail of the run
-            elif self.limit >= self.cap:
-                self.settled = True
+            elif not rose:
+                self.settled = True  # a tie: the larger level is no slower, keep it
+            elif self.remaining < self.limit or self.limit >= self.cap:
+                self.settled = True  # the tail of the run, or the cap
             else:
                 best = level
                 await self._set(limiter, min(self.limit * 2, self.cap), stats, t0)
@@ -214,7 +238,7 @@ async def execute(
     concurrency: int | str = 64,
     max_concurrency: int = 512,
     metrics_url: str | None = None,
-    auto_start: int = 64,
+    auto_start: int = 128,
     backlog: int = 1024,
 ) -> ExecStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each

@@ -53,17 +53,43 @@ def test_auto_grows_to_server_capacity_and_stops_past_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_auto_steps_back_when_more_in_flight_does_not_pay(tmp_path):
-    # compute-bound: beyond 32 running requests every request slows in proportion; nothing is ever queued, so
-    # only the measured rate can tell that 64 in flight is no faster than 32
+def test_auto_keeps_a_level_that_is_no_slower_and_stops_climbing(tmp_path):
+    # compute-bound: beyond 32 running requests every request slows in proportion, so throughput is flat and
+    # nothing is ever queued; 64 in flight is no faster than 32 but no slower either: auto stops climbing there
+    # (the larger of two levels within the measurement's noise is kept, not a smaller one)
     with SubprocessServer(*SLOW, "--batch-knee", "32") as srv:
         t = _auto_run(srv, tmp_path)
-    limits = _limits(t)
+    limits, levels = _limits(t), t["concurrency_levels"]
     used = t["speed"]["concurrency"]
-    assert max(limits) > used, (t["concurrency_trace"], t["concurrency_levels"])  # it tried more, went back
-    assert used <= 64, (t["concurrency_trace"], t["concurrency_levels"])
-    assert limits[-1] == used
-    assert all(lv["waiting"] == 0 for lv in t["concurrency_levels"])
+    assert 64 <= used <= 128, (t["concurrency_trace"], levels)  # past the knee, then a tie
+    assert limits == sorted(limits) and limits[-1] == used, (t["concurrency_trace"], levels)  # never stepped back
+    assert all(lv["waiting"] == 0 for lv in levels)
+    assert [lv["limit"] for lv in levels][-1] == used
+
+
+@pytest.mark.slow
+def test_auto_steps_back_when_more_in_flight_is_slower(tmp_path):
+    # past 32 running requests each one slows as (running / 32) ** 2: 64 in flight halves the throughput (a
+    # server thrashing its KV cache), so auto goes back to 32
+    with SubprocessServer(*SLOW, "--batch-knee", "32", "--knee-power", "2") as srv:
+        t = _auto_run(srv, tmp_path)
+    limits, levels = _limits(t), t["concurrency_levels"]
+    assert t["speed"]["concurrency"] == 32, (t["concurrency_trace"], levels)
+    assert max(limits) == 64 and limits[-1] == 32, (t["concurrency_trace"], levels)
+    assert levels[-1]["tok_s"] < 0.9 * levels[-2]["tok_s"], levels
+
+
+@pytest.mark.slow
+def test_auto_starts_where_the_server_runs_when_the_first_level_queues(tmp_path):
+    # the server runs at most 12 at once: 64 in flight leaves ~52 queued there, so auto uses what it runs
+    with SubprocessServer(*SLOW, "--max-num-seqs", "12") as srv:
+        cfg = load_config({"tasks": ["gsm8k"], "endpoint": srv.url, "limit": 300, "max_tokens": 64,
+                           "auto_start": 64, "output_dir": tmp_path / "auto", "report": False})
+        t = Runner(cfg).run()["summary"]["tasks"]["gsm8k"]
+    levels = t["concurrency_levels"]
+    assert len(levels) == 1 and levels[0]["waiting"] > 16 and 10 <= levels[0]["running"] <= 12, levels
+    assert _limits(t) == [64, round(levels[0]["running"])]
+    assert t["speed"]["concurrency"] <= 12
 
 
 def test_fixed_concurrency_is_respected(tmp_path):
@@ -149,8 +175,10 @@ def test_auto_without_metrics_measures_streamed_chunks():
     with TestServer(Behaviour(ttft_s=0.02, itl_s=0.02, max_num_seqs=16)) as srv:
         stats = asyncio.run(main(srv.url))
     assert stats.auto_levels, stats
-    assert all(lv["tok_s"] is None and lv["waiting"] is None and lv["chunks_s"] > 0 for lv in stats.auto_levels)
-    assert 16 <= stats.final_concurrency <= 32, stats.auto_levels  # 8 -> 16 pays, 32 does not
+    assert all(lv["tok_s"] is None and lv["waiting"] is None and lv["running"] is None and lv["chunks_s"] > 0
+               for lv in stats.auto_levels)
+    # 8 -> 16 pays; 32 does not, and without /metrics the server's queue is invisible, so the tie keeps 32
+    assert stats.final_concurrency == 32, stats.auto_levels
 
 
 def test_server_counts_read_from_real_vllm_metrics():
@@ -161,9 +189,10 @@ def test_server_counts_read_from_real_vllm_metrics():
     from evalkit.execute import _server_counts
 
     one = (Path(__file__).parent / "data" / "vllm_metrics_0.32_round1.txt").read_text()
-    # a second data-parallel engine with the same series
+    # a second data-parallel engine with the same series, 3 requests running there
     two = one + "\n".join(line.replace('engine="0"', 'engine="1"') for line in one.splitlines()
                           if line.startswith(("vllm:generation_tokens_total{", "vllm:num_requests_waiting{")))
+    two += '\nvllm:num_requests_running{engine="1",model_name="smollm2-135m"} 3.0\n'
 
     async def main() -> list[dict[str, float]]:
         texts = iter([one, two, "# nothing here\n"])
@@ -186,6 +215,6 @@ def test_server_counts_read_from_real_vllm_metrics():
             await runner.cleanup()
 
     first, both, none, off = asyncio.run(main())
-    assert first == {"waiting": 0.0, "generated": 73.0}
-    assert both == {"waiting": 0.0, "generated": 146.0}
+    assert first == {"waiting": 0.0, "running": 0.0, "generated": 73.0}
+    assert both == {"waiting": 0.0, "running": 3.0, "generated": 146.0}
     assert none == {} and off == {}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the lent H200, after ../shared/gpu's receive.sh printed READY (see BENCHMARKS.md), three steps, one call each:
 #   serve   start a dev-mode vLLM on :8000 (same flags as the 2026-12-02 runs) and wait until it answers
-#   bench   benchmarks/bench_gsm8k.py: 3 interleaved rounds of the raw sweep and evalkit at defaults (and, with
+#   bench   benchmarks/bench_gsm8k.py: ROUNDS (default 5) interleaved rounds of the raw sweep and evalkit at defaults (and, with
 #           FIXED=N, evalkit at a fixed N), then lm-eval local-completions at the best raw concurrency -> $OUT/bench.json
 #   lmdefault  lm-eval local-completions at its default num_concurrent=1 on the same server -> $OUT/lmeval-c1.json
 set -uo pipefail
@@ -22,7 +22,7 @@ serve)
   ;;
 bench)
   python3 -c "import vllm, lm_eval; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
-  python3 -m benchmarks.bench_gsm8k --endpoint $URL/v1 --raw-concurrency 64,128,256,512 --rounds 3 \
+  python3 -m benchmarks.bench_gsm8k --endpoint $URL/v1 --raw-concurrency 64,128,256,512 --rounds ${ROUNDS:-5} \
     ${FIXED:+--evalkit-fixed $FIXED} --lm-eval best --out $OUT/bench.json 2>&1 | grep -v Warning
   cp /root/srv.log $OUT/server.log
   ;;

@@ -197,8 +197,9 @@ async def _run(
                 stall_s = 0.0
             await _sleep_until(due)
             # a compute-bound engine: beyond batch_knee running requests, each step takes proportionally longer
+            # (knee_power 1: throughput flat; above 1 it falls, as when a server thrashes its KV cache)
             knee = b.batch_knee
-            due += itl * (max(1.0, state.running / knee) if knee else 1.0)
+            due += itl * (max(1.0, state.running / knee) ** b.knee_power if knee else 1.0)
             now = loop.time()
             chunks: list[bytes] = []
             if j == 0:

@@ -310,6 +310,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--batch-knee", type=int, default=None,
         help="beyond N running requests every request slows in proportion (throughput flat, no queue)",
     )
+    p.add_argument(
+        "--knee-power", type=float, default=1.0,
+        help="past --batch-knee, slow down as (running / knee) ** P: P > 1 makes throughput fall (thrashing)",
+    )
     p.add_argument("--fast", action="store_true", help="no sleeps, cached responses (client benchmarks)")
     p.add_argument(
         "--answer-tokens", type=int, default=None,
@@ -331,6 +335,7 @@ def behaviour_from_args(args: argparse.Namespace) -> Behaviour:
         api_key=args.api_key,
         max_num_seqs=args.max_num_seqs,
         batch_knee=args.batch_knee,
+        knee_power=args.knee_power,
         fast=args.fast,
     )
     if args.answer_tokens:

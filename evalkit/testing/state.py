@@ -35,6 +35,7 @@ class Behaviour:
     api_key: str | None = None
     max_num_seqs: int | None = None
     batch_knee: int | None = None  # beyond this many running requests, chunks slow in proportion: flat throughput
+    knee_power: float = 1.0  # ... as (running / knee) ** knee_power: above 1, throughput falls past the knee
     fast: bool = False  # no sleeps, responses cached by request body: for CPU benchmarks of clients
 
     def update(self, **changes: Any) -> None:
