@@ -347,7 +347,7 @@ class Runner:
         store.open()
         try:
             for p in plans:
-                summary["tasks"][p.task.name] = self._run_one(p, base_url, api_key, model, store)
+                summary["tasks"][p.task.name] = self._run_one(p, base_url, api_key, model, store, last=p is plans[-1])
                 store.write_summary(summary)
         finally:
             store.close()
@@ -360,7 +360,9 @@ class Runner:
         self._check_errors(summary)
         return {"run_dir": str(store.dir), "summary": summary, "manifest": manifest}
 
-    def _run_one(self, p: TaskRun, base_url: str, api_key: str | None, model: str, store: RunStore) -> dict[str, Any]:
+    def _run_one(
+        self, p: TaskRun, base_url: str, api_key: str | None, model: str, store: RunStore, last: bool
+    ) -> dict[str, Any]:
         task = p.task
         total = len(p.requests)
         done = len(p.done_keys)
@@ -402,8 +404,13 @@ class Runner:
             stats = asyncio.run(self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done))
         self._lap(f"{task.name}.requests")
         after = scrape(root, headers=auth)
+        # the scoring process summarises first and lets go of its copy of the records (after the last task it
+        # exits) before this process reads its own: two copies of a big run's store are never in memory at once
+        scored = self._scoring.summarize(task.name, store.dir).result()
+        if last:
+            self._scoring.close()
         records, itl = load_for_summary(store, task.name, keep_text=False)
-        out = self._task_summary(task, records, stats, itl, self._scoring.summarize(task.name, store.dir).result())
+        out = self._task_summary(task, records, stats, itl, scored)
         out["server"] = delta(before, after, model, gauges=gauges.summary())
         out["gpu"] = gpu.summary()
         self._lap(f"{task.name}.scoring_summary")

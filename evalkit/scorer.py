@@ -15,6 +15,8 @@ pipe nor a slow scorer ever blocks the event loop; results come back as ``concur
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import itertools
 import os
 import pickle
@@ -196,7 +198,19 @@ class _Child:
         records, _ = load_for_summary(
             RunStore(Path(run_dir)), name, keep_text=task.summary_needs_text, keep_itl=False
         )
-        return task.summarize(records)
+        try:
+            return task.summarize(records)
+        finally:
+            del records
+            _release_memory()  # hand the records' memory back before the parent reads its own copy
+
+
+def _release_memory() -> None:
+    """Return freed memory to the OS: a collection, then glibc's ``malloc_trim`` (freed heap pages stay mapped
+    otherwise: ~90 MB after summarising 20,000 records); a no-op where there is no glibc."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _portable(e: BaseException) -> BaseException:
@@ -222,6 +236,12 @@ def main() -> None:
         except Exception as e:
             reply = (call_id, False, _portable(e))
         _write(out, reply)
+    # the parent closed our stdin: every reply is written; skip the interpreter's teardown of lm-eval and friends
+    # (~0.3 s the parent would wait for), stopping math-verify's worker as atexit would
+    if "evalkit.scoring.math_answer" in sys.modules:
+        sys.modules["evalkit.scoring.math_answer"].shutdown_verifier()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

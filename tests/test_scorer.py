@@ -14,6 +14,7 @@ from evalkit.config import load_config
 from evalkit.errors import RunError
 from evalkit.runner import Runner
 from evalkit.scorer import Scorer, ScorerError
+from evalkit.store import load_for_summary
 from evalkit.tasks.base import GenParams, Request, Response
 from evalkit.tasks.registry import Registry
 
@@ -105,6 +106,29 @@ def test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop(test_server, pr
     # scoring (12 x 100 ms, one at a time) happened within the request phase, where the loop's lag is sampled
     assert res["summary"]["timings_s"]["probe.requests"] > 1.0
     assert speed["loop_lag_ms_p99"] < 40.0, speed
+
+
+def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_server, probe_dir, tmp_path, monkeypatch):
+    # a big run's records are read back twice for the summary (there, then here): never both at once
+    import evalkit.runner as runner
+
+    started: list[Scorer] = []
+    alive_at_read_back: list[bool] = []
+
+    class Tracked(Scorer):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    def read_back(*args, **kwargs):
+        alive_at_read_back.append(any(s._proc.poll() is None for s in started))
+        return load_for_summary(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "Scorer", Tracked)
+    monkeypatch.setattr(runner, "load_for_summary", read_back)
+    res = run_probe(test_server.url, probe_dir, tmp_path / "run")
+    assert res["summary"]["tasks"]["probe"]["metrics"]["n"]["value"] == 12
+    assert len(started) == 1 and alive_at_read_back == [False]
 
 
 def test_a_dying_scorer_is_a_clear_error_and_keeps_what_was_stored(test_server, probe_dir, tmp_path, monkeypatch):
