@@ -94,10 +94,11 @@ class AutoConcurrency:
     ``running`` requests. Then, against the best level so far:
 
     - everything has been sent: stop (nothing left to tune);
-    - the first level already queues at the server (``waiting`` above ``queue_share`` of the level): the server
-      cannot run that many at once, so use what it runs (mean ``running``, at least 1) and stop;
     - the rate fell clearly (below ``1 - gain`` of the best), or it did not rise clearly and the server queues
-      (the extra requests only wait there, inflating TTFT): go back to the best level and stop;
+      (``waiting`` above ``queue_share`` of the level: the extra requests only wait there, inflating TTFT): go
+      back to the best level and stop. A queue alone is no reason to go lower: a prefill-bound server keeps
+      requests waiting for its token budget at every level (on the H200, up to a quarter of 128 in flight) while
+      more in flight still raises its throughput;
     - the rate did not rise by more than ``gain``: keep this level and stop. On vLLM more requests in flight
       never lower throughput until the server queues or thrashes (both handled above), while a one-latency
       window reads the rate only to +-20% (fast GPU, short answers), so a tie is no evidence against the
@@ -207,10 +208,6 @@ class AutoConcurrency:
             rose = best is None or rate > (1.0 + self.gain) * self._rate(best)
             if self.remaining == 0:
                 self.settled = True  # everything has been sent: nothing left to tune
-            elif best is None and queues:
-                self.settled = True  # the server cannot run the first level at once: use what it runs
-                if level["running"] is not None:
-                    await self._set(limiter, max(1, min(self.limit, round(level["running"]))), stats, t0)
             elif best is not None and (rate < (1.0 - self.gain) * self._rate(best) or (queues and not rose)):
                 self.settled = True  # clearly slower, or the extra requests only queue: back to the best level
                 await self._set(limiter, best["limit"], stats, t0)

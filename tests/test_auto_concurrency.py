@@ -41,7 +41,8 @@ def test_auto_grows_to_server_capacity_and_stops_past_it(tmp_path):
     used = t["speed"]["concurrency"]
     levels = t["concurrency_levels"]
     assert _limits(t)[0] == 16  # --auto-start
-    assert 48 <= used <= 128, (t["concurrency_trace"], levels)  # reached capacity, stopped past it
+    # reached capacity (64 in flight: 48 running), tried 128 (no faster, 80 queued at the server), went back
+    assert used == 64 and max(_limits(t)) == 128 and _limits(t)[-1] == 64, (t["concurrency_trace"], levels)
     assert seen >= 48
     # what it measured is recorded, the server's queue included where it queued
     assert any(lv["limit"] >= 64 and (lv["waiting"] or 0) >= 1 for lv in levels), levels
@@ -77,19 +78,6 @@ def test_auto_steps_back_when_more_in_flight_is_slower(tmp_path):
     assert t["speed"]["concurrency"] == 32, (t["concurrency_trace"], levels)
     assert max(limits) == 64 and limits[-1] == 32, (t["concurrency_trace"], levels)
     assert levels[-1]["tok_s"] < 0.9 * levels[-2]["tok_s"], levels
-
-
-@pytest.mark.slow
-def test_auto_starts_where_the_server_runs_when_the_first_level_queues(tmp_path):
-    # the server runs at most 12 at once: 64 in flight leaves ~52 queued there, so auto uses what it runs
-    with SubprocessServer(*SLOW, "--max-num-seqs", "12") as srv:
-        cfg = load_config({"tasks": ["gsm8k"], "endpoint": srv.url, "limit": 300, "max_tokens": 64,
-                           "auto_start": 64, "output_dir": tmp_path / "auto", "report": False})
-        t = Runner(cfg).run()["summary"]["tasks"]["gsm8k"]
-    levels = t["concurrency_levels"]
-    assert len(levels) == 1 and levels[0]["waiting"] > 16 and 10 <= levels[0]["running"] <= 12, levels
-    assert _limits(t) == [64, round(levels[0]["running"])]
-    assert t["speed"]["concurrency"] <= 12
 
 
 def test_fixed_concurrency_is_respected(tmp_path):
