@@ -17,6 +17,7 @@ from evalkit.execute import execute
 from evalkit.runner import Runner
 from evalkit.tasks.base import GenParams, Request, Response
 from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
+from tests.local_app import serving
 
 SLOW = ("--ttft", "0.05", "--itl", "0.04", "--tokens-per-chunk", "4")  # ~0.7 s per 64-token answer
 
@@ -190,17 +191,9 @@ def test_server_counts_read_from_real_vllm_metrics():
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            async with aiohttp.ClientSession() as s:
-                url = f"http://127.0.0.1:{port}/metrics"
-                return [await _server_counts(s, url) for _ in range(3)] + [await _server_counts(s, None)]
-        finally:
-            await runner.cleanup()
+        async with serving(app) as base, aiohttp.ClientSession() as s:
+            url = base + "/metrics"
+            return [await _server_counts(s, url) for _ in range(3)] + [await _server_counts(s, None)]
 
     first, both, none, off = asyncio.run(main())
     assert first == {"waiting": 0.0, "running": 0.0, "generated": 73.0}

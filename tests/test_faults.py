@@ -18,6 +18,7 @@ from evalkit.cli import app
 from evalkit.client import RETRYABLE_STATUS, Client, ClientOptions
 from evalkit.tasks.base import GenParams, Request, Response
 from evalkit.testing.server import Behaviour, TestServer
+from tests.local_app import serving
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -261,16 +262,8 @@ def test_client_survives_malformed_events() -> None:
 
         application = web.Application()
         application.router.add_post("/v1/completions", handler)
-        runner = web.AppRunner(application)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            async with Client(f"http://127.0.0.1:{port}/v1", "m", options=FAST) as c:
-                return await c.generate(_request()), hits
-        finally:
-            await runner.cleanup()
+        async with serving(application) as base, Client(base + "/v1", "m", options=FAST) as c:
+            return await c.generate(_request()), hits
 
     resp, hits = asyncio.run(go())
     assert resp.error is not None and "malformed event" in resp.error

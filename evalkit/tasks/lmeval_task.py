@@ -164,7 +164,7 @@ class LmEvalTask(Task):
         lm-eval builds all 1319 GSM8K 5-shot prompts in ~6 s; the cache (keyed by task version, data hash,
         lm-eval's task file and version, few-shot settings) makes later runs and sweeps skip that.
         """
-        with self._lock:  # one build at a time (prompts built beside a server start, scorer loading)
+        with self._lock:  # one build at a time (prompts are built in a thread beside a server start)
             return self._built_locked(num_fewshot)
 
     def _built_locked(self, num_fewshot: int | None) -> list[dict[str, Any]]:
