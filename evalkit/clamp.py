@@ -91,3 +91,17 @@ async def clamp_max_tokens(
         "max_model_len": max_model_len, "requested_max_tokens": requested, "requests_clamped": clamped,
         "lowest_max_tokens": lowest, "prompt_length_from": method,
     }
+
+
+def merge_clamps(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One record for requests clamped in batches (prompts streamed as they are built)."""
+    if a is None or b is None:
+        return a or b
+    return {
+        "max_model_len": a["max_model_len"],
+        "requested_max_tokens": max(a["requested_max_tokens"], b["requested_max_tokens"]),
+        "requests_clamped": a["requests_clamped"] + b["requests_clamped"],
+        "lowest_max_tokens": min(a["lowest_max_tokens"], b["lowest_max_tokens"]),
+        "prompt_length_from": "utf8-bytes" if "utf8-bytes" in (a["prompt_length_from"], b["prompt_length_from"])
+        else a["prompt_length_from"],
+    }

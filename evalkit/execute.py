@@ -7,7 +7,7 @@ import inspect
 import statistics
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +106,10 @@ class AutoConcurrency:
     - fewer requests remain to be sent than the current level, or the cap is reached: stay;
     - else double.
 
+    A level is judged only on a window in which the requests were there to send: where the sender waited for
+    prompts still being built (streamed from a cold prompt cache) for more than ``starved_share`` of the window,
+    the window is kept with ``starved: True`` and the level measured again.
+
     Every measured level is kept in ``levels``: limit, tok_s (server-counted output tokens/s), chunks_s (streamed
     chunks/s), waiting and running (mean server queue and batch); the server's figures are None where /metrics
     is not served.
@@ -113,7 +117,7 @@ class AutoConcurrency:
 
     def __init__(
         self, start: int, cap: int, metrics_url: str | None, gain: float = 0.10, min_window_s: float = 0.5,
-        max_window_s: float = 6.0, queue_share: float = 0.25,
+        max_window_s: float = 6.0, queue_share: float = 0.25, starved_share: float = 0.05,
     ):
         self.limit = min(start, cap)
         self.cap = cap
@@ -122,9 +126,11 @@ class AutoConcurrency:
         self.min_window_s = min_window_s
         self.max_window_s = max_window_s
         self.queue_share = queue_share
+        self.starved_share = starved_share
         self.settled = False
         self.total = 0  # requests to send; set by execute()
         self.sent = 0
+        self.starved_s = 0.0  # time a free slot waited for the next request to be built (streamed prompts)
         self.tokenless = 0
         self.latencies: deque[float] = deque(maxlen=64)  # seconds, of the latest answered requests
         self.levels: list[dict[str, Any]] = []
@@ -202,11 +208,18 @@ class AutoConcurrency:
         best: dict[str, Any] | None = None
         while not self.settled:
             await self.settle(client)
-            level = await self._measure(client, await self.window_s())
+            starved = self.starved_s
+            window = await self.window_s()
+            level = await self._measure(client, window)
+            if self.remaining > 0 and self.starved_s - starved > self.starved_share * window:
+                # prompts came slower than the server took them (a cold prompt cache, lm-eval still building):
+                # the rate read is the builder's, not the server's; measure this level again
+                self.levels.append({**level, "starved": True})
+                continue
             self.levels.append(level)
             rate, queues = self._rate(level), self._queues(level)
             rose = best is None or rate > (1.0 + self.gain) * self._rate(best)
-            if self.remaining == 0:
+            if self.remaining <= 0:
                 self.settled = True  # everything has been sent: nothing left to tune
             elif best is not None and (rate < (1.0 - self.gain) * self._rate(best) or (queues and not rose)):
                 self.settled = True  # clearly slower, or the extra requests only queue: back to the best level
@@ -227,11 +240,21 @@ async def _loop_lag(stats: ExecStats, interval: float = 0.05) -> None:
         stats.loop_lag_ms.append(max(0.0, (time.perf_counter() - t - interval) * 1000.0))
 
 
+async def _each(requests: Iterable[Request] | AsyncIterable[Request]) -> AsyncGenerator[Request, None]:
+    if isinstance(requests, AsyncIterable):
+        async for req in requests:
+            yield req
+    else:
+        for req in requests:
+            yield req
+
+
 async def execute(
-    requests: Iterable[Request],
+    requests: Iterable[Request] | AsyncIterable[Request],
     client: Client,
     on_done: OnDone,
     *,
+    total: int | None = None,
     concurrency: int | str = 64,
     max_concurrency: int = 512,
     metrics_url: str | None = None,
@@ -241,6 +264,9 @@ async def execute(
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order).
 
+    ``requests`` may be an async iterable (prompts still being built): each is sent as soon as it comes and a slot
+    is free. "auto" needs ``total``, how many will come (for a plain iterable it counts them itself).
+
     A request's slot is freed as soon as its answer is in, so slow scoring never lowers the concurrency the
     server sees; at most ``backlog`` answers wait for ``on_done`` before sending pauses (memory stays bounded).
     When the run stops early (an ``on_done`` raised, or it was interrupted), requests in flight are cancelled but
@@ -249,6 +275,14 @@ async def execute(
     auto = (
         AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
     )
+    reqs = requests
+    if auto:  # it needs to know how many are left
+        if total is None:
+            if isinstance(requests, AsyncIterable):
+                raise ValueError("concurrency 'auto' over an async iterable of requests needs its total")
+            reqs = list(requests)
+            total = len(reqs)
+        auto.total = total
     limit = auto.limit if auto else int(concurrency)
     limiter = Limiter(limit)
     # requests in flight + answers not yet handled by on_done
@@ -260,11 +294,6 @@ async def execute(
     auto_task = asyncio.create_task(auto.run(limiter, client, stats, t0)) if auto else None
     pending: set[asyncio.Task[None]] = set()
     answered: set[asyncio.Task[None]] = set()  # tasks past their request, in on_done
-
-    reqs = requests
-    if auto:  # it needs to know how many are left
-        reqs = list(requests)
-        auto.total = len(reqs)
 
     async def one(req: Request) -> None:
         try:
@@ -283,11 +312,20 @@ async def execute(
         finally:
             await unfinished.release()
 
+    source = _each(reqs)
     try:
-        for req in reqs:
+        while True:
             await unfinished.acquire()
             await limiter.acquire()
+            waited = time.perf_counter()
+            try:
+                req = await source.__anext__()
+            except StopAsyncIteration:
+                await limiter.release()
+                await unfinished.release()
+                break
             if auto:
+                auto.starved_s += time.perf_counter() - waited
                 auto.sent += 1
             task = asyncio.create_task(one(req))
             pending.add(task)
@@ -296,6 +334,7 @@ async def execute(
         while pending:
             await asyncio.gather(*list(pending))
     finally:
+        await source.aclose()
         for t in (lag_task, auto_task, *(p for p in pending if p not in answered)):
             if t is not None:
                 t.cancel()

@@ -7,20 +7,19 @@ import hashlib
 import os
 import platform
 import sys
-import threading
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
 from evalkit import __version__
-from evalkit.clamp import clamp_max_tokens
+from evalkit.clamp import clamp_max_tokens, merge_clamps
 from evalkit.client import Client, ClientOptions
 from evalkit.config import RunConfig
 from evalkit.endpoint import display_url, list_models, normalize_base_url, resolve_model, server_root
@@ -28,14 +27,14 @@ from evalkit.errors import ConfigError, RunError, ServerError
 from evalkit.execute import ExecStats, execute
 from evalkit.gpu import GpuSampler
 from evalkit.prom import MetricsSampler, delta, scrape
+from evalkit.prompts import PromptBuilder, RequestStream
 from evalkit.records import SCHEMA_VERSION, MetricValue, SampleRecord
-from evalkit.scorer import Scorer
 from evalkit.stats import percentile, speed_summary
 from evalkit.store import RunStore, iter_sample_dicts, load_for_summary
 from evalkit.tasks.base import Request, Response, Score, Task, TaskSettings
 from evalkit.tasks.registry import Registry
+from evalkit.worker import Worker
 
-T = TypeVar("T")
 Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
 
 
@@ -52,23 +51,6 @@ def _versions() -> dict[str, str | None]:
             except PackageNotFoundError:
                 continue
     return out
-
-
-def in_background(fn: Callable[..., T], *args: Any) -> Future[T]:
-    """Run ``fn(*args)`` in a daemon thread: its result or exception comes through the future, and a run that
-    fails or is interrupted meanwhile exits without waiting for it."""
-    fut: Future[T] = Future()
-
-    def work() -> None:
-        if not fut.set_running_or_notify_cancel():
-            return
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as e:  # handed to whoever waits on the future
-            fut.set_exception(e)
-
-    threading.Thread(target=work, name=f"evalkit-{getattr(fn, '__name__', 'work')}", daemon=True).start()
-    return fut
 
 
 def process_age_s() -> float | None:
@@ -135,10 +117,12 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
 
 @dataclass
 class TaskRun:
+    """One task of the run: its requests, built (a list) or coming from the prompt builder (a stream)."""
+
     task: Task
     settings: TaskSettings
-    requests: list[Request]
-    keys: list[str]
+    total: int  # requests in the run
+    source: list[Request] | RequestStream
     clamp: dict[str, Any] | None = None
     done_keys: set[str] = field(default_factory=set)
 
@@ -147,10 +131,16 @@ class TaskRun:
         """completions or chat: the user's choice, else the task's (resolved by task_settings)."""
         return self.settings.endpoint_kind or self.task.endpoint_kind
 
-    def todo(self) -> Iterator[tuple[Request, str]]:
-        for req, key in zip(self.requests, self.keys, strict=True):
-            if key not in self.done_keys:
-                yield req, key
+    @property
+    def streamed(self) -> bool:
+        return isinstance(self.source, RequestStream)
+
+    async def batches(self) -> AsyncIterator[list[Request]]:
+        if isinstance(self.source, RequestStream):
+            async for batch in self.source.batches():
+                yield batch
+        else:
+            yield self.source
 
 
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
@@ -225,19 +215,19 @@ class Runner:
         self.timings: dict[str, float | None] = {"startup": process_age_s()}
         self._t = time.perf_counter()
         tasks = self._tasks()
-        # scoring runs in a process of its own (evalkit/scorer.py), so that it never holds the GIL the event loop
+        settings = {task.name: task_settings(task, self.cfg) for task in tasks}
+        # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now
+        # on, beside setup (and a server start), and each request is sent as it comes (evalkit/prompts.py)
+        slow = [(task.name, settings[task.name]) for task in tasks if not task.quick_to_build(settings[task.name])]
+        self._builder = PromptBuilder(self.cfg.tasks_dir, slow) if slow else None
+        # scoring runs in a process of its own (evalkit/worker.py), so that it never holds the GIL the event loop
         # timing the requests needs; each task's scorer loads there from now on, beside server start, prompts and
         # the first requests (answers that come before it is ready wait for it; a failure to load surfaces there)
-        self._scoring = Scorer(self.cfg.tasks_dir)
+        self._scoring = Worker(self.cfg.tasks_dir)
         for task in tasks:
             self._scoring.load(task.name)
         # records are built and appended (fsync included) in one thread, off the event loop
         self._store_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
-        # prompts do not need the server: while evalkit starts vLLM (minutes), they are built beside it
-        self._prebuilt = (
-            {task.name: in_background(task.build_requests, task_settings(task, self.cfg)) for task in tasks}
-            if self.cfg.server is not None else {}
-        )
         out_dir = self.cfg.output_dir
         if out_dir is None and self.cfg.server is not None:
             out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
@@ -261,6 +251,8 @@ class Runner:
             return self._run_tasks(tasks, base_url, api_key, served.id, served.max_model_len, store)
         finally:
             self._store_pool.shutdown(cancel_futures=True)
+            if self._builder is not None:
+                self._builder.close(wait=False)  # a no-op once the run has waited for it
             self._scoring.close()
             if self.server is not None:
                 self.server.stop()
@@ -276,13 +268,14 @@ class Runner:
         plans = []
         for task in tasks:
             settings = task_settings(task, self.cfg)
+            stream = self._builder.streams.get(task.name) if self._builder is not None else None
+            if stream is not None:  # counted once lm-eval's task is loaded; requests come while they are built
+                plans.append(TaskRun(task, settings, stream.count.result(), stream))
+                continue
             kind = settings.endpoint_kind or task.endpoint_kind
-            pre = self._prebuilt.get(task.name)
-            reqs = pre.result() if pre is not None else task.build_requests(settings)
+            reqs = task.build_requests(settings)
             reqs, clamp = asyncio.run(clamp_max_tokens(reqs, base_url, model, kind, max_model_len, api_key))
-            sha = task.data_sha256
-            keys = [request_key(model, kind, task, sha, r) for r in reqs]
-            plans.append(TaskRun(task, settings, reqs, keys, clamp=clamp))
+            plans.append(TaskRun(task, settings, len(reqs), reqs, clamp=clamp))
         return plans
 
     def _manifest(self, plans: list[TaskRun], base_url: str, model: str, kind: str) -> dict[str, Any]:
@@ -302,8 +295,9 @@ class Runner:
                     "description": p.task.description,
                     "data_sha256": p.task.data_sha256,
                     "settings": {k: v for k, v in p.settings.__dict__.items()},
-                    "requests": len(p.requests),
-                    "max_tokens_clamp": p.clamp,
+                    "requests": p.total,
+                    "prompts_streamed": p.streamed,  # built while the first requests were sent (cold cache)
+                    "max_tokens_clamp": p.clamp,  # for streamed prompts: final once the task has run
                 }
                 for p in plans
             },
@@ -347,10 +341,17 @@ class Runner:
         store.open()
         try:
             for p in plans:
-                summary["tasks"][p.task.name] = self._run_one(p, base_url, api_key, model, store, last=p is plans[-1])
+                summary["tasks"][p.task.name] = self._run_one(
+                    p, base_url, api_key, model, max_model_len, store, last=p is plans[-1]
+                )
                 store.write_summary(summary)
+                manifest["tasks"][p.task.name]["max_tokens_clamp"] = p.clamp
+                store.write_manifest(manifest)
         finally:
             store.close()
+        if self._builder is not None:  # a run with --limit is done before lm-eval has built every prompt: the
+            self._builder.close(wait=True)  # build runs to its end, so the prompt cache serves the next run
+            self._lap("prompt_cache")
         manifest["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         store.write_manifest(manifest)
         if self.cfg.report:
@@ -361,10 +362,11 @@ class Runner:
         return {"run_dir": str(store.dir), "summary": summary, "manifest": manifest}
 
     def _run_one(
-        self, p: TaskRun, base_url: str, api_key: str | None, model: str, store: RunStore, last: bool
+        self, p: TaskRun, base_url: str, api_key: str | None, model: str, max_model_len: int | None,
+        store: RunStore, last: bool,
     ) -> dict[str, Any]:
         task = p.task
-        total = len(p.requests)
+        total = p.total
         done = len(p.done_keys)
         if self.progress:
             self.progress(task.name, done, total, None)
@@ -374,8 +376,11 @@ class Runner:
             store.append(rec)
             return rec
 
-        async def on_done(req: Request, resp: Response, key: str) -> None:
+        keys: dict[int, str] = {}  # id(request) -> its key, while it is in flight
+
+        async def on_done(req: Request, resp: Response) -> None:
             nonlocal done
+            key = keys.pop(id(req))
             score = None
             if resp.error is None:  # failed requests are recorded as such, never scored
                 score = await asyncio.wrap_future(self._scoring.score(task.name, req, resp))
@@ -386,9 +391,23 @@ class Runner:
             if self.progress:
                 self.progress(task.name, done, total, rec)
 
-        pending = list(p.todo())
-        keyed = {id(req): key for req, key in pending}
-        todo = [req for req, _ in pending]
+        async def todo() -> AsyncIterator[Request]:
+            """The requests not answered yet (a resumed run skips the rest), as they come."""
+            sha = task.data_sha256
+            seen = 0
+            async for batch in p.batches():
+                if p.streamed:  # the plan clamped built requests; streamed ones are clamped as they come
+                    batch, clamp = await clamp_max_tokens(batch, base_url, model, p.kind, max_model_len, api_key)
+                    p.clamp = merge_clamps(p.clamp, clamp)
+                for req in batch:
+                    key = request_key(model, p.kind, task, sha, req)
+                    if key not in p.done_keys:
+                        keys[id(req)] = key
+                        yield req
+                seen += len(batch)
+                if seen >= total:  # with --limit, lm-eval goes on building the rest (for the cache): not waited for
+                    return
+
         options = ClientOptions(
             connect_timeout_s=self.cfg.connect_timeout_s, idle_timeout_s=self.cfg.idle_timeout_s,
             max_attempts=self.cfg.max_attempts, max_retry_s=self.cfg.max_retry_s,
@@ -401,7 +420,9 @@ class Runner:
         before = scrape(root, headers=auth)
         self._lap(f"{task.name}.before_requests")
         with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:
-            stats = asyncio.run(self._send(todo, base_url, api_key, model, p.kind, options, extra, keyed, on_done))
+            stats = asyncio.run(self._send(
+                todo(), max(0, total - done), base_url, api_key, model, p.kind, options, extra, on_done
+            ))
         self._lap(f"{task.name}.requests")
         after = scrape(root, headers=auth)
         # the scoring process summarises first and lets go of its copy of the records (after the last task it
@@ -417,13 +438,12 @@ class Runner:
         return out
 
     async def _send(
-        self, todo: list[Request], base_url: str, api_key: str | None, model: str, kind: str,
-        options: ClientOptions, extra: dict[str, Any], keyed: dict[int, str],
-        on_done: Callable[[Request, Response, str], Awaitable[None]],
+        self, todo: AsyncIterator[Request], total: int, base_url: str, api_key: str | None, model: str, kind: str,
+        options: ClientOptions, extra: dict[str, Any], on_done: Callable[[Request, Response], Awaitable[None]],
     ) -> ExecStats:
         async with Client(base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
             return await execute(
-                todo, client, lambda req, resp: on_done(req, resp, keyed[id(req)]),
+                todo, client, on_done, total=total,
                 concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
                 auto_start=self.cfg.auto_start, metrics_url=server_root(base_url) + "/metrics",
             )

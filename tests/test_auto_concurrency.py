@@ -92,6 +92,37 @@ def test_fixed_concurrency_is_respected(tmp_path):
     assert t["concurrency_levels"] == []  # nothing is tuned at a fixed concurrency
 
 
+@pytest.mark.slow
+def test_auto_judges_no_level_the_prompts_could_not_fill():
+    """Prompts still being built (a cold prompt cache) come slower than the server answers: a window where the
+    sender waited for them measures the builder, not the server. Such windows are marked and measured again, so
+    auto still finds capacity once the prompts flow (64, as in the capacity test); judged on them, it would tie
+    16 with 32 (both builder-bound) and stop at 32."""
+    n, trickle = 600, 30
+    reqs = [Request(task="t", doc_id=i, sample_index=0, prompt=f"question {i}", gen=GenParams(max_tokens=64))
+            for i in range(n)]
+
+    async def built_slowly():
+        for i, req in enumerate(reqs):
+            if i < trickle:
+                await asyncio.sleep(0.1)  # 10 prompts/s for 3 s; 16 in flight take ~23/s
+            yield req
+
+    async def main(srv: SubprocessServer):
+        async def on_done(req: Request, resp: Response) -> None:
+            assert resp.error is None
+
+        async with Client(srv.url, "test-model") as client:
+            return await execute(built_slowly(), client, on_done, total=n, concurrency="auto", auto_start=16,
+                                 metrics_url=srv.base_url + "/metrics")
+
+    with SubprocessServer(*SLOW, "--max-num-seqs", "48", "--answer-tokens", "64") as srv:
+        stats = asyncio.run(main(srv))
+    starved = [lv for lv in stats.auto_levels if lv.get("starved")]
+    assert starved and all(lv["limit"] == 16 for lv in starved), stats.auto_levels
+    assert stats.final_concurrency == 64, stats.auto_levels
+
+
 def _requests(n: int) -> list[Request]:
     return [Request(task="t", doc_id=i, sample_index=0, prompt=f"question {i}", gen=GenParams(max_tokens=8))
             for i in range(n)]

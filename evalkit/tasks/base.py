@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -148,6 +148,20 @@ class Task(ABC):
 
     def metric_names(self) -> list[str]:
         return []
+
+    def quick_to_build(self, settings: TaskSettings) -> bool:
+        """False when ``build_requests`` would take seconds (lm-eval with a cold prompt cache): evalkit then builds
+        them in a worker process and sends each request as it comes (``stream_requests``)."""
+        return True
+
+    def count_requests(self, settings: TaskSettings) -> int:
+        """How many requests ``build_requests`` returns; tasks that build slowly answer it without building."""
+        return len(self.build_requests(settings))
+
+    def stream_requests(self, settings: TaskSettings, emit: Callable[[Request], None]) -> None:
+        """``build_requests``, one request at a time to ``emit`` as each is built, in the same order."""
+        for req in self.build_requests(settings):
+            emit(req)
 
     def prepare(self) -> None:  # noqa: B027 - an optional hook: most tasks need nothing loaded
         """Load what ``score`` needs (evalkit runs this in the scoring process as the run starts, beside setup

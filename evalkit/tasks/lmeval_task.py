@@ -15,7 +15,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,12 @@ def lm_eval_tasks_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise TaskError("lm-eval is not installed; pip install 'lm-eval[api]'")
     return Path(next(iter(spec.submodule_search_locations))) / "tasks"
+
+
+def _lm_eval_version() -> str:
+    from importlib.metadata import version
+
+    return version("lm_eval")
 
 
 def _quiet_lm_eval() -> None:
@@ -85,6 +91,7 @@ class LmEvalTask(Task):
                 raise TaskError(f"task {self.name}: data file for split '{split}' not found: {path}")
         self._config: dict[str, Any] | None = None
         self._lm_task: Any = None
+        self._build_tasks: dict[int | None, Any] = {}
         self._metrics_cache: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.version = str(spec.get("version") or self._base_config().get("metadata", {}).get("version", "0"))
@@ -149,56 +156,123 @@ class LmEvalTask(Task):
         return [f"{m},{f}" for f in filters for m in metrics]
 
     def _cache_key(self, num_fewshot: int | None) -> str:
-        from importlib.metadata import version
-
         blob = orjson.dumps(
             [self.name, self.version, self.data_sha256, self.base_yaml.read_bytes().decode(), self.overrides,
-             num_fewshot, version("lm_eval"), PROMPT_CACHE_FORMAT],
+             num_fewshot, _lm_eval_version(), PROMPT_CACHE_FORMAT],
             option=orjson.OPT_SORT_KEYS, default=str,
         )
         return hashlib.sha256(blob).hexdigest()[:32]
 
-    def _built(self, num_fewshot: int | None) -> list[dict[str, Any]]:
-        """Every document's lm-eval request (doc_id, context, gen_kwargs, target), built once and cached.
+    def _cache_path(self, num_fewshot: int | None) -> Path:
+        return prompt_cache_dir() / f"{self.name}-{self._cache_key(num_fewshot)}.json"
 
-        lm-eval builds all 1319 GSM8K 5-shot prompts in ~6 s; the cache (keyed by task version, data hash,
-        lm-eval's task file and version, few-shot settings) makes later runs and sweeps skip that.
-        """
-        with self._lock:  # one build at a time (prompts are built in a thread beside a server start)
-            return self._built_locked(num_fewshot)
-
-    def _built_locked(self, num_fewshot: int | None) -> list[dict[str, Any]]:
-        path = prompt_cache_dir() / f"{self.name}-{self._cache_key(num_fewshot)}.json"
+    def _read_cache(self, num_fewshot: int | None) -> list[dict[str, Any]] | None:
+        path = self._cache_path(num_fewshot)
         if path.exists():
             try:
                 return list(orjson.loads(path.read_bytes()))
             except (orjson.JSONDecodeError, OSError):
                 path.unlink(missing_ok=True)
-        task = self.lm_task(num_fewshot)
-        if self._lm_task is None:
-            self._lm_task = task
-        if int(task.get_config("repeats") or 1) != 1:
-            raise TaskError(f"task {self.name}: lm-eval tasks with repeats > 1 are not supported; use a python task")
-        task.build_all_requests(limit=None, rank=0, world_size=1)
-        built = []
-        for inst in task.instances:
-            if inst.request_type != "generate_until":
-                raise TaskError(f"task {self.name}: only generate_until tasks are supported, got {inst.request_type}")
-            built.append({"doc_id": int(inst.doc_id), "context": inst.args[0], "gen_kwargs": dict(inst.args[1]),
-                          "target": str(task.doc_to_target(inst.doc))})
-        with contextlib.suppress(OSError):  # a read-only cache only costs time
-            write_json_atomic(path, built)
+        return None
+
+    def _build_task(self, num_fewshot: int | None) -> Any:
+        """lm-eval's task object that builds the prompts (one per few-shot setting); scoring reuses it."""
+        task = self._build_tasks.get(num_fewshot)
+        if task is None:
+            task = self._build_tasks[num_fewshot] = self.lm_task(num_fewshot)
+            if int(task.get_config("repeats") or 1) != 1:
+                raise TaskError(
+                    f"task {self.name}: lm-eval tasks with repeats > 1 are not supported; use a python task"
+                )
+            if self._lm_task is None:
+                self._lm_task = task
+        return task
+
+    def _built(
+        self, num_fewshot: int | None, on_entry: Callable[[dict[str, Any]], None] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every document's lm-eval request (doc_id, context, gen_kwargs, target), built once and cached; each
+        also goes to ``on_entry`` (in order) as soon as lm-eval has built it.
+
+        lm-eval builds all 1319 GSM8K 5-shot prompts in ~6 s; the cache (keyed by task version, data hash,
+        lm-eval's task file and version, few-shot settings) makes later runs and sweeps skip that.
+        """
+        with self._lock:  # one build at a time
+            built = self._read_cache(num_fewshot)
+            if built is None:
+                built = self._build(num_fewshot, on_entry)
+                with contextlib.suppress(OSError):  # a read-only cache only costs time
+                    write_json_atomic(self._cache_path(num_fewshot), built)
+            elif on_entry is not None:
+                for entry in built:
+                    on_entry(entry)
+            return built
+
+    def _build(
+        self, num_fewshot: int | None, on_entry: Callable[[dict[str, Any]], None] | None
+    ) -> list[dict[str, Any]]:
+        """lm-eval's own ``build_all_requests``, watched: each document's request is taken as lm-eval constructs
+        it (its ``construct_requests``, called once per document in order), and the whole list is checked against
+        the instances lm-eval ends with, so what was streamed is exactly what lm-eval built."""
+        task = self._build_task(num_fewshot)
+        built: list[dict[str, Any]] = []
+        construct = task.construct_requests
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            out = construct(*args, **kwargs)
+            for inst in out if isinstance(out, list) else [out]:
+                if inst.request_type != "generate_until":
+                    raise TaskError(
+                        f"task {self.name}: only generate_until tasks are supported, got {inst.request_type}"
+                    )
+                entry = {"doc_id": int(inst.doc_id), "context": inst.args[0], "gen_kwargs": dict(inst.args[1]),
+                         "target": str(task.doc_to_target(inst.doc))}
+                built.append(entry)
+                if on_entry is not None:
+                    on_entry(entry)
+            return out
+
+        task.construct_requests = watched
+        try:
+            task.build_all_requests(limit=None, rank=0, world_size=1)
+        finally:
+            del task.construct_requests  # the class's own again
+        final = [(int(inst.doc_id), inst.args[0]) for inst in task.instances]
+        if final != [(b["doc_id"], b["context"]) for b in built]:
+            raise TaskError(
+                f"task {self.name}: lm-eval's final requests differ from those it constructed one by one "
+                f"(lm-eval {_lm_eval_version()}); please report this"
+            )
         return built
+
+    def quick_to_build(self, settings: TaskSettings) -> bool:
+        return self._cache_path(settings.num_fewshot).exists()
+
+    def count_requests(self, settings: TaskSettings) -> int:
+        cached = self._read_cache(settings.num_fewshot)
+        n = len(cached) if cached is not None else len(self._build_task(settings.num_fewshot).eval_docs)
+        return n if settings.limit is None else min(n, settings.limit)
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
         built = self._built(settings.num_fewshot)
         if settings.limit is not None:
             built = built[: settings.limit]
-        return [
-            Request(task=self.name, doc_id=b["doc_id"], sample_index=0, prompt=b["context"],
-                    gen=self._gen_params(b["gen_kwargs"], settings), target=b["target"])
-            for b in built
-        ]
+        return [self._request(b, settings) for b in built]
+
+    def stream_requests(self, settings: TaskSettings, emit: Callable[[Request], None]) -> None:
+        sent = 0
+
+        def on_entry(b: dict[str, Any]) -> None:
+            nonlocal sent
+            if settings.limit is None or sent < settings.limit:
+                emit(self._request(b, settings))
+                sent += 1
+
+        self._built(settings.num_fewshot, on_entry)  # the whole set: the cache holds every document
+
+    def _request(self, b: dict[str, Any], settings: TaskSettings) -> Request:
+        return Request(task=self.name, doc_id=b["doc_id"], sample_index=0, prompt=b["context"],
+                       gen=self._gen_params(b["gen_kwargs"], settings), target=b["target"])
 
     @staticmethod
     def _gen_params(gen_kwargs: dict[str, Any], s: TaskSettings) -> GenParams:

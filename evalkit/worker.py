@@ -1,21 +1,28 @@
-"""Scoring in a child process of its own: the process that times the requests never shares its GIL with a scorer.
+"""Work that holds the GIL for long runs in child processes, never in the process that times the requests.
 
-Loading lm-eval's task (imports of lm_eval and datasets, ~2 s of pure Python), its filters and metrics
-(~0.5 ms an answer), math-verify's parsing: in a thread of the timing process, each of these holds the GIL that
-the event loop needs to read the next SSE chunk. On the H200 that stalled the loop for up to 0.4 s while
-answers streamed in, and inflated the timings it records. So each run starts one scoring process
-(``python -m evalkit.scorer``), which rebuilds the run's tasks from the same registry, loads their scorers while
-the parent sets up and sends, scores answers one at a time, and summarises each task from the store.
+Two jobs run this way (``python -m evalkit.worker``, one process each):
+
+- **scoring**: loading lm-eval's task (imports of lm_eval and datasets, ~2 s of pure Python), its filters and
+  metrics (~0.5 ms an answer), math-verify's parsing. In a thread of the timing process each of these holds the
+  GIL the event loop needs to read the next SSE chunk; on the H200 that stalled the loop for up to 0.4 s while
+  answers streamed in, and inflated the timings it records. The scoring process rebuilds the run's tasks from the
+  same registry, loads their scorers while the parent sets up and sends, scores answers one at a time, and
+  summarises each task from the store.
+- **prompt building** with a cold prompt cache (lm-eval builds the 1319 GSM8K 5-shot prompts in ~6 s): the
+  builder streams each task's requests back as lm-eval builds them, so the first requests go out while later
+  prompts are still being built (see ``evalkit/prompts.py``).
 
 Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
-``(id, ok, result or exception)``. The parent writes from a thread and reads in a thread, so neither a full
-pipe nor a slow scorer ever blocks the event loop; results come back as ``concurrent.futures.Future``s.
+``(id, ok, result or exception)``; a streaming op (``build``) first sends any number of ``(id, "part", payload)``.
+The parent writes from a thread and reads in a thread, so neither a full pipe nor a slow child ever blocks the
+event loop; results come back as ``concurrent.futures.Future``s, parts through a callback.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import itertools
 import os
@@ -26,6 +33,8 @@ import struct
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
 from pathlib import Path
@@ -63,33 +72,35 @@ def _settle(fut: Future[Any], result: Any, error: BaseException | None) -> None:
             fut.set_exception(error)
 
 
-class ScorerError(RunError):
-    """The scoring process died; answers scored and stored before that are kept."""
+class WorkerError(RunError):
+    """A worker process died; answers scored and stored before that are kept."""
 
 
-class Scorer:
-    """The parent's handle on the scoring process.
+class Worker:
+    """The parent's handle on a worker process.
 
     Example::
 
-        scorer = Scorer(tasks_dirs)
+        scorer = Worker(tasks_dirs)
         scorer.load("gsm8k")                         # starts loading lm-eval's task in the child
         score = scorer.score("gsm8k", req, resp).result()
         metrics, detail = scorer.summarize("gsm8k", store.dir).result()
         scorer.close()
     """
 
-    def __init__(self, tasks_dirs: list[Path] | None = None) -> None:
+    def __init__(self, tasks_dirs: list[Path] | None = None, job: str = "scoring") -> None:
+        self.job = job
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "evalkit.scorer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "evalkit.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )
         self._ids = itertools.count()
         self._pending: dict[int, Future[Any]] = {}
+        self._parts: dict[int, Callable[[Any], None]] = {}
         self._lock = threading.Lock()
         self._dead: str | None = None
         self._outbox: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]] | None] = queue.SimpleQueue()
-        threading.Thread(target=self._send_loop, name="scorer-send", daemon=True).start()
-        threading.Thread(target=self._receive_loop, name="scorer-receive", daemon=True).start()
+        threading.Thread(target=self._send_loop, name=f"{job}-send", daemon=True).start()
+        threading.Thread(target=self._receive_loop, name=f"{job}-receive", daemon=True).start()
         self._call("init", [str(d) for d in tasks_dirs or []])
 
     # -- calls ---------------------------------------------------------------------------------------------
@@ -106,14 +117,22 @@ class Scorer:
         """``Task.summarize`` in the child over the task's records, read there from the store in ``run_dir``."""
         return self._call("summarize", task, str(run_dir))
 
-    def _call(self, op: str, *args: Any) -> Future[Any]:
+    def build(self, specs: list[tuple[str, Any]], on_part: Callable[[Any], None]) -> Future[None]:
+        """Build each ``(task name, TaskSettings)``'s requests in the child, in order; ``on_part`` gets (in the
+        receiving thread) ``("count", name, n)`` for every task first, then ``("requests", name, [Request...])``
+        batches in order and ``("done", name)`` as each task's build ends. The future ends with the last task."""
+        return self._call("build", specs, on_part=on_part)
+
+    def _call(self, op: str, *args: Any, on_part: Callable[[Any], None] | None = None) -> Future[Any]:
         fut: Future[Any] = Future()
         with self._lock:
             if self._dead is not None:
-                fut.set_exception(ScorerError(self._dead))
+                fut.set_exception(WorkerError(self._dead))
                 return fut
             call_id = next(self._ids)
             self._pending[call_id] = fut
+            if on_part is not None:
+                self._parts[call_id] = on_part
         self._outbox.put((call_id, op, args))
         return fut
 
@@ -136,8 +155,15 @@ class Scorer:
         try:
             while (msg := _read(stdout)) is not None:
                 call_id, ok, result = msg
+                if ok == "part":
+                    with self._lock:
+                        on_part = self._parts.get(call_id)
+                    if on_part is not None:
+                        on_part(result)
+                    continue
                 with self._lock:
                     fut = self._pending.pop(call_id)
+                    self._parts.pop(call_id, None)
                 _settle(fut, result if ok else None, None if ok else result)
         except (OSError, ValueError, EOFError, pickle.UnpicklingError):
             pass
@@ -145,18 +171,18 @@ class Scorer:
         with self._lock:
             if self._dead is None:
                 self._dead = (
-                    f"the scoring process exited (code {code}) before scoring every answer; the answers stored so "
+                    f"the {self.job} process exited (code {code}) before finishing its work; the answers stored so "
                     "far are kept: re-run the same command to resume"
                 )
-            pending, self._pending = self._pending, {}
+            pending, self._pending, self._parts = self._pending, {}, {}
         for fut in pending.values():
-            _settle(fut, None, ScorerError(self._dead))
+            _settle(fut, None, WorkerError(self._dead))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Let the child finish what it was sent and exit; kill it after ``timeout_s``."""
         with self._lock:
             if self._dead is None:
-                self._dead = "the scoring process was closed"
+                self._dead = f"the {self.job} process was closed"
         self._outbox.put(None)
         try:
             self._proc.wait(timeout_s)
@@ -191,6 +217,20 @@ class _Child:
     def score(self, name: str, request: Any, response: Any) -> Any:
         return self.task(name).score(request, response)
 
+    def build(self, specs: list[tuple[str, Any]], emit: Callable[[Any], None]) -> None:
+        """See ``Worker.build``. Every task is loaded (and counted) before the first is built, so the parent can
+        plan the whole run as soon as the first prompts arrive."""
+        tasks = [(self.registry.get(name), settings) for name, settings in specs]
+        counts = []
+        for task, settings in tasks:
+            counts.append(task.count_requests(settings))
+            emit(("count", task.name, counts[-1]))
+        for (task, settings), count in zip(tasks, counts, strict=True):
+            batch = _Batch(functools.partial(_send_requests, emit, task.name), count)
+            task.stream_requests(settings, batch.add)
+            batch.flush()
+            emit(("done", task.name))
+
     def summarize(self, name: str, run_dir: str) -> Any:
         from evalkit.store import RunStore, load_for_summary
 
@@ -203,6 +243,37 @@ class _Child:
         finally:
             del records
             _release_memory()  # hand the records' memory back before the parent reads its own copy
+
+
+def _send_requests(emit: Callable[[Any], None], name: str, reqs: list[Any]) -> None:
+    emit(("requests", name, reqs))
+
+
+class _Batch:
+    """Requests sent on in batches: the first at once, then whatever a build yielded within ``every_s`` (at most
+    ``size``), and the last of the ``expected`` at once (a build with ``--limit`` goes on, for the cache, after its
+    last request); so the parent gets each prompt within a few ms without a message per prompt."""
+
+    def __init__(
+        self, send: Callable[[list[Any]], None], expected: int, size: int = 64, every_s: float = 0.02
+    ) -> None:
+        self.send, self.expected, self.size, self.every_s = send, expected, size, every_s
+        self.items: list[Any] = []
+        self.added = 0
+        self.last = -float("inf")
+
+    def add(self, item: Any) -> None:
+        self.items.append(item)
+        self.added += 1
+        now = time.perf_counter()
+        if len(self.items) >= self.size or now - self.last >= self.every_s or self.added == self.expected:
+            self.flush()
+            self.last = now
+
+    def flush(self) -> None:
+        if self.items:
+            self.send(self.items)
+            self.items = []
 
 
 def _release_memory() -> None:
@@ -222,6 +293,9 @@ def _portable(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
+_STREAMING = {"build"}  # ops that get an ``emit`` for their parts
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes our stdin
     inp = sys.stdin.buffer
@@ -231,6 +305,8 @@ def main() -> None:
     child = _Child()
     while (msg := _read(inp)) is not None:
         call_id, op, args = msg
+        if op in _STREAMING:
+            args = (*args, lambda payload, call_id=call_id: _write(out, (call_id, "part", payload)))
         try:
             reply = (call_id, True, getattr(child, op)(*args))
         except Exception as e:

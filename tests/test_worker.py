@@ -1,4 +1,4 @@
-"""Scoring runs in a process of its own (evalkit/scorer.py): the process timing the requests never shares its GIL
+"""Scoring runs in a process of its own (evalkit/worker.py): the process timing the requests never shares its GIL
 with a scorer, a dying scorer is a clear error that keeps what was stored, and scores equal in-process ones."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 from evalkit.config import load_config
 from evalkit.errors import RunError
 from evalkit.runner import Runner
-from evalkit.scorer import Scorer, ScorerError
 from evalkit.store import load_for_summary
 from evalkit.tasks.base import GenParams, Request, Response
 from evalkit.tasks.registry import Registry
+from evalkit.worker import Worker, WorkerError
 
 PROBE_YAML = """\
 name: probe
@@ -112,10 +112,10 @@ def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_serve
     # a big run's records are read back twice for the summary (there, then here): never both at once
     import evalkit.runner as runner
 
-    started: list[Scorer] = []
+    started: list[Worker] = []
     alive_at_read_back: list[bool] = []
 
-    class Tracked(Scorer):
+    class Tracked(Worker):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             started.append(self)
@@ -124,7 +124,7 @@ def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_serve
         alive_at_read_back.append(any(s._proc.poll() is None for s in started))
         return load_for_summary(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "Scorer", Tracked)
+    monkeypatch.setattr(runner, "Worker", Tracked)
     monkeypatch.setattr(runner, "load_for_summary", read_back)
     res = run_probe(test_server.url, probe_dir, tmp_path / "run")
     assert res["summary"]["tasks"]["probe"]["metrics"]["n"]["value"] == 12
@@ -144,7 +144,7 @@ def test_scores_equal_in_process_scores_and_errors_come_back(probe_dir):
     task = Registry().get("gsm8k")
     reqs = task.build_requests(TaskSettings(limit=3))
     answers = [f"The answer is {reqs[0].target}.", "#### 7", ""]
-    scorer = Scorer()
+    scorer = Worker()
     try:
         for req, text in zip(reqs, answers, strict=True):
             resp = Response(text=text, finish_reason="stop", itl_ms=[1.0, 2.0])
@@ -153,5 +153,5 @@ def test_scores_equal_in_process_scores_and_errors_come_back(probe_dir):
             scorer.load("no-such-task").result(60)
     finally:
         scorer.close()
-    with pytest.raises(ScorerError, match="closed"):
+    with pytest.raises(WorkerError, match="closed"):
         scorer.score("gsm8k", Request("gsm8k", 0, 0, "p", GenParams(max_tokens=1)), Response(text="x")).result(5)
