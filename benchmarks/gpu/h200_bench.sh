@@ -4,13 +4,15 @@
 #   bench   benchmarks/bench_gsm8k.py: ROUNDS (default 5) interleaved rounds of the raw sweep and evalkit at defaults (and, with
 #           FIXED=N, evalkit at a fixed N), then lm-eval local-completions at the best raw concurrency -> $OUT/bench.json
 #   lmdefault  lm-eval local-completions at its default num_concurrent=1 on the same server -> $OUT/lmeval-c1.json
+#   cold    benchmarks/bench_fixed_costs.py on the live server: whole command with a cold and a warm prompt cache,
+#           ROUNDS (default 3) rounds, and with OLD=DIR the same interleaved with the evalkit of checkout DIR -> $OUT/cold.json
 set -uo pipefail
 . /root/stash/s/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
 export EVALKIT_CACHE_DIR=/root/evalkit-cache
 M=/root/models/smollm2-135m
 URL=http://127.0.0.1:8000
-case "${1:?serve|bench|lmdefault}" in
+case "${1:?serve|bench|lmdefault|cold}" in
 serve)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M \
@@ -30,5 +32,9 @@ lmdefault)
   curl -sf -X POST $URL/reset_prefix_cache && echo "prefix cache reset"
   python3 -m benchmarks.lm_eval_run --endpoint $URL/v1 --model smollm2-135m --num-concurrent 1 \
     | tail -1 | tee $OUT/lmeval-c1.json
+  ;;
+cold)
+  python3 -m benchmarks.bench_fixed_costs --endpoint $URL/v1 --rounds ${ROUNDS:-3} ${OLD:+--code $OLD} \
+    --json $OUT/cold.json 2>&1 | grep -v Warning
   ;;
 esac
