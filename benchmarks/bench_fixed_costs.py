@@ -59,7 +59,7 @@ def first_request_s(out: Path) -> float | None:
     """Seconds from the command's start to its first request: the laps before the request phase (process start-up
     included) plus the earliest request start within the phase."""
     t = json.loads((out / "summary.json").read_text())["timings_s"]
-    starts = [json.loads(line).get("start_s") for line in (out / "samples.jsonl").read_text().splitlines()]
+    starts = [json.loads(line).get("start_s") for line in (out / "samples.jsonl").read_bytes().splitlines()]
     starts = [x for x in starts if x is not None]
     if t.get("startup") is None or not starts:
         return None

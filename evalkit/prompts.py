@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.tasks.base import Request, TaskSettings
-from evalkit.worker import Worker, _settle
+from evalkit.worker import Worker, settle
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -54,7 +54,7 @@ class RequestStream:
             self._ended, self._error = True, error
             self._notify()
         if error is not None:
-            _settle(self.count, None, error)
+            settle(self.count, None, error)
 
     def _notify(self) -> None:  # under the lock
         if self._waiter is not None:
@@ -103,7 +103,7 @@ class PromptBuilder:
         kind, name, *rest = part
         stream = self.streams[name]
         if kind == "count":
-            _settle(stream.count, int(rest[0]), None)
+            settle(stream.count, int(rest[0]), None)
         elif kind == "requests":
             stream.feed(rest[0])
         elif kind == "done":

@@ -228,12 +228,12 @@ class Runner:
             self._scoring.load(task.name)
         # records are built and appended (fsync included) in one thread, off the event loop
         self._store_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
-        out_dir = self.cfg.output_dir
-        if out_dir is None and self.cfg.server is not None:
-            out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
-        if out_dir is not None:
-            RunStore(out_dir).ensure_writable()
         try:
+            out_dir = self.cfg.output_dir
+            if out_dir is None and self.cfg.server is not None:
+                out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
+            if out_dir is not None:  # before a server start: a bad output dir fails in seconds, not minutes
+                RunStore(out_dir).ensure_writable()
             base_url = self._endpoint(out_dir)
             if self.cfg.server is not None:
                 self._lap("server_start")

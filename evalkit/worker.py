@@ -63,7 +63,7 @@ def _read(inp: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
-def _settle(fut: Future[Any], result: Any, error: BaseException | None) -> None:
+def settle(fut: Future[Any], result: Any, error: BaseException | None) -> None:
     """Resolve ``fut`` unless its caller cancelled it meanwhile."""
     with contextlib.suppress(InvalidStateError):
         if error is None:
@@ -164,7 +164,7 @@ class Worker:
                 with self._lock:
                     fut = self._pending.pop(call_id)
                     self._parts.pop(call_id, None)
-                _settle(fut, result if ok else None, None if ok else result)
+                settle(fut, result if ok else None, None if ok else result)
         except (OSError, ValueError, EOFError, pickle.UnpicklingError):
             pass
         code = self._proc.wait()
@@ -176,7 +176,7 @@ class Worker:
                 )
             pending, self._pending, self._parts = self._pending, {}, {}
         for fut in pending.values():
-            _settle(fut, None, WorkerError(self._dead))
+            settle(fut, None, WorkerError(self._dead))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Let the child finish what it was sent and exit; kill it after ``timeout_s``."""
