@@ -33,8 +33,7 @@ class RequestStream:
     A build that fails ends the stream with its error, raised to the reader (and from ``count`` if not yet set).
     """
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self) -> None:
         self.count: Future[int] = Future()
         self._lock = threading.Lock()
         self._batches: deque[list[Request]] = deque()
@@ -94,7 +93,7 @@ class PromptBuilder:
     """
 
     def __init__(self, tasks_dirs: list[Path] | None, specs: list[tuple[str, TaskSettings]]) -> None:
-        self.streams = {name: RequestStream(name) for name, _ in specs}
+        self.streams = {name: RequestStream() for name, _ in specs}
         self._worker = Worker(tasks_dirs, job="prompt building")
         self.done = self._worker.build(specs, self._dispatch)
         self.done.add_done_callback(self._finished)

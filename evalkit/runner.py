@@ -215,7 +215,7 @@ class Runner:
         self.timings: dict[str, float | None] = {"startup": process_age_s()}
         self._t = time.perf_counter()
         tasks = self._tasks()
-        settings = {task.name: task_settings(task, self.cfg) for task in tasks}
+        self._settings = settings = {task.name: task_settings(task, self.cfg) for task in tasks}
         # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now
         # on, beside setup (and a server start), and each request is sent as it comes (evalkit/prompts.py)
         slow = [(task.name, settings[task.name]) for task in tasks if not task.quick_to_build(settings[task.name])]
@@ -267,7 +267,7 @@ class Runner:
     ) -> list[TaskRun]:
         plans = []
         for task in tasks:
-            settings = task_settings(task, self.cfg)
+            settings = self._settings[task.name]
             stream = self._builder.streams.get(task.name) if self._builder is not None else None
             if stream is not None:  # counted once lm-eval's task is loaded; requests come while they are built
                 plans.append(TaskRun(task, settings, stream.count.result(), stream))

@@ -92,6 +92,7 @@ class LmEvalTask(Task):
         self._config: dict[str, Any] | None = None
         self._lm_task: Any = None
         self._build_tasks: dict[int | None, Any] = {}
+        self._cache_keys: dict[int | None, str] = {}
         self._metrics_cache: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.version = str(spec.get("version") or self._base_config().get("metadata", {}).get("version", "0"))
@@ -156,12 +157,16 @@ class LmEvalTask(Task):
         return [f"{m},{f}" for f in filters for m in metrics]
 
     def _cache_key(self, num_fewshot: int | None) -> str:
-        blob = orjson.dumps(
-            [self.name, self.version, self.data_sha256, self.base_yaml.read_bytes().decode(), self.overrides,
-             num_fewshot, _lm_eval_version(), PROMPT_CACHE_FORMAT],
-            option=orjson.OPT_SORT_KEYS, default=str,
-        )
-        return hashlib.sha256(blob).hexdigest()[:32]
+        """Once per few-shot setting (asked again by the runner, the plan and the build)."""
+        key = self._cache_keys.get(num_fewshot)
+        if key is None:
+            blob = orjson.dumps(
+                [self.name, self.version, self.data_sha256, self.base_yaml.read_bytes().decode(), self.overrides,
+                 num_fewshot, _lm_eval_version(), PROMPT_CACHE_FORMAT],
+                option=orjson.OPT_SORT_KEYS, default=str,
+            )
+            key = self._cache_keys[num_fewshot] = hashlib.sha256(blob).hexdigest()[:32]
+        return key
 
     def _cache_path(self, num_fewshot: int | None) -> Path:
         return prompt_cache_dir() / f"{self.name}-{self._cache_key(num_fewshot)}.json"
