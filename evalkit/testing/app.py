@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 import zlib
 from dataclasses import dataclass
@@ -60,12 +61,29 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 def _auth(state: ServerState, request: web.Request) -> web.Response | None:
-    key = state.behaviour.api_key
-    if key is None:
+    b = state.behaviour
+    if b.api_key is not None:
+        wanted = f"Bearer {b.api_key}"
+    elif b.basic_auth is not None:
+        wanted = "Basic " + base64.b64encode(b.basic_auth.encode()).decode()
+    else:
         return None
-    if request.headers.get("Authorization", "") != f"Bearer {key}":
+    if request.headers.get("Authorization", "") != wanted:
         return error_response(401, "Unauthorized", "AuthenticationError")
     return None
+
+
+@web.middleware
+async def _front(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Notes every request in ``state.seen``; answers ``Behaviour.redirect``'s paths (all when it names none)
+    with a redirect of its status to the same path and query at its ``to`` origin."""
+    state = request.app[STATE_KEY]
+    state.seen.append((request.method, request.path, dict(request.headers)))
+    r = state.behaviour.redirect
+    if r is not None and (not r.get("paths") or request.path in r["paths"]):
+        return web.Response(status=int(r.get("status", 307)), headers={"Location": r["to"] + request.path_qs})
+    response: web.StreamResponse = await handler(request)
+    return response
 
 
 async def _sleep_until(deadline: float) -> None:
@@ -460,7 +478,7 @@ async def _test_stats(request: web.Request) -> web.Response:
 
 
 def build_app(state: ServerState) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024**2)
+    app = web.Application(client_max_size=64 * 1024**2, middlewares=[_front])
     app[STATE_KEY] = state
     app.router.add_get("/health", _health)
     app.router.add_get("/version", _version)

@@ -38,6 +38,11 @@ or ``{}`` = behave normally for that request)::
     {"stall_s": 1.5, "after_tokens": 4}      stop sending for 1.5 s after 4 tokens (default 0)
     {"null_content": True}                   content / text is null in every chunk, finishes normally
 
+Credentials and redirects: ``Behaviour(api_key=K)`` wants ``Bearer K`` on ``/v1``, ``basic_auth="user:pw"``
+HTTP Basic auth; ``redirect={"status": 307, "to": other.base_url, "paths": ["/metrics"]}`` answers those paths
+(all when ``paths`` is absent) with a redirect to the same path at ``to``. ``srv.seen`` lists every request
+received (method, path, headers), test endpoints included.
+
 Test endpoints: ``GET /_test/requests``, ``GET|POST /_test/faults``, ``GET|POST /_test/behaviour`` (JSON
 object of Behaviour fields), ``POST /_test/reset``, ``GET /_test/stats``.
 """
@@ -177,6 +182,11 @@ class TestServer:
     def requests(self) -> list[RecordedRequest]:
         """Snapshot of the generation requests received so far (entries update as they complete)."""
         return self.state.requests
+
+    @property
+    def seen(self) -> list[tuple[str, str, dict[str, str]]]:
+        """Every request received so far, any path: (method, path, headers)."""
+        return list(self.state.seen)
 
     def completed_count(self, prompt: str) -> int:
         """How many requests with this prompt (completions prompt or last user message) completed."""

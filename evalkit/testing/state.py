@@ -32,7 +32,9 @@ class Behaviour:
     answer_fn: AnswerFn | None = None  # (prompt, body, choice_index) -> full text, replaces the policy
     reasoning: str | None = None  # chat only: streamed first, as reasoning
     reasoning_field: str = "reasoning_content"  # or "reasoning" (the name newer vLLM sends)
-    api_key: str | None = None
+    api_key: str | None = None  # /v1 wants "Authorization: Bearer <api_key>"
+    basic_auth: str | None = None  # "user:password": /v1 wants it as HTTP Basic auth (when api_key is None)
+    redirect: dict[str, Any] | None = None  # {"status": 307, "to": "http://h:p", "paths": [...]}: see build_app
     max_num_seqs: int | None = None
     batch_knee: int | None = None  # beyond this many running requests, chunks slow in proportion: flat throughput
     knee_power: float = 1.0  # ... as (running / knee) ** knee_power: above 1, throughput falls past the knee
@@ -120,6 +122,7 @@ class ServerState:
         self.metrics = Metrics()
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
+        self.seen: list[tuple[str, str, dict[str, str]]] = []  # every request: method, path, headers
         self.inflight = 0
         self.max_concurrency_seen = 0
         self.arrivals: Counter[str] = Counter()
@@ -156,6 +159,7 @@ class ServerState:
     def reset(self) -> None:
         with self._lock:
             self._requests = []
+            self.seen = []
             self.max_concurrency_seen = self.inflight
             self.arrivals.clear()
             self.faults.clear()
