@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from evalkit.endpoint import server_root
+from evalkit.endpoint import credentials, server_root
 from evalkit.tasks.base import Request
 
 TEMPLATE_MARGIN = 64  # tokens a chat template may add around the messages
@@ -29,7 +29,7 @@ async def _count_tokens(
     else:
         body["prompt"] = req.prompt
     try:
-        async with session.post(root + "/tokenize", json=body, headers=headers,
+        async with session.post(root + "/tokenize", json=body, headers=headers, allow_redirects=False,
                                 timeout=aiohttp.ClientTimeout(total=30)) as r:
             if r.status != 200:
                 return None
@@ -58,7 +58,7 @@ async def clamp_max_tokens(
     need = [r for r in requests if r.gen.max_tokens + _byte_bound(r) > max_model_len]
     if not need:
         return requests, None
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = credentials(base_url, api_key)[1]
     counts: dict[str, int] = {}
     method = "tokenize"
     async with aiohttp.ClientSession() as session:

@@ -28,6 +28,7 @@ from tenacity import (
     stop_after_delay,
 )
 
+from evalkit.endpoint import credentials, redirect_error
 from evalkit.tasks.base import Request, Response
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -110,14 +111,13 @@ class Client:
         options: ClientOptions | None = None,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
+        base_url, auth = credentials(base_url, api_key)  # user:password@ or the API key -> Authorization
         self.url = base_url.rstrip("/") + ("/chat/completions" if kind == "chat" else "/completions")
         self.model = model
         self.kind = kind
         self.options = options or ClientOptions()
         self.extra_body = dict(extra_body or {})
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **auth}
         self._session: aiohttp.ClientSession | None = None
         self.t0 = time.perf_counter()
         self.chunks_received = 0  # text-carrying chunks so far, for throughput-driven concurrency
@@ -175,7 +175,12 @@ class Client:
         finish: str | None = None
         usage: dict[str, Any] | None = None
         try:
-            async with self._session.post(self.url, data=body, headers=self._headers, timeout=timeout) as resp:
+            async with self._session.post(
+                self.url, data=body, headers=self._headers, timeout=timeout, allow_redirects=False
+            ) as resp:
+                if 300 <= resp.status < 400:  # never followed: it may take the key elsewhere, or the POST as a GET
+                    where = resp.headers.get("Location")
+                    raise RequestRejected(redirect_error(resp.status, where, self.url), resp.status)
                 if resp.status != 200:
                     raw = await resp.read()
                     msg = _error_message(resp.status, raw)

@@ -1,12 +1,26 @@
-"""Where the server is and what it serves: URL normalisation and model discovery (through ``openai``)."""
+"""Where the server is and what it serves: URL normalisation, credentials, model discovery (through ``openai``).
+
+Credentials go to the endpoint's own origin and nowhere else: ``user:password@`` is taken out of the URL
+(:func:`credentials`) and sent, like the API key, only in the ``Authorization`` header, and no HTTP request
+evalkit makes follows a redirect (a redirect could take the header to another origin, or turn a POST into a
+GET): API requests fail with :func:`redirect_error`'s one line, metrics and health reads count as not served.
+"""
 
 from __future__ import annotations
 
+import base64
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit, urlunsplit
 
 from evalkit.errors import EndpointError
+from evalkit.redact import redact_url
+
+log = logging.getLogger(__name__)
 
 _SUFFIXES = ("/chat/completions", "/completions", "/models")
 
@@ -22,7 +36,9 @@ def normalize_base_url(url: str) -> str:
         raw = "http://" + raw
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EndpointError(f"endpoint {url!r} is not an http(s) URL; pass e.g. --endpoint http://127.0.0.1:8000/v1")
+        raise EndpointError(
+            f"endpoint {redact_url(url)!r} is not an http(s) URL; pass e.g. --endpoint http://127.0.0.1:8000/v1"
+        )
     path = parts.path.rstrip("/")
     for suffix in _SUFFIXES:
         if path.endswith(suffix):
@@ -33,19 +49,73 @@ def normalize_base_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+def _host_port(parts: SplitResult) -> tuple[str, str | None]:
+    """(``host:port`` of the URL, its ``user:password`` or None)."""
+    userinfo, at, host_port = parts.netloc.rpartition("@")
+    return host_port, (userinfo if at else None)
+
+
 def server_root(base_url: str) -> str:
-    """``http://h:p/v1`` -> ``http://h:p`` (where vLLM serves /health and /metrics)."""
+    """``http://h:p/v1`` -> ``http://h:p`` (where vLLM serves /health and /metrics), without credentials."""
     parts = urlsplit(base_url)
     path = parts.path[:-3] if parts.path.endswith("/v1") else parts.path
-    return urlunsplit((parts.scheme, parts.netloc, path.rstrip("/"), "", ""))
+    return urlunsplit((parts.scheme, _host_port(parts)[0], path.rstrip("/"), "", ""))
 
 
 def display_url(base_url: str) -> str:
-    """The URL without any credentials, for records."""
+    """The URL without credentials, query or fragment, for records and messages."""
     parts = urlsplit(base_url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit((parts.scheme, _host_port(parts)[0], parts.path, "", ""))
+
+
+def credentials(url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """(the URL without ``user:password@``, the headers that authenticate to it).
+
+    The API key, when one is set, goes as ``Authorization: Bearer``; else the URL's ``user:password`` as
+    HTTP Basic auth; else nothing is sent.
+
+    >>> credentials("http://u:p@h:1/v1", None)
+    ('http://h:1/v1', {'Authorization': 'Basic dTpw'})
+    """
+    parts = urlsplit(url)
+    host_port, userinfo = _host_port(parts)
+    bare = urlunsplit(parts._replace(netloc=host_port))
+    if api_key:
+        return bare, {"Authorization": f"Bearer {api_key}"}
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+        return bare, {"Authorization": f"Basic {token}"}
+    return bare, {}
+
+
+def redirect_error(status: int, location: str | None, url: str) -> str:
+    """The one line for a redirect (``Location``) that the request to ``url`` got and evalkit does not follow."""
+    try:
+        target = display_url(urljoin(url, location)) if location else "another URL"
+    except ValueError:  # not a URL (e.g. a broken IPv6 address)
+        target = "another URL"
+    return f"HTTP {status}: the endpoint redirected to {target} (use that URL as --endpoint)"
+
+
+def http_get(url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET ``url`` without following redirects: (status, body); (status, b"") for an HTTP error status or a
+    redirect; (0, b"") when unreachable."""
+    opener = urllib.request.build_opener(_NoRedirects)
+    try:
+        with opener.open(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), b""
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, b""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirect handler, refusing every redirect (the 3xx is then raised as an HTTPError)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -58,10 +128,23 @@ def list_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> 
     """``GET /v1/models`` through the openai package, with one-line errors for the usual mistakes."""
     import openai
 
-    client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s)
+    if api_key and _host_port(urlsplit(base_url))[1] is not None:
+        log.warning(
+            "evalkit: warning: the user:password in the endpoint URL is ignored: the API key (EVALKIT_API_KEY, "
+            "OPENAI_API_KEY or --api-key-file) is sent instead; unset it to send the URL's credentials"
+        )
+    base_url, headers = credentials(base_url, api_key)
     where = display_url(base_url)
     try:
-        raw = client.models.with_raw_response.list()
+        with openai.OpenAI(
+            base_url=base_url,
+            api_key=api_key or "EMPTY",
+            default_headers=headers,
+            max_retries=0,
+            timeout=timeout_s,
+            http_client=openai.DefaultHttpxClient(follow_redirects=False),
+        ) as client:
+            raw = client.models.with_raw_response.list()
     except openai.AuthenticationError:
         raise EndpointError(
             f"{where} answered 401 Unauthorized: the API key is wrong or missing; set EVALKIT_API_KEY "
@@ -78,6 +161,9 @@ def list_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> 
     except openai.APIConnectionError:
         raise EndpointError(f"cannot connect to {where}; is the server running and the host/port right?") from None
     except openai.APIStatusError as e:
+        if 300 <= e.status_code < 400:
+            location = e.response.headers.get("location")
+            raise EndpointError(redirect_error(e.status_code, location, str(e.response.request.url))) from None
         raise EndpointError(f"{where}/models answered HTTP {e.status_code}; check the server log") from None
     ctype = raw.headers.get("content-type", "")
     if "json" not in ctype:

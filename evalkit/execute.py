@@ -67,7 +67,7 @@ async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | None
     if not metrics_url:
         return {}
     try:
-        async with session.get(metrics_url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+        async with session.get(metrics_url, timeout=aiohttp.ClientTimeout(total=2), allow_redirects=False) as r:
             if r.status != 200:
                 return {}
             text = await r.text()

@@ -24,12 +24,11 @@ from __future__ import annotations
 import math
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalkit.endpoint import http_get
 from evalkit.sampler import PeriodicSampler
 
 Labels = dict[str, str]
@@ -137,19 +136,14 @@ def scrape(
     only: Iterable[str] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Snapshot | None:
-    """GET ``{base_url}/metrics`` and parse it; None when the endpoint is missing or unreachable.
+    """GET ``{base_url}/metrics`` and parse it; None when the endpoint is missing, unreachable or redirects.
 
     >>> scrape("http://127.0.0.1:9")  # nothing listens on the discard port
     """
-    req = urllib.request.Request(base_url.rstrip("/") + "/metrics", headers=dict(headers or {}))
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            if resp.status != 200:
-                return None
-            text = resp.read().decode("utf-8", errors="replace")
-    except (urllib.error.URLError, OSError, ValueError):
-        return None  # HTTPError (404) is a URLError; connection refused / timeouts are OSErrors
-    return parse_text(text, only)
+    status, body = http_get(base_url.rstrip("/") + "/metrics", headers, timeout)  # follows no redirect
+    if status != 200:
+        return None
+    return parse_text(body.decode("utf-8", errors="replace"), only)
 
 
 # ---------------------------------------------------------------------------------------------- histograms

@@ -22,13 +22,14 @@ from evalkit import __version__
 from evalkit.clamp import clamp_max_tokens, merge_clamps
 from evalkit.client import Client, ClientOptions
 from evalkit.config import RunConfig
-from evalkit.endpoint import display_url, list_models, normalize_base_url, resolve_model, server_root
+from evalkit.endpoint import credentials, display_url, list_models, normalize_base_url, resolve_model, server_root
 from evalkit.errors import ConfigError, RunError, ServerError
 from evalkit.execute import ExecStats, execute
 from evalkit.gpu import GpuSampler
 from evalkit.prom import MetricsSampler, delta, scrape
 from evalkit.prompts import PromptBuilder, RequestStream
 from evalkit.records import SCHEMA_VERSION, MetricValue, SampleRecord
+from evalkit.redact import redact_argv
 from evalkit.stats import percentile, speed_summary
 from evalkit.store import RunStore, iter_sample_dicts, load_for_summary
 from evalkit.tasks.base import Request, Response, Score, Task, TaskSettings
@@ -284,7 +285,7 @@ class Runner:
             "evalkit_version": __version__,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "finished_at": None,
-            "command": [Path(self.argv[0]).name, *self.argv[1:]],
+            "command": redact_argv([Path(self.argv[0]).name, *self.argv[1:]]),
             "endpoint": {"base_url": display_url(base_url), "kind": kind},
             "model": model,
             "concurrency": self.cfg.concurrency,
@@ -416,7 +417,7 @@ class Runner:
         if self.cfg.max_length is not None:
             extra["truncate_prompt_tokens"] = max(1, self.cfg.max_length - (p.settings.max_tokens or 0))
         root = server_root(base_url)
-        auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        auth = credentials(base_url, api_key)[1]
         before = scrape(root, headers=auth)
         self._lap(f"{task.name}.before_requests")
         with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:

@@ -27,21 +27,20 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from evalkit.endpoint import http_get
 from evalkit.gpu import gpu_info
+from evalkit.redact import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 
 Launcher = Literal["serve", "module"]
 MODULE = "vllm.entrypoints.openai.api_server"
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 LOG_TAIL_LINES = 30
 EVALKIT_NOTE = "[evalkit "  # prefix of the lines evalkit itself writes into server.log
 # flags evalkit sets itself; giving them in extra_args would contradict what evalkit polls and records
@@ -205,29 +204,6 @@ def build_argv(cfg: ServerConfig, port: int, launcher: Launcher | None = None) -
     for flag, value in _flag_values(cfg):
         argv += [flag] if value is None else [flag, value]
     return argv + list(cfg.extra_args)
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Values of keys containing KEY, TOKEN, SECRET or PASSWORD become "***"."""
-    return {k: "***" if any(w in k.upper() for w in SECRET_WORDS) else v for k, v in env.items()}
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """Values of flags such as --api-key / --hf-token become "***" (``--tokenizer-mode`` is left alone)."""
-
-    def secret(flag: str) -> bool:
-        return flag.startswith("--") and any(p.upper() in SECRET_WORDS for p in flag[2:].split("-"))
-
-    out: list[str] = []
-    for i, arg in enumerate(argv):
-        flag, eq, _ = arg.partition("=")
-        if eq and secret(flag):
-            out.append(flag + "=***")
-        elif i > 0 and secret(argv[i - 1]) and "=" not in argv[i - 1] and not arg.startswith("--"):
-            out.append("***")
-        else:
-            out.append(arg)
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ ports
@@ -459,14 +435,7 @@ class VLLMServer:
         headers = {}
         if self.cfg.api_key is not None:
             headers["Authorization"] = f"Bearer {self.cfg.api_key.get_secret_value()}"
-        req = urllib.request.Request(self.base_url + path, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return int(resp.status), resp.read()
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), b""
-        except (urllib.error.URLError, OSError, ValueError):
-            return 0, b""
+        return http_get(self.base_url + path, headers, timeout)
 
     def _probe(self) -> list[str] | None:
         """Model ids once /health is 200 and /v1/models answers; None while not ready."""

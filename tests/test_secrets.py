@@ -58,8 +58,7 @@ def invoke(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     return res.exit_code, res.stdout + res.stderr
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
+def searched_tree(tmp_path: Path) -> Path:
     """The searched tree: the run dir and the prompt cache (seeded from the user's, so no cold build)."""
     root = tmp_path / "work"
     cache = prompt_cache_dir()
@@ -67,6 +66,11 @@ def work(tmp_path: Path) -> Path:
         shutil.copytree(cache, root / "cache" / "prompts")
     root.mkdir(exist_ok=True)
     return root
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    return searched_tree(tmp_path)
 
 
 @pytest.mark.parametrize("source", ["OPENAI_API_KEY", "--api-key-file"])

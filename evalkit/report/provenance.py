@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from evalkit.redact import redact_argv
 from evalkit.report.common import KV, compact_json
 from evalkit.report.store import RunData, as_dict, as_list, as_num, as_str
 
@@ -35,7 +36,7 @@ def argv_str(argv: Any) -> str | None:
     items = as_list(argv)
     if not items:
         return None
-    return shlex.join(str(a) for a in items)
+    return shlex.join(redact_argv([str(a) for a in items]))  # also for run dirs recorded before redaction
 
 
 def gpu_summary(gpus: Any) -> str | None:
