@@ -29,6 +29,10 @@ class DataError(EvalkitError):
     pass
 
 
+class StoreError(EvalkitError):
+    """The run dir could not be written (disk full, I/O error) or read back; what it held before is kept."""
+
+
 class RunError(EvalkitError):
     """The run finished but did not meet its bar (e.g. error rate); everything computed was written."""
 

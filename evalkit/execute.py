@@ -26,12 +26,17 @@ class Limiter:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.active = 0
+        self.closed = False
         self._cond = asyncio.Condition()
 
-    async def acquire(self) -> None:
+    async def acquire(self) -> bool:
+        """Wait for a slot and take it; False (no slot taken) once closed, also for those already waiting."""
         async with self._cond:
-            await self._cond.wait_for(lambda: self.active < self.limit)
+            await self._cond.wait_for(lambda: self.closed or self.active < self.limit)
+            if self.closed:
+                return False
             self.active += 1
+            return True
 
     async def release(self) -> None:
         async with self._cond:
@@ -41,6 +46,11 @@ class Limiter:
     async def set_limit(self, limit: int) -> None:
         async with self._cond:
             self.limit = limit
+            self._cond.notify_all()
+
+    async def close(self) -> None:
+        async with self._cond:
+            self.closed = True
             self._cond.notify_all()
 
 
@@ -269,8 +279,9 @@ async def execute(
 
     A request's slot is freed as soon as its answer is in, so slow scoring never lowers the concurrency the
     server sees; at most ``backlog`` answers wait for ``on_done`` before sending pauses (memory stays bounded).
-    When the run stops early (an ``on_done`` raised, or it was interrupted), requests in flight are cancelled but
-    answers already in finish their ``on_done``: nothing already computed is dropped."""
+    When the run stops early (it was interrupted, or an ``on_done`` raised: then nothing more is sent and that
+    error is raised), requests in flight are cancelled but answers already in finish their ``on_done``: nothing
+    already computed is dropped."""
     stats = ExecStats()
     auto = (
         AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
@@ -294,6 +305,7 @@ async def execute(
     auto_task = asyncio.create_task(auto.run(limiter, client, stats, t0)) if auto else None
     pending: set[asyncio.Task[None]] = set()
     answered: set[asyncio.Task[None]] = set()  # tasks past their request, in on_done
+    failed: list[Exception] = []  # errors of on_done (e.g. the store could not write): sending stops at the first
 
     async def one(req: Request) -> None:
         try:
@@ -309,6 +321,9 @@ async def execute(
             result = on_done(req, resp)
             if inspect.isawaitable(result):
                 await result
+        except Exception as e:
+            failed.append(e)
+            await limiter.close()  # the sender stops at once, also while it waits for a slot
         finally:
             await unfinished.release()
 
@@ -316,11 +331,17 @@ async def execute(
     try:
         while True:
             await unfinished.acquire()
-            await limiter.acquire()
+            if not await limiter.acquire():  # closed: an on_done failed, send no more
+                await unfinished.release()
+                break
             waited = time.perf_counter()
             try:
                 req = await source.__anext__()
             except StopAsyncIteration:
+                await limiter.release()
+                await unfinished.release()
+                break
+            if failed:  # while the next request was coming
                 await limiter.release()
                 await unfinished.release()
                 break
@@ -331,8 +352,10 @@ async def execute(
             pending.add(task)
             task.add_done_callback(pending.discard)
             task.add_done_callback(answered.discard)
-        while pending:
-            await asyncio.gather(*list(pending))
+        while pending and not failed:
+            await asyncio.wait(list(pending), return_when=asyncio.FIRST_COMPLETED)
+        if failed:
+            raise failed[0]
     finally:
         await source.aclose()
         for t in (lag_task, auto_task, *(p for p in pending if p not in answered)):

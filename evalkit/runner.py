@@ -31,7 +31,7 @@ from evalkit.prompts import PromptBuilder, RequestStream
 from evalkit.records import SCHEMA_VERSION, MetricValue, SampleRecord
 from evalkit.redact import redact_argv
 from evalkit.stats import percentile, speed_summary
-from evalkit.store import RunStore, iter_sample_dicts, load_for_summary
+from evalkit.store import RunStore, load_for_summary, write_error
 from evalkit.tasks.base import Request, Response, Score, Task, TaskSettings
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
@@ -229,12 +229,13 @@ class Runner:
             self._scoring.load(task.name)
         # records are built and appended (fsync included) in one thread, off the event loop
         self._store_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        store: RunStore | None = None
         try:
             out_dir = self.cfg.output_dir
             if out_dir is None and self.cfg.server is not None:
                 out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
-            if out_dir is not None:  # before a server start: a bad output dir fails in seconds, not minutes
-                RunStore(out_dir).ensure_writable()
+            if out_dir is not None:  # owned before a server start (its log goes there): a bad or busy output dir
+                store = RunStore(out_dir).lock()  # fails in seconds, not minutes, and before anything is changed
             base_url = self._endpoint(out_dir)
             if self.cfg.server is not None:
                 self._lap("server_start")
@@ -244,10 +245,8 @@ class Runner:
             models = list_models(base_url, api_key, timeout_s=self.cfg.connect_timeout_s)
             wanted = self.cfg.model or (self.cfg.server.expected_model_name if self.cfg.server else None)
             served = resolve_model(models, wanted, base_url)
-            if out_dir is None:
-                out_dir = default_output_dir(self.cfg, served.id)
-            store = RunStore(out_dir)
-            store.ensure_writable()
+            if store is None:
+                store = RunStore(default_output_dir(self.cfg, served.id)).lock()
             self._lap("setup")
             return self._run_tasks(tasks, base_url, api_key, served.id, served.max_model_len, store)
         finally:
@@ -257,6 +256,8 @@ class Runner:
             self._scoring.close()
             if self.server is not None:
                 self.server.stop()
+            if store is not None:
+                store.unlock()
 
     def _lap(self, phase: str) -> None:
         now = time.perf_counter()
@@ -306,12 +307,11 @@ class Runner:
         }
 
     def _check_resume(self, store: RunStore, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        if self.cfg.fresh:  # whatever the dir holds, readable or not
+            store.discard()
+            return None
         old = store.read_manifest()
         if old is None:
-            return None
-        if self.cfg.fresh:
-            for p in (store.samples_path, store.summary_path):
-                p.unlink(missing_ok=True)
             return None
         if fingerprint(old) != fingerprint(manifest):
             raise ConfigError(
@@ -332,15 +332,18 @@ class Runner:
             manifest["created_at"] = old.get("created_at", manifest["created_at"])
             manifest["resumed_at"] = [*old.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         store.write_manifest(manifest)
-        by_name = {p.task.name: p for p in plans}
-        for d in iter_sample_dicts(store.samples_path):  # streamed: a resumed big run is not loaded whole
-            plan = by_name.get(d.get("task", ""))
-            if plan is not None and d.get("status") != "api_error":
-                plan.done_keys.add(d["key"])
-        summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tasks": {}, "timings_s": self.timings}
-        self._lap("resume_check")
-        store.open()
+        store.open()  # streams the samples (a resumed big run is not loaded whole): the keys already answered
         try:
+            if store.quarantined:
+                print(
+                    f"evalkit: {store.quarantined} unreadable line(s) of {store.samples_path} moved to "
+                    f"{store.corrupt_path}; a request whose answer they held is sent again",
+                    file=sys.stderr, flush=True,
+                )
+            for p in plans:
+                p.done_keys = store.completed.get(p.task.name, set())
+            summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tasks": {}, "timings_s": self.timings}
+            self._lap("resume_check")
             for p in plans:
                 summary["tasks"][p.task.name] = self._run_one(
                     p, base_url, api_key, model, max_model_len, store, last=p is plans[-1]
@@ -481,7 +484,13 @@ class Runner:
             from evalkit.report import render_run
         except ImportError:
             return
-        render_run(store.dir)
+        try:
+            render_run(store.dir)
+        except OSError as e:
+            raise write_error(
+                store.dir / "report.html", e, f"the run is complete and {store.summary_path} is intact; free space "
+                f"and run: evalkit report {store.dir}"
+            ) from None
 
     def _check_errors(self, summary: dict[str, Any]) -> None:
         for name, t in summary["tasks"].items():

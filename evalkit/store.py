@@ -1,15 +1,23 @@
 """The run directory: the source of truth every downstream tool reads.
 
-- ``manifest.json``: written at start and rewritten at the end, atomically.
+- ``manifest.json``: written at start and rewritten at the end, atomically; on resume, one that is not JSON or
+  not shaped as evalkit writes it is a one-line error naming the file and ``--fresh``.
 - ``samples.jsonl``: append-only, one record per completed request, written through to the OS per record (a
   killed evalkit loses nothing) and fsynced at most every ``sync_interval_s`` and on close (a power cut loses
-  at most that much); a torn last line (crash mid-write) is ignored on read. Appends are thread-safe.
-- ``summary.json``: written atomically at the end.
+  at most that much); a torn last line (crash mid-write) is ignored on read and cut on open. A failed write
+  (disk full) is cut back to the last whole record and raised as a one-line ``StoreError``. Opening for a run
+  moves lines that are not sample records (a garbage line mid-file) to ``samples.corrupt.jsonl``. Appends are
+  thread-safe.
+- ``summary.json``: written atomically at the end (a failed write leaves the previous one whole).
+- ``.evalkit.lock``: a run owns its dir through an OS lock (``flock``) on this file, which holds its pid; the OS
+  releases it when the process ends in any way, so a killed run leaves no lock behind. Readers do not lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import tempfile
 import threading
@@ -20,24 +28,36 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, StoreError
 from evalkit.records import SampleRecord
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
+CORRUPT = "samples.corrupt.jsonl"
+LOCK = ".evalkit.lock"
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to ``path`` via a temp file in the same folder and ``os.replace``."""
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _replace_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``: a failed write leaves
+    the previous file whole and no temp file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are as readable as report.html
         os.replace(tmp, path)
     except BaseException:
@@ -46,24 +66,46 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to ``path`` atomically (see ``_replace_atomic``)."""
+    _replace_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    _replace_atomic(path, text.encode("utf-8"))
+
+
+def write_error(path: Path, err: OSError, then: str) -> StoreError:
+    """The one-line error for a failed write of ``path``; ``then`` says what was kept and what to do."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "no space left on device (disk full)"
+    else:
+        what = err.strerror or str(err)
+    return StoreError(f"could not write {path}: {what}; {then}")
 
 
 def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def manifest_problem(m: Any) -> str | None:
+    """What makes ``m`` unlike a manifest evalkit writes (the parts a resume reads), or None."""
+    if not isinstance(m, dict):
+        return f"it is {_json_type(m)}, not an object"
+    for name, kind in (("model", str), ("endpoint", dict), ("tasks", dict), ("created_at", str), ("resumed_at", list)):
+        if name in m and not isinstance(m[name], kind):
+            return f'"{name}" is {_json_type(m[name])}, not {_json_type(kind())}'
+    for name, task in (m.get("tasks") or {}).items():
+        if not isinstance(task, dict):
+            return f'task "{name}" is {_json_type(task)}, not an object'
+    if not all(isinstance(t, str) for t in m.get("resumed_at") or ()):
+        return '"resumed_at" holds something other than strings'
+    return None
 
 
 def iter_sample_dicts(path: Path) -> Iterator[dict[str, Any]]:
@@ -87,16 +129,21 @@ class RunStore:
 
     Example::
 
-        store = RunStore(Path("reports/run1")).open()
+        store = RunStore(Path("reports/run1")).lock()   # owned by this process until unlock() or exit
+        store.open()                                     # store.completed: keys answered by earlier runs
         store.append(record)
     """
 
     def __init__(self, run_dir: Path, sync_interval_s: float = 1.0) -> None:
         self.dir = Path(run_dir)
         self.sync_interval_s = sync_interval_s
-        self._fh: Any = None
+        self._fd: int | None = None
+        self._size = 0  # bytes of whole records in samples.jsonl
         self._lock = threading.Lock()
-        self._synced = 0.0
+        self._lock_fd: int | None = None
+        self._synced = -float("inf")  # the first append is fsynced (time.monotonic() may start near 0)
+        self.completed: dict[str, set[str]] = {}  # task -> keys stored with an answer (not api_error)
+        self.quarantined = 0  # unreadable lines moved to samples.corrupt.jsonl by open()
 
     @property
     def manifest_path(self) -> Path:
@@ -110,6 +157,13 @@ class RunStore:
     def summary_path(self) -> Path:
         return self.dir / SUMMARY
 
+    @property
+    def corrupt_path(self) -> Path:
+        return self.dir / CORRUPT
+
+    def _not_writable(self, e: OSError) -> ConfigError:
+        return ConfigError(f"output dir {self.dir} is not writable ({e.strerror}); pass another --output-dir")
+
     def ensure_writable(self) -> None:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -117,14 +171,55 @@ class RunStore:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as e:
-            raise ConfigError(
-                f"output dir {self.dir} is not writable ({e.strerror}); pass another --output-dir"
-            ) from None
+            raise self._not_writable(e) from None
 
+    # -- ownership -----------------------------------------------------------------------------------------
+    def lock(self) -> RunStore:
+        """Own the run dir (creating it) before anything in it is changed: an exclusive ``flock`` on
+        ``.evalkit.lock``, which then holds this pid. Another run holding it is a ConfigError naming its pid."""
+        path = self.dir / LOCK
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise self._not_writable(e) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _holder(fd) if e.errno in (errno.EWOULDBLOCK, errno.EACCES) else None
+            os.close(fd)
+            if holder is None:
+                raise ConfigError(f"cannot lock {path} ({e.strerror}); pass an --output-dir on a local disk") from None
+            raise ConfigError(
+                f"{self.dir} is in use by another evalkit run (pid {holder}); wait for it to finish, "
+                "or pass another --output-dir"
+            ) from None
+        with contextlib.suppress(OSError):  # the pid is for messages only: the lock holds without it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+        return self
+
+    def unlock(self) -> None:
+        """Give the run dir up (the OS does the same when the process ends)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # releases the flock
+
+    # -- samples -------------------------------------------------------------------------------------------
     def open(self) -> RunStore:
+        """Open samples.jsonl for appending: cut a torn last line, move unreadable lines (not sample records)
+        to samples.corrupt.jsonl (``quarantined`` counts them) and collect ``completed``."""
         self.ensure_writable()
         self._repair_torn_tail()
-        self._fh = open(self.samples_path, "ab")  # noqa: SIM115 - closed in close()
+        bad = self._scan()
+        if bad:
+            self._quarantine(bad)
+        self.quarantined = len(bad)
+        self._fd = os.open(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
         return self
 
     def _repair_torn_tail(self) -> None:
@@ -139,35 +234,134 @@ class RunStore:
         with open(p, "r+b") as f:
             f.truncate(cut)
 
+    def _scan(self) -> set[int]:
+        """Validate every line of samples.jsonl as a SampleRecord, filling ``completed``; the numbers of the
+        lines that are not one."""
+        self.completed = {}
+        bad: set[int] = set()
+        if not self.samples_path.exists():
+            return bad
+        with open(self.samples_path, "rb") as f:
+            for i, line in enumerate(f):
+                if not line.strip():
+                    continue
+                try:
+                    rec = SampleRecord.model_validate_json(line)
+                except ValidationError:
+                    bad.add(i)
+                    continue
+                if rec.status != "api_error":  # failed requests are sent again
+                    self.completed.setdefault(rec.task, set()).add(rec.key)
+        return bad
+
+    def _quarantine(self, bad: set[int]) -> None:
+        """Append lines ``bad`` to samples.corrupt.jsonl and rewrite samples.jsonl without them (atomically)."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{SAMPLES}.", dir=self.dir)
+        try:
+            with (
+                open(self.samples_path, "rb") as src,
+                os.fdopen(fd, "wb") as good,
+                open(self.corrupt_path, "ab") as junk,
+            ):
+                for i, line in enumerate(src):
+                    (junk if i in bad else good).write(line)
+                for f in (good, junk):
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.samples_path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise write_error(self.dir / CORRUPT, e, f"{SAMPLES} was left as it was; free space and re-run") from None
+
     def append(self, record: SampleRecord) -> None:
+        """Write one record through to the OS. A failed write is cut back to the last whole record and raised
+        as a StoreError: no torn line is left."""
         line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
         with self._lock:
-            self._fh.write(line)
-            self._fh.flush()
-            now = time.monotonic()
-            if now - self._synced >= self.sync_interval_s:
-                os.fsync(self._fh.fileno())
-                self._synced = now
+            if self._fd is None:
+                raise ValueError("RunStore.append before open()")
+            try:
+                _write_all(self._fd, line)
+                now = time.monotonic()
+                if now - self._synced >= self.sync_interval_s:
+                    os.fsync(self._fd)
+                    self._synced = now
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._size)
+                raise write_error(
+                    self.samples_path,
+                    e,
+                    "the answers stored before are kept; free space and re-run the same command to resume",
+                ) from None
+            self._size += len(line)
 
     def close(self) -> None:
         with self._lock:
-            if self._fh is not None:
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
-                self._fh.close()
-                self._fh = None
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise write_error(self.samples_path, e, "re-run the same command to resume") from None
+            finally:
+                os.close(fd)
 
     def records(self) -> list[SampleRecord]:
         return [SampleRecord.model_validate(d) for d in iter_sample_dicts(self.samples_path)]
 
+    def discard(self) -> None:
+        """Delete what a run stored (samples, quarantined lines, summary); the manifest is rewritten by the next."""
+        for p in (self.samples_path, self.corrupt_path, self.summary_path):
+            p.unlink(missing_ok=True)
+
+    # -- manifest and summary ------------------------------------------------------------------------------
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        write_json_atomic(self.manifest_path, manifest)
+        self._write_json(self.manifest_path, manifest)
 
     def read_manifest(self) -> dict[str, Any] | None:
-        return read_json(self.manifest_path) if self.manifest_path.exists() else None
+        """The manifest of the run in this dir, None if there is none. One that cannot be read, is not JSON or
+        is not shaped as evalkit writes it is a one-line ConfigError naming the file and ``--fresh``."""
+        path = self.manifest_path
+        if not path.exists():
+            return None
+        try:
+            manifest = read_json(path)
+            problem = manifest_problem(manifest)
+        except orjson.JSONDecodeError as e:
+            problem = f"not valid JSON: {e}"
+        except OSError as e:
+            problem = e.strerror or str(e)
+        if problem is not None:
+            raise ConfigError(
+                f"{path} is unreadable ({problem}); pass --fresh to start the run over (its samples are "
+                "discarded), or choose another --output-dir"
+            )
+        return manifest
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json_atomic(self.summary_path, summary)
+        self._write_json(self.summary_path, summary)
+
+    def _write_json(self, path: Path, obj: Any) -> None:
+        try:
+            write_json_atomic(path, obj)
+        except OSError as e:
+            raise write_error(
+                path, e, f"{path.name} was left as it was; free space and re-run the same command"
+            ) from None
+
+
+def _holder(fd: int) -> str:
+    """The pid written in a lock file held by another process (it writes it just after locking)."""
+    for _ in range(20):
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return text
+        time.sleep(0.025)
+    return "unknown"
 
 
 def load_for_summary(
