@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -16,7 +16,7 @@ tasks_app = typer.Typer(no_args_is_help=True, help="List and inspect tasks.")
 app.add_typer(tasks_app, name="tasks")
 
 
-def _fail(err: EvalkitError) -> None:
+def _fail(err: EvalkitError) -> NoReturn:
     typer.echo(f"evalkit: error: {err}", err=True)
     raise typer.Exit(err.exit_code)
 
@@ -176,7 +176,7 @@ def tasks_show(
 @app.command()
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="One run dir (single report) or several (comparison).")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output HTML file.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output HTML file, or a folder to write report.html / compare.html into.")] = None,
 ) -> None:
     """Render report.html from run dirs alone (no network)."""
     from evalkit.report import render_compare, render_run
@@ -184,10 +184,16 @@ def report(
     for d in run_dirs:
         if not (d / "summary.json").exists() and not (d / "samples.jsonl").exists():
             _fail(EvalkitError(f"{d} is not a run dir (no summary.json or samples.jsonl); pass the folder of a run"))
-    if len(run_dirs) == 1:
-        path = render_run(run_dirs[0], output)
-    else:
-        path = render_compare(run_dirs, output or Path("compare.html"))
+    single = len(run_dirs) == 1
+    name = "report.html" if single else "compare.html"
+    target = output / name if output is not None and output.is_dir() else output
+    try:
+        path = render_run(run_dirs[0], target) if single else render_compare(run_dirs, target or Path(name))
+    except OSError as e:
+        where = target or run_dirs[0] / name
+        blocked = e.filename is not None and Path(e.filename) in Path(where).parents  # a folder on the way
+        why = f"{e.strerror}: {e.filename}" if blocked else e.strerror or e
+        _fail(EvalkitError(f"cannot write the report to {where} ({why}); pass -o a writable file path"))
     typer.echo(str(path))
 
 

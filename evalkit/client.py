@@ -13,6 +13,7 @@ live here and only here (tenacity), and the SDK's own retries are never used for
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 import time
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ from evalkit.endpoint import credentials, redirect_error
 from evalkit.tasks.base import Request, Response
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+OUT_OF_DESCRIPTORS = (
+    "client error: evalkit's process ran out of file descriptors (Too many open files), not a server failure; "
+    "raise its limit (ulimit -n) or lower --concurrency"
+)
 
 
 class RequestFailed(Exception):
@@ -240,6 +245,8 @@ class Client:
         except asyncio.TimeoutError as e:
             raise RequestFailed(f"timed out ({type(e).__name__}): no data within the idle/total timeout") from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+            if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):  # retried: others free theirs
+                raise RequestFailed(OUT_OF_DESCRIPTORS) from None
             raise RequestFailed(f"connection error: {type(e).__name__}: {e}") from None
         except orjson.JSONDecodeError as e:
             raise RequestFailed(f"malformed event from server: {e}") from None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,19 +15,26 @@ import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from evalkit.errors import ConfigError
+from evalkit.errors import ConfigError, warn
 from evalkit.server import ServerConfig
+
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
+# EVALKIT_* variables read outside RunConfig: the prompt cache (evalkit/tasks/prompt_cache.py), the download cache
+# of scripts/setup_vllm_cpu.sh, the model of scripts/demo.sh and the vllm tests, the browser tests' Chromium
+OTHER_ENV = frozenset({"EVALKIT_CACHE_DIR", "EVALKIT_CACHE", "EVALKIT_VLLM_MODEL", "EVALKIT_CHROMIUM"})
 
 
 class RunConfig(BaseSettings):
-    """Everything a run needs. Unknown keys are refused.
+    """Everything a run needs. Unknown keys are refused, and so are non-finite numbers (nan, inf).
 
     Example::
 
         cfg = load_config(cli={"tasks": ["gsm8k"], "endpoint": "http://127.0.0.1:8000/v1", "limit": 50})
     """
 
-    model_config = SettingsConfigDict(env_prefix="EVALKIT_", extra="forbid", env_nested_delimiter="__")
+    model_config = SettingsConfigDict(
+        env_prefix="EVALKIT_", extra="forbid", env_nested_delimiter="__", allow_inf_nan=False
+    )
 
     tasks: list[str] = Field(default_factory=list)
     endpoint: str | None = None
@@ -67,6 +76,13 @@ class RunConfig(BaseSettings):
             raise ValueError("must be a positive integer or 'auto'")
         return v
 
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int | None) -> int | None:
+        if v is not None and not SEED_MIN <= v <= SEED_MAX:
+            raise ValueError(f"must fit in a signed 64-bit integer ({SEED_MIN}..{SEED_MAX}, vLLM's range)")
+        return v
+
     @field_validator("chat_template_kwargs", mode="before")
     @classmethod
     def _ctk(cls, v: Any) -> Any:
@@ -91,6 +107,28 @@ class RunConfig(BaseSettings):
         if self.api_key is not None:
             return self.api_key.get_secret_value()
         return os.environ.get("OPENAI_API_KEY") or None
+
+
+def _env_names() -> tuple[set[str], tuple[str, ...]]:
+    """The EVALKIT_* names RunConfig reads (a nested setting as ``EVALKIT_SERVER__FIELD``) and the prefixes under
+    which a mapping setting takes its keys (``EVALKIT_SERVER__ENV__NAME``)."""
+    names = {f"EVALKIT_{f.upper()}" for f in RunConfig.model_fields} | {
+        f"EVALKIT_SERVER__{f.upper()}" for f in ServerConfig.model_fields
+    }
+    return names | OTHER_ENV, ("EVALKIT_CHAT_TEMPLATE_KWARGS__", "EVALKIT_SERVER__ENV__")
+
+
+def warn_unknown_env(environ: Mapping[str, str]) -> None:
+    """One warning line for each ``EVALKIT_*`` variable evalkit does not read (a typo is otherwise ignored
+    silently), naming the closest known variable."""
+    known, prefixes = _env_names()
+    for var in sorted(environ):
+        name = var.upper()
+        if not name.startswith("EVALKIT_") or name in known or name.startswith(prefixes):
+            continue
+        close = difflib.get_close_matches(name[8:], sorted(k[8:] for k in known), n=1)
+        hint = f"did you mean EVALKIT_{close[0]}?" if close else "evalkit run --help lists the settings"
+        warn(f"environment variable {var} is not an evalkit setting and is ignored; {hint}")
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -127,6 +165,7 @@ def _one_line(err: ValidationError, source: str) -> str:
 
 def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConfig:
     """Merge CLI values (None = not given) over the config file, over EVALKIT_* env, over defaults."""
+    warn_unknown_env(os.environ)
     merged: dict[str, Any] = read_config_file(config_file) if config_file else {}
     for key, value in cli.items():
         if value is None or value == [] or (value is False and key in ("fresh",)):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class EvalkitError(Exception):
     """A problem with the user's input or environment; the CLI prints it as one line and exits 2."""
@@ -37,3 +39,8 @@ class RunError(EvalkitError):
     """The run finished but did not meet its bar (e.g. error rate); everything computed was written."""
 
     exit_code = 1
+
+
+def warn(message: str) -> None:
+    """One line on stderr, ``evalkit: warning: MESSAGE``: something the user should know, not a reason to stop."""
+    print(f"evalkit: warning: {message}", file=sys.stderr, flush=True)

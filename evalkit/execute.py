@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import os
 import statistics
 import time
 from collections import deque
@@ -14,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from evalkit.client import Client
+from evalkit.errors import warn
 from evalkit.prom import parse_text
 from evalkit.tasks.base import Request, Response
 
@@ -62,6 +65,56 @@ class ExecStats:
     loop_lag_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     cpu_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """How many requests a run may have in flight: as asked, or capped by the open-file limit (``cap`` then says
+    so: ``{"requested", "cap", "open_files_limit"}``)."""
+
+    concurrency: int | str
+    max_concurrency: int
+    cap: dict[str, int] | None = None
+
+
+def _open_descriptors() -> int:
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return len(os.listdir(folder))
+    return 32
+
+
+def fit_open_files(concurrency: int | str, max_concurrency: int, reserve: int = 64) -> InFlight:
+    """Each request in flight holds a socket, so ``concurrency`` (for "auto": ``max_concurrency``) of them must fit
+    in this process's open-file limit (RLIMIT_NOFILE) beside the descriptors open now and ``reserve`` more (the
+    store, /metrics scrapes, the workers' pipes, the report). The soft limit is raised towards the hard one as far
+    as needed; where even that is too small, the concurrency is capped and a line on stderr says so: past the
+    limit, connections fail with "Too many open files", the client's limit and not the server's."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: no such limit
+        return InFlight(concurrency, max_concurrency)
+    wanted = max_concurrency if concurrency == "auto" else int(concurrency)
+    in_use = _open_descriptors()
+    need = wanted + in_use + reserve
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return InFlight(concurrency, max_concurrency)
+    raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if raised > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+    if soft >= need:
+        return InFlight(concurrency, max_concurrency)
+    cap = max(1, soft - in_use - reserve)
+    flag = "--max-concurrency" if concurrency == "auto" else "--concurrency"
+    warn(f"{flag} {wanted} needs about {need} open files but this process may open only {soft} (ulimit -n): at "
+         f"most {cap} requests go in flight; raise the limit (e.g. ulimit -n {need}) for more")
+    return InFlight(
+        concurrency if concurrency == "auto" else cap, min(max_concurrency, cap),
+        {"requested": wanted, "cap": cap, "open_files_limit": soft},
+    )
 
 
 COUNTERS = {  # vLLM's /metrics series auto reads, summed over engines (data parallel)

@@ -24,7 +24,7 @@ from evalkit.client import Client, ClientOptions
 from evalkit.config import RunConfig
 from evalkit.endpoint import credentials, display_url, list_models, normalize_base_url, resolve_model, server_root
 from evalkit.errors import ConfigError, RunError, ServerError
-from evalkit.execute import ExecStats, execute
+from evalkit.execute import ExecStats, execute, fit_open_files
 from evalkit.gpu import GpuSampler
 from evalkit.prom import MetricsSampler, delta, scrape
 from evalkit.prompts import PromptBuilder, RequestStream
@@ -247,6 +247,7 @@ class Runner:
             served = resolve_model(models, wanted, base_url)
             if store is None:
                 store = RunStore(default_output_dir(self.cfg, served.id)).lock()
+            self._in_flight = fit_open_files(self.cfg.concurrency, self.cfg.max_concurrency)
             self._lap("setup")
             return self._run_tasks(tasks, base_url, api_key, served.id, served.max_model_len, store)
         finally:
@@ -290,6 +291,7 @@ class Runner:
             "endpoint": {"base_url": display_url(base_url), "kind": kind},
             "model": model,
             "concurrency": self.cfg.concurrency,
+            "concurrency_cap": self._in_flight.cap,  # set when the open-file limit allowed fewer in flight
             "versions": _versions(),
             "tasks": {
                 p.task.name: {
@@ -448,7 +450,7 @@ class Runner:
         async with Client(base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
             return await execute(
                 todo, client, on_done, total=total,
-                concurrency=self.cfg.concurrency, max_concurrency=self.cfg.max_concurrency,
+                concurrency=self._in_flight.concurrency, max_concurrency=self._in_flight.max_concurrency,
                 auto_start=self.cfg.auto_start, metrics_url=server_root(base_url) + "/metrics",
             )
 

@@ -55,7 +55,7 @@ class ServerConfig(BaseModel):
     4
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str = Field(description="model path or Hugging Face id")
     served_model_name: str | None = Field(default=None, description="name clients use; default: `model`")

@@ -52,7 +52,7 @@ def test_requests_go_out_while_lm_eval_builds_the_rest(tmp_path: Path, cold_cach
     counts = out["summary"]["tasks"]["gsm8k"]["counts"]
     assert counts["total"] == 8 and counts["api_error"] == 1
     # what was sent is the cache's (lm-eval's) first 8 prompts, in order
-    built = orjson.loads(cache.read_bytes())
+    built = orjson.loads(cache.read_bytes())["entries"]
     assert len(built) == 1319
     assert [r.prompt for r in test_server.requests] == [b["context"] for b in built[:8]]
     first_keys = {r["key"] for r in samples(tmp_path / "run") if r["status"] != "api_error"}

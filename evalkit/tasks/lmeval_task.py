@@ -8,12 +8,10 @@ Nothing of lm-eval's prompt building, filtering or scoring is re-implemented her
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import importlib.util
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,20 +22,12 @@ import yaml
 
 from evalkit.errors import TaskError
 from evalkit.records import MetricValue, SampleRecord, Status
-from evalkit.store import write_json_atomic
 from evalkit.tasks.base import GenParams, Request, Response, Score, Task, TaskSettings
 from evalkit.tasks.data import read_jsonl
+from evalkit.tasks.prompt_cache import FORMAT as PROMPT_CACHE_FORMAT
+from evalkit.tasks.prompt_cache import cache_writable, prompt_cache_dir, read_cache, write_cache
 
 LM_EVAL_SEED = 1234  # lm-eval's default seed for API models and for the few-shot sampler
-PROMPT_CACHE_FORMAT = 1
-
-
-def prompt_cache_dir() -> Path:
-    """``$EVALKIT_CACHE_DIR/prompts``, else ``$XDG_CACHE_HOME/evalkit/prompts`` (``~/.cache/evalkit/prompts``)."""
-    root = os.environ.get("EVALKIT_CACHE_DIR")
-    if root:
-        return Path(root) / "prompts"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evalkit" / "prompts"
 
 
 def lm_eval_tasks_dir() -> Path:
@@ -93,6 +83,7 @@ class LmEvalTask(Task):
         self._lm_task: Any = None
         self._build_tasks: dict[int | None, Any] = {}
         self._cache_keys: dict[int | None, str] = {}
+        self._entries: dict[int | None, list[dict[str, Any]]] = {}  # the cache's entries, read and checked once
         self._metrics_cache: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.version = str(spec.get("version") or self._base_config().get("metadata", {}).get("version", "0"))
@@ -172,13 +163,23 @@ class LmEvalTask(Task):
         return prompt_cache_dir() / f"{self.name}-{self._cache_key(num_fewshot)}.json"
 
     def _read_cache(self, num_fewshot: int | None) -> list[dict[str, Any]] | None:
-        path = self._cache_path(num_fewshot)
-        if path.exists():
-            try:
-                return list(orjson.loads(path.read_bytes()))
-            except (orjson.JSONDecodeError, OSError):
-                path.unlink(missing_ok=True)
-        return None
+        """The cached entries if the file holds every document (see ``evalkit/tasks/prompt_cache.py``), else None."""
+        if num_fewshot not in self._entries:
+            entries = read_cache(self._cache_path(num_fewshot), self._expected_documents())
+            if entries is None:
+                return None
+            self._entries[num_fewshot] = entries
+        return self._entries[num_fewshot]
+
+    def _expected_documents(self) -> int | None:
+        """How many documents lm-eval evaluates, counted in the data file (its rows, as ``read_jsonl`` reads them)
+        when lm-eval takes them as they are; None when a ``process_docs`` may change their number."""
+        cfg = self._base_config()
+        split = cfg.get("test_split") or cfg.get("validation_split")
+        path = self.data_files.get(split) if split else None
+        if path is None or cfg.get("process_docs") is not None:
+            return None
+        return sum(1 for line in path.read_bytes().splitlines() if line.strip())
 
     def _build_task(self, num_fewshot: int | None) -> Any:
         """lm-eval's task object that builds the prompts (one per few-shot setting); scoring reuses it."""
@@ -205,9 +206,8 @@ class LmEvalTask(Task):
         with self._lock:  # one build at a time
             built = self._read_cache(num_fewshot)
             if built is None:
-                built = self._build(num_fewshot, on_entry)
-                with contextlib.suppress(OSError):  # a read-only cache only costs time
-                    write_json_atomic(self._cache_path(num_fewshot), built)
+                built = self._entries[num_fewshot] = self._build(num_fewshot, on_entry)
+                write_cache(self._cache_path(num_fewshot), built)
             elif on_entry is not None:
                 for entry in built:
                     on_entry(entry)
@@ -251,7 +251,12 @@ class LmEvalTask(Task):
         return built
 
     def quick_to_build(self, settings: TaskSettings) -> bool:
-        return self._cache_path(settings.num_fewshot).exists()
+        """True when the prompt cache holds every document; a cold cache in a folder that cannot be written is
+        said in one line (every run would build the prompts again)."""
+        if self._read_cache(settings.num_fewshot) is not None:
+            return True
+        cache_writable(prompt_cache_dir())
+        return False
 
     def count_requests(self, settings: TaskSettings) -> int:
         cached = self._read_cache(settings.num_fewshot)
