@@ -8,6 +8,11 @@ sent; TTFT at the first chunk that carries generated text; ITL between such chun
 The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson; the ``openai``
 package's chunk iterator costs ~10x the CPU per token and would distort timings on a fast server. Retries
 live here and only here (tenacity), and the SDK's own retries are never used for generation.
+
+What the server sends is checked off the per-chunk path: text pieces are joined once at the end (a piece that
+is not a string fails the attempt as a malformed event), ``finish_reason`` and ``usage`` are checked once per
+request (a count that is not a plausible token count is dropped with a note, see :func:`read_usage`). The idle
+timeout runs between ``data:`` events: SSE comments (``: ping``) do not reset it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.http_exceptions import LineTooLong
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -58,7 +64,8 @@ class RequestRejected(Exception):
 
 @dataclass(frozen=True)
 class ClientOptions:
-    """Timeouts and retry bounds. ``total_s`` per request is ``total_base_s + max_tokens * total_per_token_s``."""
+    """Timeouts and retry bounds. ``idle_timeout_s``: the longest wait for the response headers or between
+    ``data:`` events; ``total_s`` per request is ``total_base_s + max_tokens * total_per_token_s``."""
 
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 120.0
@@ -71,6 +78,52 @@ class ClientOptions:
 
     def total_timeout(self, max_tokens: int) -> float:
         return self.total_base_s + max_tokens * self.total_per_token_s
+
+
+MAX_PROMPT_TOKENS = 2**31 - 1
+USAGE_SLACK = 2  # completion (and reasoning) tokens may be at most this many times max_tokens
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _join(parts: list[Any], what: str) -> str | None:
+    """The streamed pieces as one string (None: no pieces); a piece that is not a string is a malformed event."""
+    if not parts:
+        return None
+    try:
+        return "".join(parts)
+    except TypeError:
+        bad = next(p for p in parts if not isinstance(p, str))
+        kind = type(bad).__name__
+        raise RequestFailed(f"malformed event from server: {what} {_show(bad)} is {kind}, not a string") from None
+
+
+def read_usage(usage: Any, max_tokens: int) -> tuple[dict[str, int | None], str | None]:
+    """Token counts from a ``usage`` object, each None where absent or not a count (an int from 0 to
+    ``MAX_PROMPT_TOKENS`` for the prompt, to ``USAGE_SLACK * max_tokens`` for completion and reasoning), and a
+    note naming what was ignored (None: nothing was)."""
+    counts: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": None, "reasoning_tokens": None}
+    if usage is None:
+        return counts, None
+    if not isinstance(usage, dict):
+        return counts, f"usage ignored: {_show(usage)} is not an object"
+    details = usage.get("completion_tokens_details")
+    bad = [] if details is None or isinstance(details, dict) else [f"completion_tokens_details={_show(details)}"]
+    limit = USAGE_SLACK * max_tokens
+    found = {
+        "prompt_tokens": (usage.get("prompt_tokens"), MAX_PROMPT_TOKENS),
+        "completion_tokens": (usage.get("completion_tokens"), limit),
+        "reasoning_tokens": (details.get("reasoning_tokens") if isinstance(details, dict) else None, limit),
+    }
+    for name, (value, most) in found.items():
+        if type(value) is int and 0 <= value <= most:
+            counts[name] = value
+        elif value is not None:
+            bad.append(f"{name}={_show(value)} (not an integer from 0 to {most})")
+    return counts, f"usage ignored: {'; '.join(bad)}" if bad else None
 
 
 def _error_message(status: int, body: bytes) -> str:
@@ -176,9 +229,9 @@ class Client:
         reasoning_parts: list[str] = []
         itl: list[float] = []
         ttft: float | None = None
-        last = st
-        finish: str | None = None
-        usage: dict[str, Any] | None = None
+        last = seen = st  # last text-carrying chunk, last data event
+        finish: Any = None
+        usage: Any = None
         try:
             async with self._session.post(
                 self.url, data=body, headers=self._headers, timeout=timeout, allow_redirects=False
@@ -201,7 +254,14 @@ class Client:
                     )
                 async for line in resp.content:
                     if not line.startswith(b"data:"):
+                        # comments (": ping") and other fields are not progress: the idle timeout runs on
+                        if len(line) > 2 and time.perf_counter() - seen > o.idle_timeout_s:
+                            raise RequestFailed(
+                                f"timed out: no data event within the idle timeout ({o.idle_timeout_s:g} s), "
+                                "only SSE comments/pings"
+                            )
                         continue
+                    seen = time.perf_counter()
                     data = line[5:].strip()
                     if data == b"[DONE]":
                         break
@@ -224,13 +284,12 @@ class Client:
                             rpiece = None
                         if piece or rpiece:
                             self.chunks_received += 1
-                            now = time.perf_counter()
                             if ttft is None:
-                                ttft = now - st
+                                ttft = seen - st
                                 self.first_tokens += 1
                             else:
-                                itl.append((now - last) * 1000.0)
-                            last = now
+                                itl.append((seen - last) * 1000.0)
+                            last = seen
                             if piece:
                                 text_parts.append(piece)
                             if rpiece:
@@ -240,34 +299,42 @@ class Client:
                     u = chunk.get("usage")
                     if u:
                         usage = u
+                text, reasoning = _join(text_parts, "text"), _join(reasoning_parts, "reasoning")
+                if text is None and reasoning is None:
+                    text = ""
         except (RequestFailed, RequestRejected):
             raise
         except asyncio.TimeoutError as e:
             raise RequestFailed(f"timed out ({type(e).__name__}): no data within the idle/total timeout") from None
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+        except aiohttp.ClientError as e:  # dropped connections, broken chunked encoding, unparsable HTTP
             if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):  # retried: others free theirs
                 raise RequestFailed(OUT_OF_DESCRIPTORS) from None
             raise RequestFailed(f"connection error: {type(e).__name__}: {e}") from None
+        except LineTooLong as e:
+            raise RequestFailed(f"malformed event from server: a line longer than {e.args[1]} bytes") from None
         except orjson.JSONDecodeError as e:
             raise RequestFailed(f"malformed event from server: {e}") from None
-        except (TypeError, AttributeError, KeyError, IndexError) as e:  # JSON, but not a chunk's shape
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:  # not a chunk's shape
             raise RequestFailed(f"malformed event from server ({type(e).__name__}: {e})") from None
         end = time.perf_counter()
         if finish is None:
             raise RequestFailed("stream ended without a finish_reason (connection cut?)")
+        if not isinstance(finish, str):
+            raise RequestFailed(f"malformed event from server: finish_reason {_show(finish)} is not a string")
         e2e = end - st
-        out_tokens = int(usage["completion_tokens"]) if usage and usage.get("completion_tokens") is not None else None
+        counts, note = read_usage(usage, req.gen.max_tokens)
+        out_tokens = counts["completion_tokens"]
         tpot = None
         if ttft is not None and out_tokens is not None and out_tokens > 1:
             tpot = (e2e - ttft) / (out_tokens - 1) * 1000.0
-        details = (usage or {}).get("completion_tokens_details") or {}
         return Response(
-            text="".join(text_parts) if (text_parts or not reasoning_parts) else None,
-            reasoning="".join(reasoning_parts) or None,
+            text=text,
+            reasoning=reasoning,
             finish_reason=finish,
-            prompt_tokens=int(usage["prompt_tokens"]) if usage and usage.get("prompt_tokens") is not None else None,
+            note=note,
+            prompt_tokens=counts["prompt_tokens"],
             output_tokens=out_tokens,
-            reasoning_tokens=details.get("reasoning_tokens") if isinstance(details, dict) else None,
+            reasoning_tokens=counts["reasoning_tokens"],
             ttft_ms=ttft * 1000.0 if ttft is not None else None,
             tpot_ms=tpot,
             e2e_ms=e2e * 1000.0,

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import lm_eval.models  # noqa: F401  # lm-eval fills its registry only while it is empty: before "evalkit" is in
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 

@@ -56,7 +56,7 @@ class SampleRecord(BaseModel):
     reasoning: str | None = None  # reasoning text, stored apart and never scored
     finish_reason: str | None = None
     status: Status
-    error: str | None = None
+    error: str | None = None  # api_error: why it failed; otherwise what was odd in the answer (ignored usage)
     attempts: int = 1
     target: str | None = None
     extracted: dict[str, str | None] = Field(default_factory=dict)  # per filter / extractor

@@ -112,7 +112,8 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
     if score.reasoning is not None:
         base["reasoning"] = score.reasoning
     return SampleRecord(
-        **base, status=score.status, extracted=score.extracted, correct=score.correct, extraction=score.extraction
+        **base, status=score.status, error=resp.note, extracted=score.extracted, correct=score.correct,
+        extraction=score.extraction,
     )
 
 

@@ -54,3 +54,15 @@ def test_evalkit_lm_class_under_lm_evals_own_evaluator(test_server):
     assert per_doc(mine) == per_doc(ref)
     assert mine["results"]["gsm8k"]["exact_match,strict-match"] == ref["results"]["gsm8k"]["exact_match,strict-match"]
     assert len(timings) == 10 and all(t.ttft_ms is not None for t in timings)
+
+
+def test_importing_evalkit_lm_keeps_lm_evals_own_models() -> None:
+    """lm-eval loads its built-in models only while its registry is empty: registering ``evalkit`` first must not
+    hide ``local-completions`` and the others (a fresh interpreter, so no earlier import fills the registry)."""
+    import subprocess
+    import sys
+
+    code = "import evalkit.lm; from lm_eval.api.registry import get_model; print(get_model('local-completions'))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-500:]
+    assert "LocalCompletionsAPI" in res.stdout

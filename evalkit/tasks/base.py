@@ -65,6 +65,7 @@ class Response:
     reasoning: str | None = None
     finish_reason: str | None = None
     error: str | None = None  # set when the request failed after retries
+    note: str | None = None  # what was odd in an answer that did come back (e.g. usage that was ignored)
     http_status: int | None = None  # HTTP status of the final failure, when there was one
     attempts: int = 1
     prompt_tokens: int | None = None

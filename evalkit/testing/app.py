@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from evalkit.testing.answers import GEN, TOKEN_RE, last_user_text, render_chat
+from evalkit.testing.hostile import PING, PING_INTERVAL_S
 from evalkit.testing.protocol import ApiError, Encoder, Job, parse_job
 from evalkit.testing.state import RecordedRequest, ServerState, validate_fault
 
@@ -145,6 +146,8 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
             headers = {"Retry-After": str(fault["retry_after"])} if "retry_after" in fault else None
             msg = fault.get("message") or f"injected fault: HTTP {rec.status}"
             return error_response(rec.status, msg, fault.get("type"), headers)
+        if fault.get("hostile") == "ping_only":
+            return await _ping_only(request, rec, float(fault.get("stall_s") or 3600.0))
         if state.behaviour.fast:
             cached = state.cache.get(_fast_key(state, raw, chat, fault))
             if cached is not None:
@@ -162,6 +165,25 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         return await _run(request, state, job, rec, fault, arrival)
     finally:
         state.done()
+
+
+async def _ping_only(request: web.Request, rec: RecordedRequest, seconds: float) -> web.StreamResponse:
+    """Event-stream headers, then only SSE comments for ``seconds``; then the stream ends with no finish."""
+    loop = asyncio.get_running_loop()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    await resp.prepare(request)
+    rec.status = 200
+    deadline = loop.time() + seconds
+    try:
+        while loop.time() < deadline:
+            await resp.write(PING)
+            await asyncio.sleep(PING_INTERVAL_S)
+        await resp.write_eof()
+    except (ConnectionError, asyncio.CancelledError):
+        rec.aborted = True
+        raise
+    rec.end_time = time.time()
+    return resp
 
 
 async def _run(
@@ -183,7 +205,7 @@ async def _run(
     metrics.inc(m, "vllm:prompt_tokens", ptoks)
     for toks in job.prompt_tokens:
         metrics.prefix_cache(m, toks)
-    enc = Encoder(state, job, bool(fault.get("null_content")))
+    enc = Encoder(state, job, bool(fault.get("null_content")), fault.get("hostile"))
     drop = fault.get("drop_after_tokens")
     stall_s = float(fault.get("stall_s") or 0.0)
     stall_after = int(fault.get("after_tokens") or 0)
@@ -302,7 +324,7 @@ async def _fast(
     fault: dict[str, Any],
 ) -> web.StreamResponse:
     """Fast mode: the whole response is serialized once per distinct request (and behaviour)."""
-    enc = Encoder(state, job, bool(fault.get("null_content")))
+    enc = Encoder(state, job, bool(fault.get("null_content")), fault.get("hostile"))
     if job.stream:
         parts: list[bytes] = []
         if job.chat:

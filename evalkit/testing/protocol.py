@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from evalkit.testing import hostile
 from evalkit.testing.answers import TOKEN_RE, default_answer, last_user_text, render_chat
 from evalkit.testing.generation import ChoicePlan, plan_choice
 from evalkit.testing.state import ServerState
@@ -159,9 +160,10 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
 
 
 class Encoder:
-    def __init__(self, state: ServerState, job: Job, null_content: bool) -> None:
+    def __init__(self, state: ServerState, job: Job, null_content: bool, hostile_mode: str | None = None) -> None:
         self.job = job
         self.null = null_content
+        self.hostile = hostile_mode
         self.obj = "chat.completion.chunk" if job.chat else "text_completion"
         self.field = state.behaviour.reasoning_field
         self.ptoks = sum(len(t) for t in job.prompt_tokens)
@@ -176,6 +178,8 @@ class Encoder:
         }
         if usage is not None:
             d["usage"] = usage
+        if self.hostile:
+            return hostile.encode(self.hostile, d)
         return b"data: " + orjson.dumps(d) + b"\n\n"
 
     def role(self, index: int) -> bytes:
@@ -198,7 +202,8 @@ class Encoder:
         if final or not self.job.chat:
             choice["stop_reason"] = plan.stop_reason if final else None
         usage = usage_dict(self.ptoks, tokens_so_far) if self.job.continuous_usage else None
-        return self._event([choice], usage)
+        event = self._event([choice], usage)
+        return event + hostile.extra_line(self.hostile) if self.hostile and j == 0 else event
 
     def final_usage(self) -> bytes:
         return self._event([], usage_dict(self.ptoks, sum(p.completion_tokens for p in self.job.plans)))

@@ -37,6 +37,12 @@ or ``{}`` = behave normally for that request)::
     {"drop_after_tokens": 3}                 send 3 tokens, then abort the TCP connection (0: no data)
     {"stall_s": 1.5, "after_tokens": 4}      stop sending for 1.5 s after 4 tokens (default 0)
     {"null_content": True}                   content / text is null in every chunk, finishes normally
+    {"hostile": "usage_string"}              a malformed stream, one labelled mode each (streams only):
+                                             usage_string / _list / _huge / _huge_float / _float / _negative,
+                                             reasoning_tokens_string, finish_reason_int, content_int,
+                                             long_data_line, long_comment_line (20 MB lines), ping_only
+                                             (only ": ping" comments for "stall_s" seconds, default 3600);
+                                             see evalkit.testing.hostile.HOSTILE_MODES
 
 Credentials and redirects: ``Behaviour(api_key=K)`` wants ``Bearer K`` on ``/v1``, ``basic_auth="user:pw"``
 HTTP Basic auth; ``redirect={"status": 307, "to": other.base_url, "paths": ["/metrics"]}`` answers those paths

@@ -9,13 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from evalkit.testing.hostile import check_mode
 from evalkit.testing.metrics import Metrics
 
 AnswerFn = Callable[[str, dict[str, Any], int], str]
 
 FAULT_KEYS = {
     "status", "retry_after", "message", "type", "html", "delay_s", "drop_after_tokens", "null_content",
-    "stall_s", "after_tokens",
+    "stall_s", "after_tokens", "hostile",
 }  # fmt: skip
 
 
@@ -110,6 +111,8 @@ def validate_fault(fault: Any) -> dict[str, Any] | None:
     unknown = set(fault) - FAULT_KEYS
     if unknown:
         raise ValueError(f"unknown fault keys {sorted(unknown)}; known: {sorted(FAULT_KEYS)}")
+    if "hostile" in fault:
+        check_mode(fault["hostile"])
     return fault or None
 
 
