@@ -11,9 +11,12 @@ Used by ``tests/test_report.py`` and ``tests/test_report_browser.py``; nothing h
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import math
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,20 @@ _WORD_TEXT = (
     "length side point line probability count ways choose case check wait hmm consider suppose"
 )
 _WORDS = _WORD_TEXT.split()
+
+
+def sample_data(text: str) -> dict[str, Any]:
+    """The decoded sample list of a run report."""
+    m = re.search(r'<script type="application/gzip" id="samples-data">(.*?)</script>', text, re.DOTALL)
+    assert m, "no sample data in the report"
+    data = json.loads(gzip.decompress(base64.b64decode(m.group(1))))
+    assert isinstance(data, dict)
+    return data
+
+
+def text_of(t: Any) -> str:
+    """A stored text: a string, or [head, tail, omitted, total] when it was cut."""
+    return t if isinstance(t, str) else t[0] + t[1]
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -453,7 +453,8 @@ def test_compare_report_in_chromium(reports: dict[str, Path]) -> None:
             session, page_log = await open_page(cdp, reports["compare"])
             checks = await evaluate(cdp, session, CHECKS)
             assert checks["pwned"], "injected script ran"
-            assert checks["canvases"] == 1 and checks["charts"] == 1 and checks["drawn"] == 1, checks
+            # the scatter and throughput over time
+            assert checks["canvases"] == 2 and checks["charts"] == 2 and checks["drawn"] == 2, checks
             await screenshot(cdp, session, "compare-top")
             await evaluate(
                 cdp,
@@ -471,7 +472,7 @@ def test_compare_report_in_chromium(reports: dict[str, Path]) -> None:
 
             session, page_log = await open_page(cdp, reports["compare-aime"])
             checks = await evaluate(cdp, session, CHECKS)
-            assert checks["pwned"] and checks["charts"] == 1, checks
+            assert checks["pwned"] and checks["charts"] == 2, checks
             await evaluate(cdp, session, "document.getElementById('flips').scrollIntoView(), true")
             await asyncio.sleep(0.2)
             await screenshot(cdp, session, "compare-aime-flips")

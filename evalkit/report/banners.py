@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalkit.report.analysis import first_token_stall, percentile, primary_correct
+from evalkit.report.analysis import percentile, primary_correct
 from evalkit.report.common import Banner, compact_json, fmt_ms, fmt_pct
 from evalkit.report.store import RunData, as_dict, as_int, as_num
+from evalkit.report.timecourse import first_token_stall
 
 STATUS_SHARE = 0.01  # a status on at least this share of a task's requests gets a banner (api_error: any)
 
@@ -70,6 +71,28 @@ def status_banner(
     return Banner("warn", text)
 
 
+def _inside_engine(server: dict[str, Any], seconds: float) -> str:
+    """What the server says about a wait of ``seconds`` before the first tokens: where it went, and the prefill
+    rate it would mean if it was all prefill of the task's uncached prompt tokens."""
+    srv_ttft = as_num(as_dict(server.get("ttft_s")).get("mean"))
+    srv_queue = as_num(as_dict(server.get("queue_s")).get("mean"))
+    out = ""
+    if srv_ttft is not None and srv_queue is not None:
+        out = (
+            f" The server's own clock agrees (TTFT {fmt_ms(srv_ttft * 1000)} mean, {fmt_ms(srv_queue * 1000)} of it "
+            "in its queue): the time went inside the engine, not into queueing or the client."
+        )
+    prompt = as_num(server.get("prompt_tokens"))
+    hits = as_num(as_dict(server.get("prefix_cache")).get("hits")) or 0.0
+    if prompt and seconds > 0:
+        out += (
+            f" Prefilling all {prompt - hits:,.0f} uncached prompt tokens of the task in that time would be "
+            f"{(prompt - hits) / seconds:,.0f} tokens/s: if this server prefills far faster, it was warming up (e.g. "
+            "compiling kernels on first use) and TTFT should be measured against a warmed-up server."
+        )
+    return out
+
+
 def stall_banner(name: str, samples: list[dict[str, Any]], server: dict[str, Any]) -> Banner | None:
     """A banner when the client saw the server stall (see :func:`first_token_stall`)."""
     stall = first_token_stall(samples)
@@ -79,29 +102,32 @@ def stall_banner(name: str, samples: list[dict[str, Any]], server: dict[str, Any
     others = [
         v for i, s in enumerate(samples) if i not in affected for v in [as_num(s.get("ttft_ms"))] if v is not None
     ]
-    srv_ttft = as_num(as_dict(server.get("ttft_s")).get("mean"))
-    srv_queue = as_num(as_dict(server.get("queue_s")).get("mean"))
-    where = ""
-    if srv_ttft is not None and srv_queue is not None:
-        where = (
-            f" The server's own clock agrees: TTFT {fmt_ms(srv_ttft * 1000)} mean, of which {fmt_ms(srv_queue * 1000)} "
-            "in its queue, so the time went inside the engine, not into queueing or the client."
-        )
-    early = (
-        " At the start of a run this is a server warming up (e.g. compiling kernels on first use)."
-        if stall.start_s < 5
-        else ""
-    )
     rest = (
         f" TTFT of the {len(others):,} requests that did not wait through it: p50 {fmt_ms(percentile(others, 0.5))}."
         if others
-        else " Every request waited through it: measure TTFT against a warmed-up server."
+        else ""
     )
     return Banner(
         "warn",
         f"{name}: no request got its first token for {stall.seconds:.1f} s ({stall.start_s:.1f}–{stall.end_s:.1f} s "
         f"into the run) while {stall.waiting:,} waited; then {stall.burst:,} first tokens came within "
-        f"{stall.burst_ms:.0f} ms. The TTFT of {len(affected):,} requests includes this stall.{where}{early}{rest}",
+        f"{stall.burst_ms:.0f} ms. The TTFT of {len(affected):,} requests includes this wait."
+        f"{_inside_engine(server, stall.end_s)}{rest}",
+    )
+
+
+def shared_wait_banner(name: str, speed: dict[str, Any], server: dict[str, Any]) -> Banner | None:
+    """Without per-sample start times: TTFTs of seconds that are all the same (p50 to p99 within 2%) mean one
+    wait shared by the requests, not a per-request cost."""
+    ttft = as_dict(speed.get("ttft_ms"))
+    p50, p99 = as_num(ttft.get("p50")), as_num(ttft.get("p99"))
+    if p50 is None or p99 is None or p50 < 1000 or p99 - p50 > 0.02 * p50:
+        return None
+    return Banner(
+        "warn",
+        f"{name}: TTFT p50 {fmt_ms(p50)} and p99 {fmt_ms(p99)}: the requests waited about the same "
+        f"{p50 / 1000:.1f} s for their first token, whatever their prompt: one wait they shared, not the cost of "
+        f"each request.{_inside_engine(server, p99 / 1000)}",
     )
 
 
@@ -122,8 +148,17 @@ def client_bound_banner(name: str, speed: dict[str, Any]) -> Banner:
     )
 
 
+def _note(note: str) -> str:
+    if note == "samples.jsonl is missing":
+        return (
+            "samples.jsonl is missing: no per-sample list, latency distributions, accuracy by length or throughput "
+            "over time; everything else comes from summary.json."
+        )
+    return note
+
+
 def run_banners(run: RunData) -> list[Banner]:
-    out = [Banner("warn", note) for note in run.notes]
+    out = [Banner("warn", _note(note)) for note in run.notes]
     for name, t in run.summary_tasks.items():
         speed = as_dict(t.get("speed"))
         if speed.get("client_bound") is True:
@@ -136,7 +171,11 @@ def run_banners(run: RunData) -> list[Banner]:
             k = as_int(counts.get(status)) or 0
             if k > 0 and (status == "api_error" or not total or k / total >= STATUS_SHARE):
                 out.append(status_banner(name, status, k, total, settings, samples))
-        stall = stall_banner(name, samples, as_dict(t.get("server")))
+        timed = [s for s in samples if as_num(s.get("start_s")) is not None]
+        if timed:
+            stall = stall_banner(name, timed, as_dict(t.get("server")))
+        else:
+            stall = shared_wait_banner(name, speed, as_dict(t.get("server")))
         if stall is not None:
             out.append(stall)
     for name, t in run.manifest_tasks.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values, timeline
+from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
 from evalkit.report.banners import run_banners
 from evalkit.report.common import (
     KV,
@@ -33,6 +33,7 @@ from evalkit.report.run_tables import (
 )
 from evalkit.report.sample_data import SampleSection, sample_section
 from evalkit.report.store import RunData, as_dict, as_int, as_list, as_num, as_str
+from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.scoring.estimators import wilson_interval
 
 # ----------------------------------------------------------------------------------------------------------
@@ -173,26 +174,6 @@ def _chart_series_cdf(run: RunData, tasks: list[str], key: str) -> list[dict[str
         if vals:
             series.append({"label": task, "points": cdf_points(vals)})
     return series
-
-
-def timeline_chart(cid: str, title: str, series: list[tuple[str, dict[str, list[float]], list[Any]]]) -> dict[str, Any]:
-    """A chart of output tok/s (left axis) with requests in flight and the concurrency limit (right axis)."""
-    return {
-        "id": cid,
-        "kind": "timeline",
-        "title": title,
-        "x": "seconds since the first request",
-        "series": [
-            {
-                "label": label,
-                "t": tl["t"],
-                "tok_s": tl["tok_s"],
-                "in_flight": tl["in_flight"],
-                "limit": [[as_num(x[0]), as_int(x[1])] for x in trace if len(x) == 2],
-            }
-            for label, tl, trace in series
-        ],
-    }
 
 
 def run_charts(run: RunData, tasks: list[str]) -> list[dict[str, Any]]:
