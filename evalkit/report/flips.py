@@ -65,6 +65,7 @@ class FlipsView:
     problems: list[ProblemChangeRow]
     limit: int
     net_by_task: list[KV]
+    has_samples: bool
 
 
 def flips_view(ra: RunData, rb: RunData, ha: CompareRunHead, hb: CompareRunHead) -> FlipsView:
@@ -140,4 +141,5 @@ def flips_view(ra: RunData, rb: RunData, ha: CompareRunHead, hb: CompareRunHead)
         problems=problems,
         limit=limit,
         net_by_task=[KV(k, f"{v:+d}") for k, v in net.items()],
+        has_samples=bool(ra.samples) and bool(rb.samples),
     )

@@ -12,6 +12,7 @@ from evalkit.report.common import (
     STATUSES,
     Banner,
     MetricView,
+    fmt_int,
     fmt_ms,
     fmt_pct,
     metric_views,
@@ -62,17 +63,25 @@ def wilson_str(k: int, n: int) -> str:
 
 
 def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
-    """Where the mean TTFT went: the server's queue, its engine before the first token (server TTFT - queue),
-    and outside the engine (client TTFT - server TTFT: HTTP, the API server, the client)."""
-    client = as_num(as_dict(speed.get("ttft_ms")).get("mean"))
-    srv = as_num(as_dict(server.get("ttft_s")).get("mean"))
+    """Where the mean TTFT went: the server's queue and its engine before the first token (server TTFT - queue),
+    and, when client and server counted the same requests, outside the engine (client TTFT - server TTFT: HTTP,
+    the API server, the client)."""
+    c, srv = as_dict(speed.get("ttft_ms")), as_dict(server.get("ttft_s"))
+    client, stt = as_num(c.get("mean")), as_num(srv.get("mean"))
     queue = as_num(as_dict(server.get("queue_s")).get("mean"))
-    if client is None or srv is None or queue is None:
+    if client is None or stt is None or queue is None:
         return None
+    inside = (
+        f"{fmt_ms(queue * 1000)} in the server's queue + {fmt_ms((stt - queue) * 1000)} in its engine before the "
+        "first token"
+    )
+    cn, sn = as_int(c.get("n")), as_int(srv.get("n"))
+    if cn is not None and cn == sn:
+        outside = fmt_ms(client - stt * 1000)
+        return f"{fmt_ms(client)} mean = {inside} + {outside} outside the engine (HTTP, API server, client)"
     return (
-        f"{fmt_ms(client)} mean = {fmt_ms(queue * 1000)} in the server's queue + {fmt_ms((srv - queue) * 1000)} "
-        f"in its engine before the first token + {fmt_ms(client - srv * 1000)} outside the engine (HTTP, API "
-        "server, client)"
+        f"server: {inside} (means over {fmt_int(sn)} requests); client: {fmt_ms(client)} mean over the "
+        f"{fmt_int(cn)} requests that returned text, so the two are not subtracted"
     )
 
 
