@@ -216,7 +216,7 @@ def test_timeline() -> None:
     assert max(tl["in_flight"]) == pytest.approx(2) and tl["t"][1] == pytest.approx(0.1)
 
 
-def test_real_cpu_vllm_run(tmp_path: Path) -> None:
+def test_real_cpu_vllm_run() -> None:
     """A real store with samples: few-shot examples per document (lm-eval's gsm8k), gold answers after ####."""
     html = render_run_html(CPU)
     text = text_of(html)

@@ -132,10 +132,13 @@ def _row(s: dict[str, Any], ti: int, table: TextTable, fewshot: list[int], long_
         ],
         "ex": [
             [k, short(s.get(k), 120)]
-            for k in ("attempts", "prompt_tokens", "reasoning_tokens", "extraction", "start_s")
+            for k in ("attempts", "prompt_tokens", "reasoning_tokens", "extraction")
             if s.get(k) is not None and not (k == "attempts" and s.get(k) == 1)
         ],
     }
+    start = as_num(s.get("start_s"))
+    if start is not None:
+        row["ex"].append(["sent at", f"{start:,.3f} s"])
     prompt = as_str(s.get("prompt"))
     msgs = [as_dict(m) for m in as_list(s.get("messages"))]
     if prompt is not None:
