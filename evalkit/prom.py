@@ -16,7 +16,8 @@ not export is reported as absent (``None`` and listed under ``absent``), never a
 implementation of the Prometheus text exposition format 0.0.4, so ``prometheus_client`` is not needed.
 
 Histogram percentiles are estimates: their resolution is the server's bucket widths (e.g. vLLM's queue-time
-buckets start at 0.3 s, so a p50 inside that bucket is interpolated between 0 and 0.3 s); means are exact.
+buckets start at 0.3 s). Inside a bucket they are interpolated with a density fitted to the exact mean (see
+:func:`histogram_quantile`), so they never contradict it; means are exact.
 """
 
 from __future__ import annotations
@@ -157,22 +158,32 @@ def _buckets(snap: Snapshot, family: str, model_name: str | None) -> dict[float,
     return out
 
 
-def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
-    """Quantile ``q`` from cumulative buckets ``{le: count}``, interpolated like PromQL's histogram_quantile.
+def histogram_quantile(q: float, buckets: Mapping[float, float], total: float | None = None) -> float | None:
+    """Quantile ``q`` from cumulative buckets ``{le: count}``, interpolated inside the bucket that holds it.
 
-    The lowest bucket is taken to start at 0; a quantile that falls into the ``+Inf`` bucket returns the
-    largest finite bound.
+    Without ``total`` this is PromQL's ``histogram_quantile``: observations are taken as spread evenly inside
+    each bucket (the lowest bucket starting at 0), and a quantile in the ``+Inf`` bucket returns the largest
+    finite bound. With ``total``, the exact sum of the observations (the histogram's ``_sum``), the density
+    inside every bucket is ``exp(lam * x)`` with the one ``lam`` that makes the histogram's mean equal the
+    true mean (``lam = 0`` is the even spread). That keeps estimates consistent with the mean where buckets
+    are coarse: vLLM's queue-time buckets start at 0.3 s, so 1,000 queue times averaging 20 ms all land in
+    the first bucket, where the even spread puts the median at 0.15 s and the fitted density at ~14 ms (an
+    exponential's true median). The fit is skipped (even spread) when observations fall above the largest
+    finite bound, whose share of the sum is unknown.
 
     >>> round(histogram_quantile(0.5, {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 8}), 6)
     0.3
+    >>> round(histogram_quantile(0.5, {0.3: 1000, math.inf: 1000}, total=20.0), 4)
+    0.0139
     """
     bounds = sorted(buckets)
     if not bounds or bounds[-1] != math.inf:
         return None
-    total = buckets[math.inf]
-    if total <= 0:
+    n = buckets[math.inf]
+    if n <= 0:
         return None
-    rank = q * total
+    lam = _fit_tilt(bounds, buckets, total) if total is not None else 0.0
+    rank = q * n
     prev_bound, prev_count = 0.0, 0.0
     for i, le in enumerate(bounds):
         count = buckets[le]
@@ -184,9 +195,58 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
             in_bucket = count - prev_count
             if in_bucket <= 0:
                 return le
-            return prev_bound + (le - prev_bound) * (rank - prev_count) / in_bucket
+            return _tilted_point(prev_bound, le - prev_bound, (rank - prev_count) / in_bucket, lam)
         prev_bound, prev_count = le, count
     return None
+
+
+def _tilted_mean_share(t: float) -> float:
+    """Where the mean of the density ``exp(t * u)`` on ``u`` in [0, 1] lies, as a share of the interval."""
+    if abs(t) < 1e-6:
+        return 0.5 + t / 12
+    if t < 0:
+        return 1.0 - _tilted_mean_share(-t)
+    return 1.0 / -math.expm1(-t) - 1.0 / t
+
+
+def _tilted_point(start: float, width: float, p: float, lam: float) -> float:
+    """The point below which a share ``p`` of a bucket [start, start + width] lies, density ``exp(lam * x)``."""
+    t = lam * width
+    if abs(t) < 1e-9:
+        return start + p * width
+    if t > 0:
+        return start + width + math.log(p + (1.0 - p) * math.exp(-t)) / lam
+    inner = p * math.expm1(t)
+    return start + width if inner <= -1.0 else start + math.log1p(inner) / lam
+
+
+def _fit_tilt(bounds: list[float], buckets: Mapping[float, float], total: float) -> float:
+    """The ``lam`` of :func:`histogram_quantile`; 0 when the buckets cannot pin it down."""
+    if len(bounds) < 2 or buckets[math.inf] - buckets[bounds[-2]] > 0 or bounds[0] <= 0:
+        return 0.0
+    segments: list[tuple[float, float, float]] = []  # (start, width, count)
+    prev_bound, prev_count = 0.0, 0.0
+    for le in bounds[:-1]:
+        if buckets[le] > prev_count:
+            segments.append((prev_bound, le - prev_bound, buckets[le] - prev_count))
+        prev_bound, prev_count = le, buckets[le]
+    lowest = sum(c * a for a, _, c in segments)
+    highest = sum(c * (a + w) for a, w, c in segments)
+    if not segments or not lowest < total < highest:
+        return 0.0
+
+    def excess(lam: float) -> float:
+        return sum(c * (a + w * _tilted_mean_share(lam * w)) for a, w, c in segments) - total
+
+    from scipy.optimize import brentq  # imported here: only the end-of-task summary needs it
+
+    scale = 1.0 / min(w for _, w, _ in segments)
+    lo, hi = -scale, scale
+    while excess(lo) > 0:
+        lo *= 4
+    while excess(hi) < 0:
+        hi *= 4
+    return float(brentq(excess, lo, hi, xtol=1e-12 * scale, rtol=1e-10))
 
 
 def _histogram_delta(
@@ -199,7 +259,7 @@ def _histogram_delta(
     total_s = (s_after or 0.0) - (s_before or 0.0)
     out: dict[str, float | int | None] = {"mean": total_s / n if n > 0 else None}
     for key, q in QUANTILES:
-        out[key] = histogram_quantile(q, diff) if n > 0 else None
+        out[key] = histogram_quantile(q, diff, total_s) if n > 0 else None
     out["n"] = round(n)
     return out
 
@@ -238,7 +298,7 @@ def delta(
 
     ``gauges``: :meth:`MetricsSampler.summary` (peaks of KV-cache usage and queue lengths); without it those
     peaks are reported as absent. Histogram entries are ``{"mean", "p50", "p90", "p99", "n"}`` in seconds,
-    estimated from bucket deltas (linear interpolation within a bucket).
+    estimated from bucket deltas (interpolated inside a bucket to agree with the exact mean).
 
     >>> delta(None, None)
     {'available': False}

@@ -11,9 +11,12 @@ Used by ``tests/test_report.py`` and ``tests/test_report_browser.py``; nothing h
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import math
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,20 @@ _WORD_TEXT = (
     "length side point line probability count ways choose case check wait hmm consider suppose"
 )
 _WORDS = _WORD_TEXT.split()
+
+
+def sample_data(text: str) -> dict[str, Any]:
+    """The decoded sample list of a run report."""
+    m = re.search(r'<script type="application/gzip" id="samples-data">(.*?)</script>', text, re.DOTALL)
+    assert m, "no sample data in the report"
+    data = json.loads(gzip.decompress(base64.b64decode(m.group(1))))
+    assert isinstance(data, dict)
+    return data
+
+
+def text_of(t: Any) -> str:
+    """A stored text: a string, or [head, tail, omitted, total] when it was cut."""
+    return t if isinstance(t, str) else t[0] + t[1]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -175,6 +192,20 @@ def _manifest(
     }
 
 
+def _fewshot_pool(size: int) -> list[str]:
+    """Worked examples to draw few-shot blocks from, like lm-eval's gsm8k (v3) sampling 5 per document."""
+    rng = random.Random(4321)
+    pool = []
+    for i in range(size):
+        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(30, 60)))
+        a, b = rng.randint(2, 90), rng.randint(2, 90)
+        pool.append(
+            f"Question: Train {i}: {words}? How many are left if {a} and {b}?\n"
+            f"Answer: {words[:200]}. {a} + {b} = <<{a}+{b}={a + b}>>{a + b}.\n#### {a + b}"
+        )
+    return pool
+
+
 def _fewshot_prefix(rng: random.Random, target_len: int = 2700) -> str:
     parts: list[str] = []
     i = 0
@@ -200,9 +231,14 @@ def gsm8k_samples(
     no_answer: int = 3,
     empty: int = 2,
     hostile: bool = False,
+    fewshot_per_doc: bool = False,
 ) -> list[dict[str, Any]]:
+    """``fewshot_per_doc``: each prompt's 5 examples are drawn from a pool of 7,000 (lm-eval's gsm8k v3 samples
+    them per document with a seeded generator), else one few-shot prefix is shared by all (a first_n sampler)."""
     prefix_rng = random.Random(1234)  # the few-shot prefix is the same across runs, like lm-eval's first_n
     prefix = _fewshot_prefix(prefix_rng)
+    fewshot_pool = _fewshot_pool(7000) if fewshot_per_doc else []
+    draw = random.Random(1234)
     rng = random.Random(seed)
     doc_rng = random.Random(99)  # questions and targets are the same across runs
     special: dict[int, str] = {}
@@ -222,7 +258,8 @@ def gsm8k_samples(
     for doc_id in range(n):
         q_words = " ".join(doc_rng.choice(_WORDS) for _ in range(doc_rng.randint(25, 45)))
         answer = doc_rng.randint(1, 500)
-        prompt = f"{prefix}Question: Doc {doc_id}: {q_words}?\nAnswer:"
+        examples = "".join(x + "\n\n" for x in draw.sample(fewshot_pool, 5)) if fewshot_pool else prefix
+        prompt = f"{examples}Question: Doc {doc_id}: {q_words}?\nAnswer:"
         status = special.get(doc_id, "ok")
         right = rng.random() < accuracy
         out_tokens = rng.randint(60, 250)
@@ -272,7 +309,7 @@ def gsm8k_samples(
                 "status": status,
                 "error": error,
                 "attempts": 3 if status == "api_error" else 1,
-                "target": str(answer),
+                "target": f"{q_words[:150]}: {answer - 1} + 1 = <<{answer - 1}+1={answer}>>{answer}\n#### {answer}",
                 "extracted": extracted,
                 "correct": correct,
                 "extraction": None,
@@ -324,6 +361,7 @@ def build_gsm8k_run(
     run_dir: Path,
     *,
     n: int = 1319,
+    fewshot_per_doc: bool = False,
     seed: int = 0,
     accuracy: float = 0.78,
     speed: float = 1.0,
@@ -335,7 +373,9 @@ def build_gsm8k_run(
     temperature: float = 0.0,
 ) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    samples = gsm8k_samples(n=n, seed=seed, accuracy=accuracy, speed=speed, hostile=hostile)
+    samples = gsm8k_samples(
+        n=n, seed=seed, accuracy=accuracy, speed=speed, hostile=hostile, fewshot_per_doc=fewshot_per_doc
+    )
     if server_argv is None:
         server_argv = [
             "vllm",

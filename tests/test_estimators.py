@@ -7,7 +7,15 @@ import math
 
 import pytest
 
-from evalkit.scoring.estimators import Z95, maj_at_k, mean_ci_clustered, pass_at_k, pass_at_k_ladder
+from evalkit.scoring.estimators import (
+    Z95,
+    maj_at_k,
+    mean_ci_clustered,
+    pass_at_k,
+    pass_at_k_ladder,
+    proportion_interval,
+    wilson_interval,
+)
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
@@ -99,3 +107,45 @@ def test_mean_ci_clustered_edge_cases():
     assert (mean, se, ci) == (1.0, 0.0, (1.0, 1.0))
     with pytest.raises(ValueError):
         mean_ci_clustered([[], []])
+
+
+# ------------------------------------------------------------------------------------------- proportion intervals
+@pytest.mark.parametrize(("k", "n"), [(0, 30), (30, 30), (1, 10), (19, 1319), (660, 1319), (3, 4)])
+def test_wilson_interval_matches_scipy(k: int, n: int) -> None:
+    from scipy.stats import binomtest
+
+    ref = binomtest(k, n).proportion_ci(method="wilson")
+    assert wilson_interval(k, n) == pytest.approx((ref.low, ref.high), abs=1e-6)
+
+
+def test_wilson_interval_has_width_at_0_and_1() -> None:
+    lo, hi = wilson_interval(0, 30)
+    assert lo == 0.0 and hi == pytest.approx(0.1135, abs=1e-4)  # AIME 0/30: not "0.0%-0.0%"
+    lo, hi = wilson_interval(30, 30)
+    assert hi == pytest.approx(1.0) and lo == pytest.approx(1 - 0.1135, abs=1e-4)
+
+
+def test_proportion_interval_independent_samples() -> None:
+    iv = proportion_interval(19 / 1319, 1319, stderr=0.0033)
+    assert not iv.clustered and iv.n_effective == 1319
+    assert (iv.lo, iv.hi) == pytest.approx(wilson_interval(19, 1319))
+
+
+def test_proportion_interval_clustered_uses_the_design_effect() -> None:
+    # 120 samples of 30 problems; a clustered stderr twice the binomial one: design effect 4, n_eff 30
+    p = 0.25
+    se = 2 * math.sqrt(p * (1 - p) / 120)
+    iv = proportion_interval(p, 120, stderr=se, clusters=30)
+    assert iv.clustered and not iv.degenerate and iv.n_effective == pytest.approx(30)
+    assert (iv.lo, iv.hi) == pytest.approx(wilson_interval(p * 30, 30))
+    # a stderr below the binomial one does not make the samples more than independent
+    assert proportion_interval(p, 120, stderr=1e-4, clusters=30).n_effective == 120
+
+
+def test_proportion_interval_degenerate_cluster_counts_problems() -> None:
+    # every sample wrong: clustered stderr 0 says nothing about how alike samples are -> one per problem
+    iv = proportion_interval(0.0, 120, stderr=0.0, clusters=30)
+    assert iv.degenerate and iv.n_effective == 30
+    assert (iv.lo, iv.hi) == pytest.approx(wilson_interval(0, 30))
+    with pytest.raises(ValueError):
+        proportion_interval(0.5, 0)

@@ -10,7 +10,9 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from evalkit import prom
@@ -97,9 +99,10 @@ def test_delta_between_real_rounds(rounds: tuple[prom.Snapshot, ...]) -> None:
     ttft = d["ttft_s"]
     assert ttft["n"] == 12
     assert ttft["mean"] == pytest.approx((33.34809398651123 - 30.642852306365967) / 12)
-    assert ttft["p50"] == pytest.approx(0.1 + 0.15 * (6 - 1) / 11)
-    assert ttft["p90"] == pytest.approx(0.1 + 0.15 * (10.8 - 1) / 11)
-    assert ttft["p99"] == pytest.approx(0.1 + 0.15 * (11.88 - 1) / 11)
+    # 11 of 12 in (0.1, 0.25] with a mean of 0.225 s: they sit near 0.25, not spread evenly (p50 0.168)
+    assert 0.2 < ttft["p50"] < ttft["p90"] < ttft["p99"] <= 0.25
+    buckets = {0.06: 0, 0.08: 1, 0.1: 1, 0.25: 12, math.inf: 12}
+    assert ttft["p50"] == pytest.approx(histogram_quantile(0.5, buckets, ttft["mean"] * 12))
     assert d["tpot_s"]["n"] == 61  # inter-token latencies: one per generated token after the first
     assert d["request_tpot_s"]["n"] == d["e2e_s"]["n"] == d["queue_s"]["n"] == 12
     assert d["absent"] == ["kv_cache_usage_peak", "num_requests_running_peak", "num_requests_waiting_peak"]
@@ -154,7 +157,9 @@ def test_older_metric_names() -> None:
     d = delta(parse_text(text(10, 100, 0.1, 0)), parse_text(text(40, 200, 0.2, 10)), "m")
     assert d["prefix_cache_hit_rate"] == pytest.approx(0.3)
     assert d["tpot_s"]["n"] == 10 and d["tpot_s"]["mean"] == pytest.approx(0.05)
-    assert d["tpot_s"]["p50"] == pytest.approx(0.01 + 0.09 * 0.5)
+    # mean 0.05 s inside (0.01, 0.1]: a little below the even spread's median (0.055 s)
+    assert d["tpot_s"]["p50"] == pytest.approx(histogram_quantile(0.5, {0.01: 0, 0.1: 10, math.inf: 10}, 0.5))
+    assert 0.04 < d["tpot_s"]["p50"] < 0.05
     assert prom._gauge(parse_text(text(0, 0, 0.2, 0)), prom.KV_USAGE, "m", "max") == 0.2
 
 
@@ -193,6 +198,65 @@ def test_counter_reset_is_flagged() -> None:
 def test_histogram_quantile(q: float, buckets: dict[float, float], expected: float | None) -> None:
     got = histogram_quantile(q, buckets)
     assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+VLLM_QUEUE_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0)
+VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+VLLM_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
+def bucketed(values: np.ndarray, bounds: tuple[float, ...]) -> dict[float, float]:
+    return {**{b: float((values <= b).sum()) for b in bounds}, math.inf: float(len(values))}
+
+
+@pytest.mark.parametrize(
+    ("name", "bounds", "draw"),
+    [
+        # the H200 run's queue times: mean 20 ms, all inside vLLM's first queue bucket (0, 0.3 s]
+        ("queue exponential 20 ms", VLLM_QUEUE_BUCKETS, lambda r, n: r.exponential(0.02, n)),
+        ("queue lognormal 10 ms", VLLM_QUEUE_BUCKETS, lambda r, n: r.lognormal(math.log(0.01), 0.8, n)),
+        ("queue exponential 200 ms", VLLM_QUEUE_BUCKETS, lambda r, n: r.exponential(0.2, n)),
+        ("ttft lognormal 150 ms", VLLM_TTFT_BUCKETS, lambda r, n: r.lognormal(math.log(0.15), 0.4, n)),
+        ("ttft gamma", VLLM_TTFT_BUCKETS, lambda r, n: r.gamma(2.0, 0.05, n)),
+        ("itl exponential 20 ms", VLLM_ITL_BUCKETS, lambda r, n: r.exponential(0.02, n)),
+        ("itl uniform", VLLM_ITL_BUCKETS, lambda r, n: r.uniform(0.0, 0.3, n)),
+    ],
+)
+def test_quantiles_of_known_distributions(name: str, bounds: tuple[float, ...], draw: Any) -> None:
+    """Samples drawn from a known distribution, bucketed with vLLM's bounds: the estimate from the buckets and
+    the exact sum is close to the samples' own quantile (within 20%) and never contradicts the mean."""
+    values = draw(np.random.default_rng(7), 5000)
+    buckets = bucketed(values, bounds)
+    for q in (0.5, 0.9, 0.99):
+        est = histogram_quantile(q, buckets, float(values.sum()))
+        true = float(np.quantile(values, q))
+        assert est == pytest.approx(true, rel=0.2), (name, q, est, true)
+    mean = float(values.mean())
+    assert histogram_quantile(0.5, buckets, float(values.sum())) <= 2 * mean  # Markov: P(X >= 2 mean) <= 1/2
+
+
+def test_queue_time_percentiles_agree_with_the_mean() -> None:
+    """The H200 report's impossible queue-time row (mean 0.020 s, p50 0.15 s) read from the same buckets."""
+
+    def text(n: float, total: float) -> str:
+        rows = [f'vllm:request_queue_time_seconds_bucket{{le="{b}",model_name="m"}} {n}' for b in VLLM_QUEUE_BUCKETS]
+        rows.append(f'vllm:request_queue_time_seconds_bucket{{le="+Inf",model_name="m"}} {n}')
+        rows.append(f'vllm:request_queue_time_seconds_sum{{model_name="m"}} {total}')
+        return "\n".join(rows) + "\n"
+
+    queue = delta(parse_text(text(0, 0.0)), parse_text(text(1319, 1319 * 0.020028111040183125)), "m")["queue_s"]
+    assert queue["mean"] == pytest.approx(0.020028, rel=1e-4)
+    assert queue["p50"] == pytest.approx(0.020028 * math.log(2), rel=0.01)  # an exponential's median
+    assert queue["p50"] < queue["p90"] < queue["p99"] < 0.3
+
+
+def test_quantile_fit_falls_back_to_even_spread() -> None:
+    buckets = {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 10}  # observations above the largest bound: their sum unknown
+    assert histogram_quantile(0.5, buckets, 100.0) == histogram_quantile(0.5, buckets)
+    even = {0.1: 2, 0.5: 6, 1.0: 8, math.inf: 8}  # the mean of an even spread: lam = 0
+    total = 2 * 0.05 + 4 * 0.3 + 2 * 0.75
+    assert histogram_quantile(0.5, even, total) == pytest.approx(histogram_quantile(0.5, even))
+    assert histogram_quantile(0.5, even, 1e9) == histogram_quantile(0.5, even)  # inconsistent sum: no fit
 
 
 # ------------------------------------------------------------------------------------- scrape and sample

@@ -22,7 +22,6 @@ from evalkit.report.analysis import (
     fit_limit,
     percentile,
     primary_correct,
-    shared_prefix,
 )
 from evalkit.report.provenance import endpoint_host, parse_argv
 
@@ -32,6 +31,7 @@ except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.
     import report_fixtures as rf  # type: ignore[no-redef]
 
 MB = 1_000_000
+sample_data, text_of = rf.sample_data, rf.text_of
 
 
 @pytest.fixture(autouse=True)
@@ -129,9 +129,13 @@ def assert_self_contained(text: str) -> None:
                 raise AssertionError(f"<{tag} {k}={v!r}> loads something")
             if k == "href":
                 assert v is not None and v.startswith("#"), f"<{tag} href={v!r}> leaves the page"
-    # exactly our three scripts: data block (not executed), Chart.js, report.js
+    # exactly our scripts: the sample list (gzip'd JSON in base64, not executed) when the run has samples, the
+    # chart data (not executed), Chart.js, report.js
     kinds = [attrs.get("type") for attrs, _ in t.scripts]
-    assert kinds == ["application/json", None, None], kinds
+    assert kinds in (["application/json", None, None], ["application/gzip", "application/json", None, None]), kinds
+    for attrs, body in t.scripts:
+        if attrs.get("type") == "application/gzip":
+            assert re.fullmatch(r"[A-Za-z0-9+/=]*", body), "the sample data is not plain base64"
     assert all("src" not in attrs for attrs, _ in t.scripts)
     # the CSP allows exactly the inline blocks that are there
     csp = next(
@@ -141,7 +145,9 @@ def assert_self_contained(text: str) -> None:
     )
     assert csp is not None
     assert "default-src 'none'" in csp and "unsafe-eval" not in csp and "unsafe-inline" not in csp
-    for block in raw_inline_blocks(text, "script")[1:] + raw_inline_blocks(text, "style"):
+    blocks = raw_inline_blocks(text, "script")
+    executed = [b for (attrs, _), b in zip(t.scripts, blocks, strict=True) if attrs.get("type") is None]
+    for block in executed + raw_inline_blocks(text, "style"):
         digest = base64.b64encode(hashlib.sha256(block.encode()).digest()).decode()
         assert f"'sha256-{digest}'" in csp
     # the CSP meta comes before any script or style
@@ -165,15 +171,15 @@ def test_gsm8k_report_size_and_content(runs: dict[str, Path]) -> None:
     out = render_run(runs["gsm8k"])
     assert out == runs["gsm8k"] / "report.html"
     size = out.stat().st_size
-    assert size < 5 * MB, size
+    assert size < 1.5 * MB, size
     text = out.read_text(encoding="utf-8")
     assert_self_contained(text)
-    # headline: both metrics with CI and n, speed cards
+    # headline: both metrics with a Wilson CI and the denominator, speed cards
     for needle in (
         "exact_match · strict-match",
         "exact_match · flexible-extract",
-        "95% CI",
-        "n=1,314",
+        "Wilson 95% CI",
+        "of 1,314",
         "Output tok/s",
         "Requests/s",
         "TTFT p50",
@@ -181,8 +187,8 @@ def test_gsm8k_report_size_and_content(runs: dict[str, Path]) -> None:
     ):
         assert needle in text, needle
     # warnings for api_error and truncated, but not client-bound
-    assert "5 of 1,319 requests failed (api_error)" in text
-    assert "7 of 1,319 responses were truncated" in text
+    assert "5 of 1,319 (0.4%) requests failed after retries (api_error)" in text
+    assert "responses stopped at max_tokens" not in text  # 7 of 1,319: under the 1% that gets a banner
     assert "client was the bottleneck" not in text
     # provenance
     for needle in (
@@ -199,41 +205,48 @@ def test_gsm8k_report_size_and_content(runs: dict[str, Path]) -> None:
         assert needle in text, needle
     # server + GPU
     assert "Prefix-cache hit rate" in text and "121,345" in text
-    # every sample is a row; the few-shot prefix is shown once
-    assert text.count('<details class="s"') == 1319
-    assert text.count("Question: Example 1:") == 1
-    assert "Shared prompt prefix of gsm8k" in text
-    # charts: CDFs and accuracy by length, from samples
+    # every sample is a row of the data; the few-shot examples are stored once, the question per row
+    data = sample_data(text)
+    assert len(data["rows"]) == 1319 and data["tasks"] == ["gsm8k"]
+    assert sum(text_of(t).count("Question: Example 1:") for t in data["fewshot"]) == 1
+    row = data["rows"][0]
+    assert text_of(data["texts"][row["q"]]).startswith("Question: Doc 0:") and len(row["fs"]) >= 5
+    assert row["g"] == text_of(data["texts"][row["tg"]]).rpartition("#### ")[2]  # the gold answer, not the solution
+    # charts: CDFs, throughput over time and accuracy by length, from samples
     ids = {c["id"] for c in report_data(text)["charts"]}
-    assert {"cdf-ttft_ms", "cdf-tpot_ms", "cdf-e2e_ms", "acc-length"} <= ids
+    assert {"cdf-ttft_ms", "cdf-tpot_ms", "cdf-e2e_ms", "acc-length", "timeline-gsm8k"} <= ids
     for cid in ids:
         assert f'data-chart="{cid}"' in text
     # no per-sample ITL lists
-    assert "itl_ms" not in text
+    assert "itl_ms" not in text and "itl_ms" not in json.dumps(data)
 
 
 def test_aime_report_size_and_cut(runs: dict[str, Path]) -> None:
     out = render_run(runs["aime"], runs["aime"].parent / "aime-report.html")
     size = out.stat().st_size
-    assert size < 10 * MB, size
+    assert size < 1.5 * MB, size
     text = out.read_text(encoding="utf-8")
     assert_self_contained(text)
-    assert text.count('<details class="s"') == 480
-    assert "(cut; full text in samples.jsonl)" in text
+    data = sample_data(text)
+    assert len(data["rows"]) == 480
+    responses = [r["r"] for r in data["rows"] if r.get("r") is not None]
+    assert any(isinstance(r, list) and r[2] > 0 for r in responses)  # cut, with the count of what was left out
     assert "avg@16" in text and "pass@8" in text and "maj@16" in text
     # the answer at the end of a long response survives the cut
-    assert "\\boxed{" in text
+    assert any("\\boxed{" in text_of(r) for r in responses)
+    # 16 samples of a problem share one prompt: stored once
+    assert len(data["texts"]) < 100
     # per-problem table and clamp note
     assert "2025-II-15" in text
     assert "max_tokens was clamped" in text
-    assert "1 of 480 requests failed" in text
+    assert "1 of 480 (0.2%) requests failed" in text
 
 
 def test_report_sizes_are_recorded(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     sizes = {name: len(render_run_html(runs[name]).encode()) for name in ("gsm8k", "aime")}
     with capsys.disabled():
         print(f"\nreport sizes (bytes): {sizes}")
-    assert sizes["gsm8k"] < 5 * MB and sizes["aime"] < 10 * MB
+    assert sizes["gsm8k"] < 1.5 * MB and sizes["aime"] < 1.5 * MB
 
 
 HOSTILE_RAW = ["<script>window.__pwned", "<img src=x", "<b>bold?</b>"]
@@ -252,19 +265,19 @@ def test_hostile_model_output_is_text(runs: dict[str, Path], name: str) -> None:
     assert_self_contained(text)
     for raw in HOSTILE_RAW:
         assert raw not in text, raw
-    for esc in HOSTILE_ESCAPED[:2]:
-        assert esc in text, esc
+    data = sample_data(text)  # model text is data (base64 in a non-executed block), intact after decoding
+    texts = json.dumps(data, ensure_ascii=False)
+    assert rf.CANARY.replace("/", "\\/") in texts or rf.CANARY in texts
     if name == "gsm8k_hostile":
-        for esc in HOSTILE_ESCAPED[2:]:
-            assert esc in text, esc
-        assert "{{ 7*7 }} {% raw %}" in text  # not evaluated as a template
-        # the 200,000-char line is cut, with the note
-        assert "y" * 5000 not in text
-        assert "z" * 5000 not in text
-        assert f"of {rf.LONG_LINE_LEN + len(rf.CANARY):,} characters omitted" in text
-        assert "(cut; full text in samples.jsonl)" in text
-    data = json.dumps(report_data(text))
-    assert "__pwned" not in data  # model text never goes to the scripts' data
+        assert HOSTILE_ESCAPED[1] in text  # the model name, escaped
+        row = data["rows"][3]
+        assert rf.HOSTILE in text_of(data["texts"][row["q"]]) and rf.HOSTILE in text_of(row["r"])
+        assert "{{ 7*7 }}" in text_of(row["r"])  # not evaluated as a template
+        # the 200,000-char line is cut, with the count of what was left out
+        long = data["rows"][4]["r"]
+        assert isinstance(long, list) and long[3] == rf.LONG_LINE_LEN + len(rf.CANARY)
+        assert len(long[0]) + len(long[1]) <= 20_000 and long[1].endswith(rf.CANARY)
+    assert "__pwned" not in json.dumps(report_data(text))  # model text never goes to the chart data
 
 
 def test_hostile_labels_in_comparison(tmp_path: Path, runs: dict[str, Path]) -> None:
@@ -276,7 +289,8 @@ def test_hostile_labels_in_comparison(tmp_path: Path, runs: dict[str, Path]) -> 
         assert raw not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
     data = report_data(text)  # labels are in the chart data: escaped by |tojson, intact after parsing
-    assert any("<img src=x onerror=alert(1)>" in p["label"] for c in data["charts"] for p in c["points"])
+    scatter = [c for c in data["charts"] if c["kind"] == "scatter"]
+    assert any("<img src=x onerror=alert(1)>" in p["label"] for c in scatter for p in c["points"])
     assert "\\u003cimg" in text
 
 
@@ -284,7 +298,7 @@ def test_minimal_and_empty_runs_render(tmp_path: Path, runs: dict[str, Path]) ->
     text = render_run(runs["minimal"], tmp_path / "m.html").read_text(encoding="utf-8")
     assert_self_contained(text)
     assert "could not be parsed" in text
-    assert text.count('<details class="s"') == 3
+    assert len(sample_data(text)["rows"]) == 3
     empty = tmp_path / "empty"
     empty.mkdir()
     text = render_run(empty).read_text(encoding="utf-8")
@@ -396,7 +410,7 @@ def test_compare_report(tmp_path: Path, runs: dict[str, Path]) -> None:
     assert text.count('<span class="front">on front</span>') == 2
     # flips between A and B
     assert "Broken: correct in A, wrong in B" in text and "Fixed: wrong in A, correct in B" in text
-    assert "Shared prompt prefix of gsm8k" in text
+    assert "Question under test" in text and "few-shot examples" in text  # examples only counted
 
 
 def test_compare_pair_and_errors(tmp_path: Path, runs: dict[str, Path]) -> None:
@@ -528,15 +542,6 @@ def test_text_cutting() -> None:
     assert c.omitted == len(long) - 30 and c.total == len(long)
 
 
-def test_shared_prefix() -> None:
-    pre = "Q: one\nA: 1\n\n" * 30
-    texts = [pre + "Q: two\nA:", pre + "Q: three\nA:"]
-    assert shared_prefix(texts) == pre  # ends at a line break
-    assert shared_prefix([pre + "x"]) == ""  # a single text
-    assert shared_prefix(["short\nx", "short\ny"]) == ""  # below min_len
-    assert shared_prefix(["abc" * 100, "abd" * 100]) == ""  # no line break in the common part
-
-
 def test_fit_limit() -> None:
     assert fit_limit([100, 200], budget=1000, max_limit=3000) == 3000
     lim = fit_limit([10_000] * 10, budget=20_000, max_limit=3000)
@@ -575,16 +580,22 @@ def test_endpoint_and_argv_parsing() -> None:
 
 
 def test_size_bound_without_shared_prefix_and_many_rows(tmp_path: Path) -> None:
-    """Prompts with no common prefix, and more samples than rows shown: still under the bound."""
-    run = rf.build_gsm8k_run(tmp_path / "big", n=4000)
-    lines = (run / "samples.jsonl").read_text().splitlines()
-    recs = [json.loads(line) for line in lines]
-    for r in recs:
-        r["prompt"] = f"[{r['doc_id']}] " + r["prompt"]  # breaks the shared prefix
-    (run / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    """Few-shot examples drawn per document (no common prefix) and more samples than rows listed: under the
+    size target, every listed row keeps its question, answer and gold answer; the examples are left out."""
+    run = rf.build_gsm8k_run(tmp_path / "big", n=4000, fewshot_per_doc=True)
     text = render_run_html(run)
-    assert len(text.encode()) < 5 * MB, len(text.encode())
-    assert "Showing 2,000 of 4,000 samples" in text
-    assert text.count('<details class="s"') == 2000
-    # failures are kept among the rows shown
-    assert text.count('data-status="api_error"') == 5
+    assert len(text.encode()) < 1.5 * MB, len(text.encode())
+    assert "Listing 2,000 of 4,000 samples" in text
+    data = sample_data(text)
+    assert len(data["rows"]) == 2000 and data["fewshot"] is None
+    assert "few-shot examples before each question (gsm8k) are left out" in text
+    assert all(r.get("q") is not None and r.get("g") for r in data["rows"])
+    # failures are kept among the rows listed
+    assert sum(r["s"] == "api_error" for r in data["rows"]) == 5
+
+
+def test_gsm8k_per_doc_fewshot_size(tmp_path: Path) -> None:
+    """1319 GSM8K samples with per-document few-shot examples (as lm-eval's gsm8k v3 builds them): < 1.5 MB."""
+    run = rf.build_gsm8k_run(tmp_path / "perdoc", fewshot_per_doc=True)
+    size = len(render_run_html(run).encode())
+    assert size < 1.5 * MB, size

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -177,7 +178,7 @@ async def open_page(cdp: CDP, path: Path, width: int = 1400, height: int = 1800)
         await cdp.send(f"{domain}.enable", session=session)
     await cdp.send(
         "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
         session=session,
     )
     start = len(cdp.events)
@@ -284,20 +285,31 @@ CHECKS = """(() => ({
 }))()"""
 
 
+READY = "window.evalkitReport.ready.then(() => true)"
+
+
 def test_run_report_in_chromium(reports: dict[str, Path]) -> None:
     async def go() -> None:
         async with chromium() as cdp:
             session, page_log = await open_page(cdp, reports["run"])
+            assert await evaluate(cdp, session, READY)
             checks = await evaluate(cdp, session, CHECKS)
             assert checks["pwned"], "injected script ran"
             assert checks["injectedScripts"] == 0 and checks["imgs"] == 0
             assert checks["csp"]
-            assert checks["canvases"] >= 4 and checks["charts"] == checks["canvases"] == checks["drawn"], checks
+            assert checks["canvases"] >= 5 and checks["charts"] == checks["canvases"] == checks["drawn"], checks
             await screenshot(cdp, session, "run-top")
-            # the hostile text is visible as text
-            text = await evaluate(cdp, session, "document.body.innerText")
-            assert "</script><script>window.__pwned=1</script>" in text
-            assert "<img src=x onerror=alert(1)>" in text
+            # first paint: 1,319 samples, a page of rows in the DOM, not all of them
+            first = await evaluate(
+                cdp,
+                session,
+                """(() => { const it = document.createNodeIterator(document, NodeFilter.SHOW_ALL); let nodes = 0;
+                  while (it.nextNode()) { nodes += 1; }
+                  return {rows: document.querySelectorAll('#rows details.s').length, nodes: nodes,
+                          count: document.getElementById('f-count').textContent}; })()""",
+            )
+            assert first["rows"] == 100 and first["nodes"] < 5000, first
+            assert first["count"].startswith("1,319 of 1,319 samples match"), first
             # client-side filter: api_error rows only
             shown = await evaluate(
                 cdp,
@@ -305,8 +317,7 @@ def test_run_report_in_chromium(reports: dict[str, Path]) -> None:
                 """(() => {
                 const s = document.getElementById('f-status'); s.value = 'api_error';
                 s.dispatchEvent(new Event('change'));
-                const rows = Array.from(document.querySelectorAll('#rows details.s'));
-                return rows.filter(r => !r.hidden).length; })()""",
+                return document.querySelectorAll('#rows details.s').length; })()""",
             )
             assert shown == 5
             verdict = await evaluate(
@@ -316,47 +327,61 @@ def test_run_report_in_chromium(reports: dict[str, Path]) -> None:
                 document.getElementById('f-status').value = '';
                 const v = document.getElementById('f-verdict'); v.value = 'correct';
                 v.dispatchEvent(new Event('change'));
-                const rows = Array.from(document.querySelectorAll('#rows details.s')).filter(r => !r.hidden);
-                return [rows.length, rows.every(r => r.dataset.verdict === 'correct')]; })()""",
+                document.getElementById('f-more').click();
+                const rows = Array.from(document.querySelectorAll('#rows details.s'));
+                return [parseInt(document.getElementById('f-count').textContent.replace(/,/g, '')), rows.length,
+                        rows.every(r => r.querySelector('.vd').textContent === 'correct')]; })()""",
             )
-            assert verdict[0] > 500 and verdict[1]
+            assert verdict[0] > 500 and verdict[1] == 200 and verdict[2], verdict
+            # the hostile sample: its question and answer first, the text visible as text
             await evaluate(
                 cdp,
                 session,
                 """(() => {
-                const v = document.getElementById('f-verdict'); v.value = '';
+                document.getElementById('f-verdict').value = '';
                 const q = document.getElementById('f-q'); q.value = 'onerror';
                 window.evalkitReport.applyFilter();
-                const row = Array.from(document.querySelectorAll('#rows details.s')).find(r => !r.hidden);
+                const row = document.querySelector('#rows details.s');
                 row.open = true; row.scrollIntoView(); window.scrollBy(0, -60); return true; })()""",
             )
             await asyncio.sleep(0.2)
+            text = await evaluate(cdp, session, "document.body.innerText")
+            assert "</script><script>window.__pwned=1</script>" in text
+            assert "<img src=x onerror=alert(1)>" in text
+            order = await evaluate(
+                cdp,
+                session,
+                """Array.from(document.querySelector('#rows details.s[open] .body').children)
+                   .map(e => e.tagName === 'DETAILS' ? 'details:' + e.querySelector('summary').textContent
+                                                     : (e.querySelector('.tl') || e).textContent.slice(0, 24))""",
+            )
+            assert order[1].startswith("Question under test") and order[2].startswith("Response"), order
+            assert re.match(r"details:\d+ few-shot examples", order[-1]), order  # collapsed, after the answer
             await screenshot(cdp, session, "run-sample")
             # the 200,000-character line: cut, wrapped, no horizontal overflow of the page
             overflow = await evaluate(
                 cdp,
                 session,
                 """(() => {
-                window.evalkitReport.applyFilter();
                 document.getElementById('f-q').value = '';
                 window.evalkitReport.applyFilter();
                 const row = Array.from(document.querySelectorAll('#rows details.s'))[4];
-                document.querySelectorAll('#rows details.s').forEach(r => { r.open = false; });
                 row.open = true; row.scrollIntoView(); window.scrollBy(0, -60);
                 return document.documentElement.scrollWidth - document.documentElement.clientWidth; })()""",
             )
             assert overflow <= 0
             await asyncio.sleep(0.2)
             await screenshot(cdp, session, "run-long")
-            await evaluate(cdp, session, "document.getElementById('speed').scrollIntoView(), true")
+            await evaluate(cdp, session, "document.getElementById('server').scrollIntoView(), true")
             await asyncio.sleep(0.2)
-            await screenshot(cdp, session, "run-speed")
+            await screenshot(cdp, session, "run-server")
             assert_clean(page_log, reports["run"])
             everything = PageLog()  # also what happened while filtering and scrolling
             collect(everything, cdp.events, session)
             assert_clean(everything, reports["run"])
 
             session, page_log = await open_page(cdp, reports["aime"])
+            assert await evaluate(cdp, session, READY)
             checks = await evaluate(cdp, session, CHECKS)
             assert checks["pwned"] and checks["charts"] >= 4, checks
             await screenshot(cdp, session, "aime-top")
@@ -368,13 +393,70 @@ def test_run_report_in_chromium(reports: dict[str, Path]) -> None:
     asyncio.run(go())
 
 
+ROWS = "'#rows > details > summary'"
+PHONE_CHECK = """(() => {
+  const vw = document.documentElement.clientWidth;
+  const cells = Array.from(document.querySelectorAll(SELECTOR)).slice(0, 30).flatMap(s => Array.from(s.children));
+  const unreachable = cells.filter(c => {
+    const r = c.getBoundingClientRect();
+    return r.width <= 0 || r.left < -1 || r.right > vw + 1 || c.scrollWidth > c.clientWidth + 1;
+  }).map(c => (c.getAttribute('data-l') || '') + '=' + c.textContent);
+  return {page: document.documentElement.scrollWidth - vw, cells: cells.length, unreachable: unreachable};
+})()"""
+
+
+def test_reports_on_a_phone(reports: dict[str, Path]) -> None:
+    """390 px wide: the page never scrolls sideways and every column of a sample (and of a flip) is on screen,
+    labelled, with its value whole."""
+
+    async def go() -> None:
+        async with chromium() as cdp:
+            session, page_log = await open_page(cdp, reports["run"], width=390, height=844)
+            assert await evaluate(cdp, session, READY)
+            await screenshot(cdp, session, "phone-top")
+            check = await evaluate(cdp, session, PHONE_CHECK.replace("SELECTOR", ROWS))
+            assert check["page"] <= 0, check
+            assert check["cells"] == 30 * 11 and check["unreachable"] == [], check
+            await evaluate(
+                cdp,
+                session,
+                """(() => { const row = document.querySelectorAll('#rows details.s')[3]; row.open = true;
+                row.scrollIntoView(); return true; })()""",
+            )
+            await asyncio.sleep(0.2)
+            assert (await evaluate(cdp, session, PHONE_CHECK.replace("SELECTOR", ROWS)))["page"] <= 0
+            await screenshot(cdp, session, "phone-sample")
+            for section in ("speed", "server"):
+                await evaluate(cdp, session, f"document.getElementById('{section}').scrollIntoView(), true")
+                await asyncio.sleep(0.2)
+                await screenshot(cdp, session, f"phone-{section}")
+            assert_clean(page_log, reports["run"])
+
+            session, page_log = await open_page(cdp, reports["compare"], width=390, height=844)
+            await evaluate(
+                cdp,
+                session,
+                """(() => { const d = document.querySelector('#flips details.s'); d.open = true;
+                document.getElementById('flips').scrollIntoView(); return true; })()""",
+            )
+            await asyncio.sleep(0.2)
+            check = await evaluate(cdp, session, PHONE_CHECK.replace("SELECTOR", "'#flips .rows > details > summary'"))
+            assert check["page"] <= 0, check
+            assert check["cells"] > 0 and check["unreachable"] == [], check
+            await screenshot(cdp, session, "phone-compare-flips")
+            assert_clean(page_log, reports["compare"])
+
+    asyncio.run(go())
+
+
 def test_compare_report_in_chromium(reports: dict[str, Path]) -> None:
     async def go() -> None:
         async with chromium() as cdp:
             session, page_log = await open_page(cdp, reports["compare"])
             checks = await evaluate(cdp, session, CHECKS)
             assert checks["pwned"], "injected script ran"
-            assert checks["canvases"] == 1 and checks["charts"] == 1 and checks["drawn"] == 1, checks
+            # the scatter and throughput over time
+            assert checks["canvases"] == 2 and checks["charts"] == 2 and checks["drawn"] == 2, checks
             await screenshot(cdp, session, "compare-top")
             await evaluate(
                 cdp,
@@ -392,7 +474,7 @@ def test_compare_report_in_chromium(reports: dict[str, Path]) -> None:
 
             session, page_log = await open_page(cdp, reports["compare-aime"])
             checks = await evaluate(cdp, session, CHECKS)
-            assert checks["pwned"] and checks["charts"] == 1, checks
+            assert checks["pwned"] and checks["charts"] == 2, checks
             await evaluate(cdp, session, "document.getElementById('flips').scrollIntoView(), true")
             await asyncio.sleep(0.2)
             await screenshot(cdp, session, "compare-aime-flips")

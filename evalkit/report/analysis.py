@@ -267,23 +267,6 @@ def cut_text(text: str | None, limit: int, tail_share: float = 0.34) -> Cut | No
     return Cut(head=text[:head_len], tail=text[n - tail_len :] if tail_len else "", omitted=n - limit, total=n)
 
 
-def shared_prefix(texts: Sequence[str], min_len: int = 200) -> str:
-    """The longest common prefix of ``texts``, shortened to end at a line break, when at least ``min_len``
-    characters long and shared by two or more texts; else ''."""
-    if len(texts) < 2:
-        return ""
-    first, last = min(texts), max(texts)  # the common prefix of all is that of the extremes
-    n = 0
-    for ca, cb in zip(first, last, strict=False):
-        if ca != cb:
-            break
-        n += 1
-    p = first[:n]
-    nl = p.rfind("\n")
-    p = p[: nl + 1] if nl >= 0 else ""
-    return p if len(p) >= min_len else ""
-
-
 def fit_limit(
     lengths: Sequence[int],
     budget: float,

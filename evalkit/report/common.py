@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from evalkit.report.store import as_dict, as_int, as_list, as_num
+from evalkit.scoring.estimators import proportion_interval
 
 DASH = "—"
 TEXT_LIMIT = 3000  # characters kept of one long text (head + tail)
@@ -118,6 +119,8 @@ class MetricView:
     lo: float | None = None
     hi: float | None = None
     is_fraction: bool = True
+    denominator: str = ""  # what the value is a share of, e.g. "19 of 1,319" or "0 of 120 samples (30 problems)"
+    note: str = ""  # how the interval was computed, for a tooltip
 
 
 def metric_label(name: str) -> str:
@@ -125,31 +128,62 @@ def metric_label(name: str) -> str:
     return f"{metric} · {flt}" if flt else metric
 
 
-def metric_view(name: str, m: Any) -> MetricView:
+def _denominator(value: float, n: int, clusters: int | None) -> str:
+    k = value * n
+    count = f"{round(k):,} of {n:,}" if abs(k - round(k)) < 1e-6 else f"n={n:,}"
+    if clusters and clusters < n:
+        return f"{count} samples ({clusters:,} problems)"
+    if clusters and clusters == n:
+        return f"{count} problems"
+    return count
+
+
+def metric_view(name: str, m: Any, clusters: int | None = None) -> MetricView:
+    """A metric as shown. A proportion gets a Wilson 95% interval (it has a width at 0% and 100%, where
+    value ± 1.96 stderr collapses to a point), computed from ``value``, ``n`` and, when the samples come from
+    ``clusters`` problems, the clustered ``stderr``; other values keep the interval the store gives."""
     d = as_dict(m)
     value = as_num(d.get("value"))
+    n = as_int(d.get("n"))
     ci = as_list(d.get("ci95"))
     lo = as_num(ci[0]) if len(ci) == 2 else None
     hi = as_num(ci[1]) if len(ci) == 2 else None
     stderr = as_num(d.get("stderr"))
     if lo is None and hi is None and value is not None and stderr is not None:
         lo, hi = value - 1.96 * stderr, value + 1.96 * stderr
-    nums = [x for x in (value, lo, hi) if x is not None]
-    frac = all(-1e-9 <= x <= 1 + 1e-9 for x in nums)
+    frac = all(-1e-9 <= x <= 1 + 1e-9 for x in (value, lo, hi) if x is not None)
+    denominator, note, kind = "", "", ""
+    if frac and value is not None and n:
+        iv = proportion_interval(value, n, stderr, clusters)
+        lo, hi, kind = iv.lo, iv.hi, "Wilson "
+        denominator = _denominator(value, n, clusters)
+        note = f"Wilson score interval for {iv.n_effective:,.1f} effective samples"
+        if iv.degenerate:
+            note += " (the clustered stderr is 0, so each problem counts once)"
+        elif iv.clustered:
+            note += " (design effect from the stderr clustered by problem)"
     f = fmt_pct if frac else fmt_sig
-    ci_str = f"95% CI {f(lo)} – {f(hi)}" if lo is not None and hi is not None else "95% CI " + DASH
+    ci_str = f"{kind}95% CI {f(lo)} – {f(hi)}" if lo is not None and hi is not None else "95% CI " + DASH
     return MetricView(
         name=name,
         label=metric_label(name),
         value=value,
         value_str=f(value),
         ci_str=ci_str,
-        n=as_int(d.get("n")),
+        n=n,
         lo=lo,
         hi=hi,
         is_fraction=frac,
+        denominator=denominator or (f"n={n:,}" if n is not None else "n=" + DASH),
+        note=note,
     )
 
 
+def task_clusters(task_summary: dict[str, Any]) -> int | None:
+    """Independent units behind a task's samples (problems of a repeated-sampling task), when recorded."""
+    return as_int(as_dict(task_summary.get("detail")).get("num_problems"))
+
+
 def metric_views(task_summary: dict[str, Any]) -> list[MetricView]:
-    return [metric_view(str(k), v) for k, v in as_dict(task_summary.get("metrics")).items()]
+    clusters = task_clusters(task_summary)
+    return [metric_view(str(k), v, clusters) for k, v in as_dict(task_summary.get("metrics")).items()]

@@ -4,6 +4,7 @@ charts and (through :mod:`evalkit.report.flips`) per-request flips between two r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,8 @@ from evalkit.report.common import (
 )
 from evalkit.report.flips import FlipsView, flips_view
 from evalkit.report.provenance import argv_str, endpoint_host, gpu_summary, parse_argv
-from evalkit.report.store import RunData, as_dict, as_int, as_num, as_str
+from evalkit.report.store import RunData, as_dict, as_int, as_list, as_num, as_str
+from evalkit.report.timecourse import timeline, timeline_chart
 
 
 def run_config(run: RunData) -> dict[str, str]:
@@ -82,14 +84,8 @@ class CompareRow:
     label: str
     present: bool
     diff: list[KV]
-    tok_s: str
-    req_s: str
-    ttft: str
-    tpot: str
-    tok_s_delta: str
-    req_s_delta: str
-    ttft_delta: str
-    tpot_delta: str
+    concurrency: str
+    speed: list[SpeedCell]
     cells: list[CompareCell]
     on_front: bool
     counts: str
@@ -99,6 +95,7 @@ class CompareRow:
 class CompareTask:
     name: str
     anchor: str
+    speed_labels: list[str]
     metric_labels: list[str]
     primary: str | None
     primary_label: str
@@ -145,11 +142,56 @@ def unique_labels(runs: list[RunData]) -> list[str]:
     return final
 
 
-def _rel_delta(v: Any, base: Any) -> str:
+@dataclass
+class Delta:
+    text: str = ""
+    verdict: str = ""  # "better" | "worse" | "" (no change or no base)
+
+
+@dataclass
+class SpeedCell:
+    value: str
+    delta: Delta
+
+
+# (column, key in summary speed, percentile or None, higher is better, formatter)
+SPEED_COLUMNS: tuple[tuple[str, str, str | None, bool, Callable[[Any], str]], ...] = (
+    ("output tok/s", "output_tokens_per_s", None, True, fmt_num),
+    ("req/s", "requests_per_s", None, True, lambda v: fmt_num(v, 2)),
+    ("TTFT p50", "ttft_ms", "p50", False, fmt_ms),
+    ("TTFT p99", "ttft_ms", "p99", False, fmt_ms),
+    ("TPOT p50", "tpot_ms", "p50", False, fmt_ms),
+    ("TPOT p99", "tpot_ms", "p99", False, fmt_ms),
+)
+
+
+def speed_cells(speed: dict[str, Any], base: dict[str, Any] | None) -> list[SpeedCell]:
+    """The speed columns of one run, with the change against ``base`` (run A) coloured better or worse."""
+    cells = []
+    for _, key, q, higher, fmt in SPEED_COLUMNS:
+        v = as_dict(speed.get(key)).get(q) if q else speed.get(key)
+        b = (as_dict(base.get(key)).get(q) if q else base.get(key)) if base is not None else None
+        cells.append(SpeedCell(fmt(v), _rel_delta(v, b, higher) if base is not None else Delta()))
+    return cells
+
+
+def _rel_delta(v: Any, base: Any, higher_is_better: bool) -> Delta:
     x, b = as_num(v), as_num(base)
     if x is None or b is None or b == 0:
-        return ""
-    return f"{100 * (x - b) / abs(b):+.1f}%"
+        return Delta()
+    change = (x - b) / abs(b)
+    verdict = "" if abs(change) < 0.005 else ("better" if (change > 0) == higher_is_better else "worse")
+    return Delta(f"{100 * change:+.1f}%", verdict)
+
+
+def _concurrency(speed: dict[str, Any], trace: Any) -> str:
+    """The concurrency a run used, and the steps ``auto`` took to it."""
+    used = as_int(speed.get("concurrency"))
+    steps = [x for x in as_list(trace) if isinstance(x, list) and len(x) == 2 and as_int(x[1]) is not None]
+    text = str(used) if used is not None else DASH
+    if len(steps) > 1:
+        text += " (" + " → ".join(f"{as_int(lim)} at {as_num(ts) or 0:.1f} s" for ts, lim in steps) + ")"
+    return text
 
 
 def _acc_delta(m: MetricView | None, base: MetricView | None) -> str:
@@ -161,8 +203,8 @@ def _acc_delta(m: MetricView | None, base: MetricView | None) -> str:
 
 
 def _counts_str(counts: dict[str, Any]) -> str:
-    parts = [f"{st} {as_int(counts.get(st))}" for st in ("api_error", "truncated") if as_int(counts.get(st))]
-    return ", ".join(parts)
+    statuses = ("api_error", "empty", "no_answer", "truncated")
+    return ", ".join(f"{st} {as_int(counts.get(st)):,}" for st in statuses if as_int(counts.get(st)))
 
 
 def compare_banners(runs: list[RunData], labels: list[str]) -> list[Banner]:
@@ -249,8 +291,6 @@ def build_compare_view(runs: list[RunData], pair: tuple[int, int] | None) -> Com
             points.append((as_num(speed.get("output_tokens_per_s")), pm.value if pm else None))
             # only the config keys of this task (or global) that differ
             diff = [kv for kv in heads[i].diff if "." not in kv.key or kv.key.startswith(f"{name}.")]
-            ttft = as_dict(speed.get("ttft_ms")).get("p50")
-            tpot = as_dict(speed.get("tpot_ms")).get("p50")
             rows.append(
                 CompareRow(
                     index=i,
@@ -258,16 +298,8 @@ def build_compare_view(runs: list[RunData], pair: tuple[int, int] | None) -> Com
                     label=lab,
                     present=t is not None,
                     diff=diff,
-                    tok_s=fmt_num(speed.get("output_tokens_per_s")),
-                    req_s=fmt_num(speed.get("requests_per_s"), 2),
-                    ttft=fmt_ms(ttft),
-                    tpot=fmt_ms(tpot),
-                    tok_s_delta=_rel_delta(speed.get("output_tokens_per_s"), base_speed.get("output_tokens_per_s"))
-                    if i
-                    else "",
-                    req_s_delta=_rel_delta(speed.get("requests_per_s"), base_speed.get("requests_per_s")) if i else "",
-                    ttft_delta=_rel_delta(ttft, as_dict(base_speed.get("ttft_ms")).get("p50")) if i else "",
-                    tpot_delta=_rel_delta(tpot, as_dict(base_speed.get("tpot_ms")).get("p50")) if i else "",
+                    concurrency=_concurrency(speed, (t or {}).get("concurrency_trace")),
+                    speed=speed_cells(speed, base_speed if i else None),
                     cells=[
                         CompareCell(mvs.get(k), _acc_delta(mvs.get(k), base_metrics.get(k)) if i else "")
                         for k in metric_names
@@ -284,6 +316,7 @@ def build_compare_view(runs: list[RunData], pair: tuple[int, int] | None) -> Com
             CompareTask(
                 name=name,
                 anchor=anchor,
+                speed_labels=[c[0] for c in SPEED_COLUMNS],
                 metric_labels=[metric_label(k) for k in metric_names],
                 primary=primary,
                 primary_label=metric_label(primary) if primary else DASH,
@@ -291,6 +324,14 @@ def build_compare_view(runs: list[RunData], pair: tuple[int, int] | None) -> Com
                 front=[labels[i] for i in front],
             )
         )
+        series = []
+        for i, run in enumerate(runs):
+            tl = timeline([s for s in run.samples if s.get("task") == name and s.get("status") != "api_error"])
+            trace = as_list(run.summary_tasks.get(name, {}).get("concurrency_trace"))
+            if tl["t"]:
+                series.append((f"{letter(i)} {labels[i]}", tl, trace))
+        if series:
+            charts.append(timeline_chart(f"timeline-{ti}", f"{name}: throughput and requests in flight", series))
         pts = []
         for i, ((x, y), row) in enumerate(zip(points, rows, strict=True)):
             if x is None or y is None:

@@ -6,10 +6,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from evalkit.report.analysis import Flip, compute_flips, cut_text, shared_prefix
-from evalkit.report.common import KV, TEXT_LIMIT, fmt_pct, short
-from evalkit.report.samples import SHARED_MIN_CHARS, SharedText, TextPool, TextRef
-from evalkit.report.store import RunData, as_dict, as_str
+from evalkit.report.analysis import Flip, compute_flips, cut_text
+from evalkit.report.common import KV, fmt_pct, short
+from evalkit.report.sample_data import gold_answer, split_fewshot
+from evalkit.report.samples import TextPool, TextRef
+from evalkit.report.store import RunData, as_dict, as_int, as_str
 
 if TYPE_CHECKING:
     from evalkit.report.compare_view import CompareRunHead
@@ -64,39 +65,23 @@ class FlipsView:
     problems: list[ProblemChangeRow]
     limit: int
     net_by_task: list[KV]
-    prefixes: list[SharedText]
-
-
-def _prompt_prefixes(samples: list[dict[str, Any]], anchor: str) -> dict[str, SharedText]:
-    by_task: dict[str, list[str]] = {}
-    for s in samples:
-        p = as_str(s.get("prompt"))
-        if p is not None:
-            by_task.setdefault(str(s.get("task")), []).append(p)
-    out: dict[str, SharedText] = {}
-    for ti, (task, prompts) in enumerate(by_task.items()):
-        pre = shared_prefix(prompts, SHARED_MIN_CHARS)
-        if pre:
-            out[task] = SharedText(
-                f"{anchor}-p{ti}", f"Shared prompt prefix of {task}", len(pre), cut_text(pre, TEXT_LIMIT * 4)
-            )
-            out[task].text = pre
-    return out
+    has_samples: bool
 
 
 def flips_view(ra: RunData, rb: RunData, ha: CompareRunHead, hb: CompareRunHead) -> FlipsView:
     f = compute_flips(ra.samples, rb.samples)
-    pool = TextPool("flip")
-    prefixes = _prompt_prefixes(ra.samples, "flip")
+    pool = TextPool()
 
     def prompt_ref(s: dict[str, Any]) -> TextRef:
+        """The question under test; the few-shot examples before it are only counted."""
         prompt = as_str(s.get("prompt"))
-        pre = prefixes.get(str(s.get("task")))
-        if prompt is not None and pre is not None and prompt.startswith(pre.text):
-            return TextRef(
-                cut=cut_text(prompt[pre.chars :], 1500, 0.8), prefix_anchor=pre.anchor, prefix_chars=pre.chars
-            )
-        return TextRef(cut=cut_text(prompt, 1500, 0.8))
+        k = as_int(as_dict(ra.manifest_tasks.get(str(s.get("task")), {}).get("settings")).get("num_fewshot"))
+        examples, question = split_fewshot(prompt, k) if prompt is not None else ([], None)
+        note = None
+        if examples:
+            chars = len(prompt or "") - len(question or "")
+            note = f"after {len(examples)} few-shot examples ({chars:,} chars; in samples.jsonl)"
+        return TextRef(cut=cut_text(question, 1500, 0.8), note=note)
 
     def row(fl: Flip) -> FlipRow:
         a, b = fl.a, fl.b
@@ -108,16 +93,16 @@ def flips_view(ra: RunData, rb: RunData, ha: CompareRunHead, hb: CompareRunHead)
             doc_id=str(fl.key[1]),
             sample_index=fl.key[2],
             metric=metric,
-            target=short(a.get("target") if a.get("target") is not None else b.get("target")),
+            target=short(gold_answer(a.get("target") if a.get("target") is not None else b.get("target"))),
             extracted_a=short(ea.get(metric)) if metric else None,
             extracted_b=short(eb.get(metric, next(iter(eb.values()), None) if eb else None)) if metric else None,
             status_a=as_str(a.get("status")) or "?",
             status_b=as_str(b.get("status")) or "?",
             prompt=prompt_ref(a),
-            response_a=pool.ref(as_str(a.get("response")), dedupe=False),
-            response_b=pool.ref(as_str(b.get("response")), dedupe=False),
-            reasoning_a=pool.ref(as_str(a.get("reasoning")), dedupe=False),
-            reasoning_b=pool.ref(as_str(b.get("reasoning")), dedupe=False),
+            response_a=pool.ref(as_str(a.get("response"))),
+            response_b=pool.ref(as_str(b.get("response"))),
+            reasoning_a=pool.ref(as_str(a.get("reasoning"))),
+            reasoning_b=pool.ref(as_str(b.get("reasoning"))),
         )
 
     broken = [row(x) for x in f.broken[:MAX_FLIPS]]
@@ -156,5 +141,5 @@ def flips_view(ra: RunData, rb: RunData, ha: CompareRunHead, hb: CompareRunHead)
         problems=problems,
         limit=limit,
         net_by_task=[KV(k, f"{v:+d}") for k, v in net.items()],
-        prefixes=list(prefixes.values()),
+        has_samples=bool(ra.samples) and bool(rb.samples),
     )

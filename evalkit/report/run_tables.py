@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.report.common import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
-from evalkit.report.store import as_dict, as_list, as_num, as_str
+from evalkit.report.store import as_dict, as_int, as_list, as_num, as_str
+from evalkit.scoring.estimators import wilson_interval
 
 SPEED_KEYS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
 
@@ -99,74 +100,236 @@ def _flag_str(v: Any, yes: str, no: str, other: str) -> str:
 
 
 @dataclass
-class ServerRow:
-    label: str
-    server: str
-    client: str = ""
+class LatencyRow:
+    """One distribution (server histogram or client samples) of one latency metric."""
+
+    metric: str
+    source: str  # "server" | "client"
+    what: str  # what exactly was measured, shown as a tooltip and in the legend
+    mean: str
+    p50: str
+    p90: str
+    p99: str
+    n: str
+    first: bool = False  # first row of its metric (the metric name is printed once)
+    bounded: bool = False  # a stored percentile contradicted the mean and is shown as a bound
 
 
-def server_rows(server: dict[str, Any], speed: dict[str, Any]) -> list[ServerRow]:
-    rows = [
-        ServerRow("Requests", fmt_int(server.get("requests"))),
-        ServerRow("Prompt tokens", fmt_int(server.get("prompt_tokens"))),
-        ServerRow("Generation tokens", fmt_int(server.get("generation_tokens"))),
-        ServerRow("Prefix-cache hit rate", fmt_pct(server.get("prefix_cache_hit_rate"))),
-        ServerRow("KV-cache usage peak", fmt_pct(server.get("kv_cache_usage_peak"))),
-        ServerRow("Preemptions", fmt_int(server.get("preemptions"))),
-    ]
-    for skey, ckey, label in (
-        ("ttft_s", "ttft_ms", "TTFT"),
-        ("tpot_s", "tpot_ms", "TPOT"),
-        ("e2e_s", "e2e_ms", "E2E latency"),
-    ):
-        sp = as_dict(server.get(skey))
-        cp = as_dict(speed.get(ckey))
-        for q in ("p50", "p90", "p99", "mean"):
-            sv = as_num(sp.get(q))
-            if sv is None and as_num(cp.get(q)) is None:
-                continue
-            rows.append(ServerRow(f"{label} {q}", fmt_ms(sv * 1000 if sv is not None else None), fmt_ms(cp.get(q))))
-    known = {
-        "available",
-        "requests",
-        "prompt_tokens",
-        "generation_tokens",
-        "prefix_cache_hit_rate",
-        "kv_cache_usage_peak",
-        "preemptions",
+# (metric, server key in summary["server"], what the server measures, client key in speed, what the client does)
+LATENCY_METRICS = (
+    (
+        "TTFT",
         "ttft_s",
+        "vllm:time_to_first_token_seconds: request arrival at the server to its first token",
+        "ttft_ms",
+        "request sent to the first streamed chunk with text",
+    ),
+    (
+        "TPOT per request",
+        "request_tpot_s",
+        "vllm:request_time_per_output_token_seconds: one value per request, decode time / (tokens - 1)",
+        "tpot_ms",
+        "(E2E - TTFT) / (output tokens - 1), one value per request",
+    ),
+    (
+        "ITL per token gap",
         "tpot_s",
+        "vllm:inter_token_latency_seconds: one value per generated token after the first",
+        "itl_ms",
+        "gap between streamed chunks (a chunk can carry several tokens)",
+    ),
+    (
+        "E2E latency",
         "e2e_s",
-        "absent",
-    }
-    for k, v in server.items():
-        if k not in known and v is not None:
-            rows.append(ServerRow(str(k), short(v) or DASH))
+        "vllm:e2e_request_latency_seconds: arrival to the last token",
+        "e2e_ms",
+        "request sent to end of stream",
+    ),
+    ("Queue time", "queue_s", "vllm:request_queue_time_seconds: waiting before first scheduled", "", ""),
+)
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+def _server_pcts(h: dict[str, Any]) -> tuple[dict[str, str], bool]:
+    """Percentiles of a server histogram (seconds) as text. A percentile above ``mean / (1 - q)`` is impossible
+    for non-negative times (Markov's inequality): it came from an even spread inside a coarse bucket (evalkit
+    before the mean-fitted estimate) and is shown as that bound, "≤ x"."""
+    mean = as_num(h.get("mean"))
+    out = {"mean": fmt_ms(mean * 1000 if mean is not None else None)}
+    bounded = False
+    for key, q in QUANTILES:
+        v = as_num(h.get(key))
+        if v is not None and mean is not None and v > mean / (1 - q) + 1e-12:
+            out[key] = "≤ " + fmt_ms(mean / (1 - q) * 1000)
+            bounded = True
+        else:
+            out[key] = fmt_ms(v * 1000 if v is not None else None)
+    return out, bounded
+
+
+def latency_rows(server: dict[str, Any], speed: dict[str, Any]) -> list[LatencyRow]:
+    """Server and client distributions of each latency metric, paired by what they measure."""
+    rows: list[LatencyRow] = []
+    for metric, skey, swhat, ckey, cwhat in LATENCY_METRICS:
+        pair: list[LatencyRow] = []
+        h = as_dict(server.get(skey))
+        if h:
+            p, bounded = _server_pcts(h)
+            pair.append(
+                LatencyRow(
+                    metric,
+                    "server",
+                    swhat,
+                    p["mean"],
+                    p["p50"],
+                    p["p90"],
+                    p["p99"],
+                    fmt_int(h.get("n")),
+                    bounded=bounded,
+                )
+            )
+        c = as_dict(speed.get(ckey)) if ckey else {}
+        if c:
+            pair.append(
+                LatencyRow(
+                    metric,
+                    "client",
+                    cwhat,
+                    fmt_ms(c.get("mean")),
+                    fmt_ms(c.get("p50")),
+                    fmt_ms(c.get("p90")),
+                    fmt_ms(c.get("p99")),
+                    fmt_int(c.get("n")),
+                )
+            )
+        if pair:
+            pair[0].first = True
+        rows += pair
     return rows
+
+
+def _requests_str(v: Any) -> str | None:
+    if isinstance(v, dict):
+        total = fmt_int(v.get("total"))
+        reasons = [f"{k} {fmt_int(c)}" for k, c in as_dict(v.get("by_finished_reason")).items() if as_num(c)]
+        return f"{total} ({' · '.join(reasons)})" if reasons else total
+    return fmt_int(v) if as_num(v) is not None else None
+
+
+def _prefix_cache_str(server: dict[str, Any]) -> str | None:
+    rate = as_num(server.get("prefix_cache_hit_rate"))
+    pc = as_dict(server.get("prefix_cache"))
+    hits, queries = as_num(pc.get("hits")), as_num(pc.get("queries"))
+    if rate is None:
+        return None
+    if hits is not None and queries is not None:
+        return f"{fmt_pct(rate)} ({fmt_int(hits)} of {fmt_int(queries)} prompt tokens)"
+    return fmt_pct(rate)
+
+
+def _peaks_str(server: dict[str, Any]) -> str | None:
+    running, waiting = server.get("num_requests_running_peak"), server.get("num_requests_waiting_peak")
+    if as_num(running) is None and as_num(waiting) is None:
+        return None
+    return f"{fmt_int(running)} running · {fmt_int(waiting)} waiting"
+
+
+SERVER_KNOWN = {
+    "available",
+    "model_name",
+    "interval_s",
+    "requests",
+    "prompt_tokens",
+    "generation_tokens",
+    "preemptions",
+    "prefix_cache",
+    "prefix_cache_hit_rate",
+    "kv_cache_usage_peak",
+    "num_requests_running_peak",
+    "num_requests_waiting_peak",
+    "absent",
+    "warnings",
+    *(m[1] for m in LATENCY_METRICS),
+}
+
+
+def server_counters(server: dict[str, Any]) -> list[KV]:
+    """The server's counters and gauge peaks between the scrapes before and after a task, as text."""
+    interval = as_num(server.get("interval_s"))
+    rows = [
+        KV("Requests finished", _requests_str(server.get("requests")), "by vLLM's finished_reason"),
+        KV("Prompt tokens", fmt_int(server.get("prompt_tokens")) if server.get("prompt_tokens") is not None else None),
+        KV(
+            "Generation tokens",
+            fmt_int(server.get("generation_tokens")) if server.get("generation_tokens") is not None else None,
+        ),
+        KV("Prefix-cache hit rate", _prefix_cache_str(server)),
+        KV(
+            "KV-cache usage peak",
+            fmt_pct(server.get("kv_cache_usage_peak"))
+            if as_num(server.get("kv_cache_usage_peak")) is not None
+            else None,
+        ),
+        KV("Requests in the engine, peak", _peaks_str(server)),
+        KV("Preemptions", fmt_int(server.get("preemptions")) if server.get("preemptions") is not None else None),
+        KV("Measured over", f"{interval:,.1f} s" if interval is not None else None, "between the /metrics scrapes"),
+        KV("Served model", as_str(server.get("model_name"))),
+    ]
+    for w in as_list(server.get("warnings")):
+        rows.append(KV("Warning", as_str(w)))
+    for k, v in server.items():
+        if k not in SERVER_KNOWN and v is not None:
+            rows.append(KV(str(k), fmt_sig(v) if as_num(v) is not None else short(v)))
+    return [r for r in rows if r.value is not None]
 
 
 @dataclass
 class GpuRow:
-    index: int
+    index: str
     name: str
     total_mib: float | None
     peak_mib: float | None
     total: str
     peak: str
+    mean: str
     share: str
+    samples: str
 
 
 def gpu_rows(gpu: dict[str, Any], manifest_gpus: Any) -> tuple[list[GpuRow], list[KV]]:
-    peaks = as_list(gpu.get("peak_mib"))
-    mgpus = as_list(manifest_gpus)
+    """Peak and mean memory per GPU from ``summary → gpu → gpus``; names and totals from the manifest (known
+    when evalkit started the server). Old stores with a bare ``peak_mib`` list are read too."""
+    by_index = {as_int(as_dict(g).get("index")): as_dict(g) for g in as_list(manifest_gpus)}
+    mgpus = [as_dict(g) for g in as_list(manifest_gpus)]
+    entries = [as_dict(g) for g in as_list(gpu.get("gpus"))]
+    if not entries and as_list(gpu.get("peak_mib")):
+        entries = [{"index": i, "peak_mib": p} for i, p in enumerate(as_list(gpu.get("peak_mib")))]
     rows = []
-    for i in range(max(len(peaks), len(mgpus))):
-        g = as_dict(mgpus[i]) if i < len(mgpus) else {}
-        total = as_num(g.get("memory_total_mib"))
-        peak = as_num(peaks[i]) if i < len(peaks) else None
-        share = fmt_pct(peak / total) if peak is not None and total else DASH
-        rows.append(GpuRow(i, as_str(g.get("name")) or DASH, total, peak, fmt_int(total), fmt_int(peak), share))
-    extra = [KV(str(k), short(v)) for k, v in gpu.items() if k != "peak_mib"]
+    for pos, e in enumerate(entries):
+        idx = as_int(e.get("index"))
+        m = by_index.get(idx) or (mgpus[pos] if pos < len(mgpus) else {})
+        total = as_num(m.get("memory_total_mib")) or as_num(e.get("memory_total_mib"))
+        peak = as_num(e.get("peak_mib"))
+        rows.append(
+            GpuRow(
+                index=str(idx) if idx is not None else str(pos),
+                name=as_str(m.get("name") or e.get("name")) or DASH,
+                total_mib=total,
+                peak_mib=peak,
+                total=fmt_int(total),
+                peak=fmt_int(peak),
+                mean=fmt_int(e.get("mean_mib")),
+                share=fmt_pct(peak / total) if peak is not None and total else DASH,
+                samples=fmt_int(e.get("samples")),
+            )
+        )
+    extra = []
+    interval = as_num(gpu.get("interval_s"))
+    if interval is not None:
+        extra.append(KV("Sampled every", f"{interval:g} s", "nvidia-smi while the task ran"))
+    for k, v in gpu.items():
+        if k not in ("gpus", "peak_mib", "available", "interval_s") and v is not None:
+            extra.append(KV(str(k), short(v)))
     return rows, extra
 
 
@@ -182,6 +345,7 @@ class ProblemRow:
     correct: str
     accuracy: float | None
     accuracy_str: str
+    ci: str
     answers: str
 
 
@@ -203,6 +367,11 @@ def detail_view(detail: Any) -> DetailView:
         if len(answers) > len(top):
             ans += f", … ({len(answers) - len(top)} more)"
         acc = as_num(pd.get("accuracy"))
+        n, correct = as_int(pd.get("n")), as_num(pd.get("correct"))
+        ci = DASH
+        if n and correct is not None and 0 <= correct <= n:
+            lo, hi = wilson_interval(correct, n)
+            ci = f"{fmt_pct(lo, 0)}–{fmt_pct(hi, 0)}"
         problems.append(
             ProblemRow(
                 doc_id=as_str(pd.get("doc_id")) or DASH,
@@ -211,6 +380,7 @@ def detail_view(detail: Any) -> DetailView:
                 correct=fmt_int(pd.get("correct")),
                 accuracy=acc if acc is not None and 0 <= acc <= 1 else None,
                 accuracy_str=fmt_pct(acc) if acc is not None and 0 <= acc <= 1 else fmt_sig(acc),
+                ci=ci,
                 answers=ans,
             )
         )
@@ -221,6 +391,8 @@ def detail_view(detail: Any) -> DetailView:
         if isinstance(v, dict | list):
             text = json.dumps(v, indent=1, ensure_ascii=False, default=str)
             nested.append(KV(str(k), text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + "\n…"))
+        elif k == "ci" and isinstance(v, str):
+            scalars.append(KV("ci (summary.json)", f"{v}; the cards above show Wilson intervals"))
         elif isinstance(v, float) and 0 <= v <= 1 and ("rate" in k or "frac" in k or "share" in k):
             scalars.append(KV(str(k), fmt_pct(v, 2)))
         else:

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
+from evalkit.report.banners import run_banners
 from evalkit.report.common import (
     KV,
     STATUSES,
     Banner,
     MetricView,
-    compact_json,
+    fmt_int,
+    fmt_ms,
     fmt_pct,
     metric_views,
     now_iso,
@@ -20,66 +22,20 @@ from evalkit.report.provenance import TaskProvenance, provenance
 from evalkit.report.run_tables import (
     DetailView,
     GpuRow,
+    LatencyRow,
     PctRow,
-    ServerRow,
     SpeedCard,
     detail_view,
     gpu_rows,
-    server_rows,
+    latency_rows,
+    server_counters,
     speed_cards,
     speed_table,
 )
-from evalkit.report.samples import SampleSection, sample_section
+from evalkit.report.sample_data import SampleSection, sample_section
 from evalkit.report.store import RunData, as_dict, as_int, as_list, as_num, as_str
-
-# ----------------------------------------------------------------------------------------------------------
-# Banners
-
-
-def run_banners(run: RunData) -> list[Banner]:
-    out: list[Banner] = []
-    for note in run.notes:
-        out.append(Banner("warn", note))
-    for name, t in run.summary_tasks.items():
-        speed = as_dict(t.get("speed"))
-        if speed.get("client_bound") is True:
-            lag = as_num(speed.get("loop_lag_ms_p99"))
-            cpu = as_num(speed.get("client_cpu_s"))
-            wall = as_num(speed.get("wall_s"))
-            detail = []
-            if lag is not None:
-                detail.append(f"event-loop lag p99 {lag:.1f} ms")
-            if cpu is not None and wall is not None:
-                detail.append(f"client CPU {cpu:.1f} s over {wall:.1f} s wall")
-            extra = f" ({'; '.join(detail)})" if detail else ""
-            out.append(
-                Banner(
-                    "warn",
-                    f"{name}: the client was the bottleneck{extra}. Speed numbers are lower bounds for the "
-                    "server; rerun with lower concurrency or a faster client machine.",
-                )
-            )
-        counts = as_dict(t.get("counts"))
-        total = as_int(counts.get("total"))
-        of = f" of {total:,}" if total is not None else ""
-        errors = as_int(counts.get("api_error")) or 0
-        if errors > 0:
-            out.append(Banner("warn", f"{name}: {errors:,}{of} requests failed (api_error) and were not scored."))
-        truncated = as_int(counts.get("truncated")) or 0
-        if truncated > 0:
-            out.append(
-                Banner(
-                    "warn",
-                    f"{name}: {truncated:,}{of} responses were truncated at max_tokens (finish_reason "
-                    "length); they are scored as they are.",
-                )
-            )
-    for name, t in run.manifest_tasks.items():
-        clamp = t.get("max_tokens_clamp")
-        if clamp:
-            out.append(Banner("info", f"{name}: max_tokens was clamped: {compact_json(clamp)}"))
-    return out
-
+from evalkit.report.timecourse import timeline, timeline_chart
+from evalkit.scoring.estimators import wilson_interval
 
 # ----------------------------------------------------------------------------------------------------------
 # Single-run report
@@ -96,7 +52,54 @@ class LengthRow:
     label: str
     n: int
     accuracy: str
+    ci: str
     truncated: int
+
+
+def wilson_str(k: int, n: int) -> str:
+    """'lo–hi' of a Wilson 95% interval for k of n."""
+    lo, hi = wilson_interval(k, n)
+    return f"{fmt_pct(lo)}–{fmt_pct(hi)}"
+
+
+def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
+    """Where the mean TTFT went: the server's queue and its engine before the first token (server TTFT - queue),
+    and, when client and server counted the same requests, outside the engine (client TTFT - server TTFT: HTTP,
+    the API server, the client)."""
+    c, srv = as_dict(speed.get("ttft_ms")), as_dict(server.get("ttft_s"))
+    client, stt = as_num(c.get("mean")), as_num(srv.get("mean"))
+    queue = as_num(as_dict(server.get("queue_s")).get("mean"))
+    if client is None or stt is None or queue is None:
+        return None
+    inside = (
+        f"{fmt_ms(queue * 1000)} in the server's queue + {fmt_ms((stt - queue) * 1000)} in its engine before the "
+        "first token"
+    )
+    cn, sn = as_int(c.get("n")), as_int(srv.get("n"))
+    if cn is not None and cn == sn:
+        outside = fmt_ms(client - stt * 1000)
+        return f"{fmt_ms(client)} mean = {inside} + {outside} outside the engine (HTTP, API server, client)"
+    return (
+        f"server: {inside} (means over {fmt_int(sn)} requests); client: {fmt_ms(client)} mean over the "
+        f"{fmt_int(cn)} requests that returned text, so the two are not subtracted"
+    )
+
+
+def concurrency_str(speed: dict[str, Any], trace: list[Any], manifest_concurrency: Any) -> str | None:
+    """The concurrency a task ran at, with how ``auto`` got there (its trace)."""
+    used = as_int(speed.get("concurrency"))
+    steps = [
+        f"{as_int(lim)} at {as_num(ts):.1f} s"
+        for ts, lim in (x for x in trace if isinstance(x, list) and len(x) == 2)
+        if as_num(ts) is not None and as_int(lim) is not None
+    ]
+    asked = f" (asked: {manifest_concurrency})" if manifest_concurrency is not None else ""
+    if used is None and not steps:
+        return None
+    text = f"{used if used is not None else '—'}{asked}"
+    if len(steps) > 1:
+        text += "; limit " + ", ".join(steps)
+    return text
 
 
 @dataclass
@@ -111,8 +114,11 @@ class TaskView:
     speed_rows: list[PctRow]
     speed_extra: list[KV]
     server_available: bool | None
-    server_rows: list[ServerRow]
+    latency: list[LatencyRow]
+    latency_bounded: bool
+    server_counters: list[KV]
     server_absent: list[str]
+    gpu_available: bool | None
     gpu_rows: list[GpuRow]
     gpu_extra: list[KV]
     detail: DetailView
@@ -131,10 +137,20 @@ def task_view(run: RunData, name: str, index: int) -> TaskView:
     speed = as_dict(t.get("speed"))
     server = as_dict(t.get("server"))
     srows, sextra = speed_table(speed)
-    grows, gextra = gpu_rows(as_dict(t.get("gpu")), as_dict(run.manifest.get("server")).get("gpus"))
+    conc = concurrency_str(speed, as_list(t.get("concurrency_trace")), run.manifest.get("concurrency"))
+    sextra = [KV("Concurrency", conc) if kv.key == "Concurrency" else kv for kv in sextra]
+    split = ttft_split(server, speed)
+    if split:
+        sextra.append(KV("Where TTFT went", split))
+    gpu = as_dict(t.get("gpu"))
+    grows, gextra = gpu_rows(gpu, as_dict(run.manifest.get("server")).get("gpus"))
     la = accuracy_by_length(s for s in run.samples if s.get("task") == name)
-    length_rows = [LengthRow(b.label, b.n, fmt_pct(b.accuracy), b.truncated) for b in la.buckets if b.n]
+    length_rows = [
+        LengthRow(b.label, b.n, fmt_pct(b.accuracy), wilson_str(b.correct, b.n), b.truncated) for b in la.buckets if b.n
+    ]
     available = server.get("available")
+    shown = bool(server) and available is not False
+    lat = latency_rows(server, speed) if shown else []
     return TaskView(
         name=name,
         anchor=f"task-{index}",
@@ -146,9 +162,12 @@ def task_view(run: RunData, name: str, index: int) -> TaskView:
         speed_rows=srows,
         speed_extra=sextra,
         server_available=available if isinstance(available, bool) else None,
-        server_rows=server_rows(server, speed) if server and available is not False else [],
+        latency=lat,
+        latency_bounded=any(r.bounded for r in lat),
+        server_counters=server_counters(server) if shown else [],
         server_absent=[str(x) for x in as_list(server.get("absent"))],
-        gpu_rows=grows if as_dict(t.get("gpu")) else [],
+        gpu_available=gpu.get("available") if isinstance(gpu.get("available"), bool) else None,
+        gpu_rows=grows,
         gpu_extra=gextra,
         detail=detail_view(t.get("detail")),
         length_rows=length_rows,
@@ -172,6 +191,15 @@ def run_charts(run: RunData, tasks: list[str]) -> list[dict[str, Any]]:
         series = _chart_series_cdf(run, tasks, key)
         if series:
             charts.append({"id": f"cdf-{key}", "kind": "cdf", "title": f"CDF of {title}", "x": title, "series": series})
+    for task in tasks:
+        tl = timeline([s for s in run.samples if s.get("task") == task and s.get("status") != "api_error"])
+        if tl["t"]:
+            trace = [
+                x for x in as_list(run.summary_tasks.get(task, {}).get("concurrency_trace")) if isinstance(x, list)
+            ]
+            charts.append(
+                timeline_chart(f"timeline-{task}", f"{task}: throughput and requests in flight", [(task, tl, trace)])
+            )
     labels = length_bucket_labels()
     datasets = []
     used: set[int] = set()

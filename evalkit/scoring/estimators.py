@@ -11,6 +11,10 @@ All functions are pure. Conventions:
   (the expected score of breaking the tie uniformly at random), so the result never depends on sample order.
 - **avg@K**: the mean over all samples; its standard error is clustered by problem, because the K samples of
   one problem are not independent draws from the benchmark.
+- **Intervals for proportions** (:func:`proportion_interval`): Wilson score intervals, which stay inside
+  [0, 1] and keep a width at 0 and 1 (0 of 30 gives 0%–11.4%, where mean ± 1.96 stderr gives 0%–0%). Samples
+  clustered by problem count as an *effective* number of independent samples (the design effect read from the
+  clustered standard error), and as one per problem when that standard error is 0 and says nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +22,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Z95", "maj_at_k", "mean_ci_clustered", "pass_at_k", "pass_at_k_ladder"]
+__all__ = [
+    "Z95",
+    "ProportionInterval",
+    "maj_at_k",
+    "mean_ci_clustered",
+    "pass_at_k",
+    "pass_at_k_ladder",
+    "proportion_interval",
+    "wilson_interval",
+]
 
 Z95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
 
@@ -98,3 +112,52 @@ def mean_ci_clustered(
     var = n_groups / (n_groups - 1) * float(np.sum(residual_sums**2)) / n_total**2
     stderr = math.sqrt(var)
     return mean, stderr, (mean - z * stderr, mean + z * stderr)
+
+
+def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``successes / n`` (both may be fractional: an effective count).
+
+    >>> [round(x, 4) for x in wilson_interval(0, 30)]
+    [0.0, 0.1135]
+    """
+    if n <= 0:
+        raise ValueError(f"wilson_interval: need n > 0, got {n}")
+    p = min(max(successes / n, 0.0), 1.0)
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class ProportionInterval:
+    lo: float
+    hi: float
+    n_effective: float  # the sample size the interval is computed for
+    clustered: bool  # n_effective comes from clusters (problems), not from independent samples
+    degenerate: bool  # the clustered stderr was 0 (or absent): one effective sample per cluster
+
+
+def proportion_interval(
+    value: float, n: int, stderr: float | None = None, clusters: int | None = None, z: float = Z95
+) -> ProportionInterval:
+    """95% Wilson interval of a proportion ``value`` measured on ``n`` samples.
+
+    ``clusters``: when the ``n`` samples come from fewer independent units (K samples of each of ``clusters``
+    problems), the effective sample size is ``value * (1 - value) / stderr**2`` from the clustered ``stderr``,
+    kept between ``clusters`` and ``n``; when that stderr is 0 or missing (e.g. every sample wrong, so the
+    samples cannot show how alike a problem's samples are) it is ``clusters``, the cautious choice.
+    """
+    if n <= 0:
+        raise ValueError(f"proportion_interval: need n > 0, got {n}")
+    v = min(max(value, 0.0), 1.0)
+    if clusters is None or not 0 < clusters < n:
+        lo, hi = wilson_interval(v * n, n, z)
+        return ProportionInterval(lo, hi, float(n), clustered=False, degenerate=False)
+    if stderr is not None and stderr > 0 and 0 < v < 1:
+        n_eff = min(max(v * (1 - v) / (stderr * stderr), float(clusters)), float(n))
+        degenerate = False
+    else:
+        n_eff, degenerate = float(clusters), True
+    lo, hi = wilson_interval(v * n_eff, n_eff, z)
+    return ProportionInterval(lo, hi, n_eff, clustered=True, degenerate=degenerate)

@@ -1,4 +1,4 @@
-/* evalkit report: charts (Chart.js, inlined above) and the sample filter. No network, no innerHTML. */
+/* evalkit report: charts (Chart.js, inlined above) and the lazily rendered sample list. No network, no innerHTML. */
 (function () {
   "use strict";
 
@@ -230,7 +230,32 @@
     };
   }
 
-  var BUILDERS = { cdf: cdfConfig, bar: barConfig, scatter: scatterConfig };
+  /* Output tok/s (left axis), requests in flight and the concurrency limit (right axis) over time. */
+  function timelineConfig(spec) {
+    var opts = baseOptions(spec), datasets = [];
+    opts.interaction = { mode: "nearest", intersect: false, axis: "x" };
+    opts.scales = {
+      x: { type: "linear", min: 0, title: { display: true, text: spec.x } },
+      y: { min: 0, position: "left", title: { display: true, text: "output tokens/s" } },
+      y1: { min: 0, position: "right", grid: { drawOnChartArea: false }, title: { display: true, text: "requests" } }
+    };
+    spec.series.forEach(function (s, i) {
+      var name = spec.series.length > 1 ? s.label + ": " : "";
+      datasets.push({ label: name + "output tok/s", yAxisID: "y", borderColor: color(i), backgroundColor: color(i, 0.1),
+        borderWidth: 2, pointRadius: 0, data: s.t.map(function (t, k) { return { x: t, y: s.tok_s[k] }; }) });
+      datasets.push({ label: name + "requests in flight", yAxisID: "y1", borderColor: color(i, 0.6), borderDash: [5, 3],
+        borderWidth: 1.5, pointRadius: 0, data: s.t.map(function (t, k) { return { x: t, y: s.in_flight[k] }; }) });
+      if (s.limit.length) {
+        var end = s.t.length ? s.t[s.t.length - 1] : 0, pts = s.limit.map(function (p) { return { x: p[0], y: p[1] }; });
+        pts.push({ x: Math.max(end, pts[pts.length - 1].x), y: pts[pts.length - 1].y });
+        datasets.push({ label: name + "concurrency limit", yAxisID: "y1", borderColor: color(i, 0.9), borderDash: [2, 2],
+          borderWidth: 1.5, pointRadius: 0, stepped: true, data: pts });
+      }
+    });
+    return { type: "line", data: { datasets: datasets }, options: opts };
+  }
+
+  var BUILDERS = { cdf: cdfConfig, bar: barConfig, scatter: scatterConfig, timeline: timelineConfig };
 
   function buildCharts(data) {
     if (typeof window.Chart !== "function") {
@@ -247,48 +272,199 @@
     });
   }
 
-  function setupFilter() {
-    var rows = Array.prototype.slice.call(document.querySelectorAll("#rows details.s"));
+  /* ---- the sample list: gzip'd JSON in #samples-data, rendered a page of rows at a time ---- */
+
+  var PAGE = 100;
+
+  function decodeSamples(b64) {
+    if (typeof DecompressionStream !== "function") {
+      return Promise.reject(new Error("this browser cannot decompress data (no DecompressionStream)"));
+    }
+    var bin = atob(b64.trim()), bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) { bytes[i] = bin.charCodeAt(i); }
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).text().then(JSON.parse);
+  }
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined && text !== null) { e.textContent = String(text); }
+    return e;
+  }
+
+  function ms(x) {
+    if (x === null || x === undefined) { return "—"; }
+    return Math.abs(x) >= 100 ? fmt(x, 0) + " ms" : fmt(x, 1) + " ms";
+  }
+
+  /* A stored text: a string, or [head, tail, omitted, total] when it was cut. */
+  function textOf(t) { return t === null || t === undefined ? "" : (typeof t === "string" ? t : t[0] + " " + t[1]); }
+
+  function textBlock(label, t, note) {
+    var box = el("div", "tb");
+    var head = el("div", "tl", label);
+    var total = typeof t === "string" ? t.length : t[3];
+    head.appendChild(el("span", "muted", " (" + total.toLocaleString() + " chars" + (note ? ", " + note : "") + ")"));
+    box.appendChild(head);
+    if (total === 0) { box.appendChild(el("div", "muted", "(empty)")); return box; }
+    var pre = el("pre", "t");
+    if (typeof t === "string") {
+      pre.textContent = t;
+    } else {
+      pre.appendChild(document.createTextNode(t[0]));
+      pre.appendChild(el("span", "cut", "\n[… " + t[2].toLocaleString() + " of " + t[3].toLocaleString() +
+        " characters omitted …] (cut; full text in samples.jsonl)\n"));
+      pre.appendChild(document.createTextNode(t[1]));
+    }
+    box.appendChild(pre);
+    return box;
+  }
+
+  function collapsed(label, fill) {
+    var d = el("details", "more-text");
+    d.appendChild(el("summary", null, label));
+    d.addEventListener("toggle", function () {
+      if (d.open && d.childNodes.length === 1) { fill(d); }
+    });
+    return d;
+  }
+
+  function buildBody(data, r) {
+    var body = el("div", "body");
+    var meta = el("div", "meta");
+    function kv(k, v, cls) {
+      var sp = el("span", null, k + " ");
+      sp.appendChild(el("b", null, v === null || v === undefined ? "—" : v));
+      if (cls) { sp.appendChild(document.createTextNode(" ")); sp.appendChild(el("i", cls, cls)); }
+      meta.appendChild(sp);
+    }
+    kv("gold answer", r.g);
+    if (r.fr) { kv("finish_reason", r.fr); }
+    (r.fl || []).forEach(function (f) { kv(f[0] + ":", f[1], f[2]); });
+    (r.ex || []).forEach(function (x) { kv(x[0], x[1]); });
+    body.appendChild(meta);
+    if (r.er) { body.appendChild(el("div", "err mono", r.er)); }
+    if (r.q !== undefined) {
+      body.appendChild(textBlock(r.fs ? "Question under test" : "Prompt", data.texts[r.q],
+        r.fs ? "after " + r.fs.length + " few-shot examples, below" : ""));
+    }
+    (r.m || []).forEach(function (m) { body.appendChild(textBlock("Message · " + m[0], data.texts[m[1]])); });
+    if (r.r !== undefined && r.r !== null) { body.appendChild(textBlock("Response", r.r)); }
+    if (r.rs !== undefined && r.rs !== null) {
+      var n = typeof r.rs === "string" ? r.rs.length : r.rs[3];
+      body.appendChild(collapsed("Reasoning (" + n.toLocaleString() + " chars)", function (d) {
+        d.appendChild(textBlock("Reasoning", r.rs));
+      }));
+    }
+    if (r.tg !== undefined) {
+      body.appendChild(collapsed("Target, in full", function (d) { d.appendChild(textBlock("Target", data.texts[r.tg])); }));
+    }
+    if (r.fs) {
+      var label = r.fs.length + " few-shot examples before the question (" + (r.fc || 0).toLocaleString() + " chars)";
+      if (!data.fewshot) {
+        body.appendChild(el("p", "muted", label + ": left out of this report to keep it small; the full prompt is in samples.jsonl."));
+      } else {
+        body.appendChild(collapsed(label, function (d) {
+          r.fs.forEach(function (id, k) { d.appendChild(textBlock("Example " + (k + 1), data.fewshot[id])); });
+        }));
+      }
+    }
+    return body;
+  }
+
+  var CELLS = [
+    ["task", function (d, r) { return d.tasks[r.t]; }],
+    ["doc", function (d, r) { return r.d; }],
+    ["#", function (d, r) { return r.i; }],
+    ["status", function (d, r) { return r.s; }, function (r) { return "st st-" + r.s; }],
+    ["correct", function (d, r) { return r.v; }, function (r) { return "vd " + r.v; }],
+    ["extracted", function (d, r) { return r.x === null || r.x === undefined ? "—" : r.x; }, function () { return "mono"; }],
+    ["gold answer", function (d, r) { return r.g === null || r.g === undefined ? "—" : r.g; }, function () { return "mono"; }],
+    ["out tok", function (d, r) { return r.o === null || r.o === undefined ? "—" : r.o.toLocaleString(); }],
+    ["TTFT", function (d, r) { return ms(r.a); }],
+    ["TPOT", function (d, r) { return ms(r.p); }],
+    ["E2E", function (d, r) { return ms(r.e); }]
+  ];
+
+  function rowElement(data, r) {
+    var det = el("details", "s"), sum = el("summary");
+    CELLS.forEach(function (c) {
+      var sp = el("span", c[2] ? c[2](r) : null, c[1](data, r));
+      sp.setAttribute("data-l", c[0]);
+      sum.appendChild(sp);
+    });
+    det.appendChild(sum);
+    det.addEventListener("toggle", function () {
+      if (det.open && det.childNodes.length === 1) { det.appendChild(buildBody(data, r)); }
+    });
+    return det;
+  }
+
+  function setupSamples() {
+    var src = document.getElementById("samples-data"), list = document.getElementById("rows");
     var task = document.getElementById("f-task"), status = document.getElementById("f-status");
     var verdict = document.getElementById("f-verdict"), q = document.getElementById("f-q");
-    var count = document.getElementById("f-count"), form = document.getElementById("filters");
-    if (!rows.length || !task || !status || !verdict || !q || !count) { return; }
-    var texts = null, timer = null;
+    var count = document.getElementById("f-count"), more = document.getElementById("f-more");
+    var form = document.getElementById("filters");
+    if (!src || !list || !task || !status || !verdict || !q || !count || !more) { return Promise.resolve(); }
+    return decodeSamples(src.textContent || "").then(function (data) {
+      var matched = [], rendered = 0, hay = null, timer = null;
 
-    function apply() {
-      var t = task.value, s = status.value, v = verdict.value, needle = q.value.trim().toLowerCase(), shown = 0;
-      if (needle && texts === null) {
-        texts = rows.map(function (r) { return (r.textContent || "").toLowerCase(); });
+      function haystack(i) {
+        if (hay === null) { hay = []; }
+        if (hay[i] === undefined) {
+          var r = data.rows[i];
+          hay[i] = [r.d, r.x, r.g, r.s, textOf(r.r), r.q !== undefined ? textOf(data.texts[r.q]) : ""]
+            .join("\n").toLowerCase();
+        }
+        return hay[i];
       }
-      rows.forEach(function (r, i) {
-        var ok = (!t || r.dataset.task === t) && (!s || r.dataset.status === s) && (!v || r.dataset.verdict === v) &&
-          (!needle || texts[i].indexOf(needle) !== -1);
-        r.hidden = !ok;
-        if (ok) { shown += 1; }
-      });
-      count.textContent = shown.toLocaleString() + " of " + rows.length.toLocaleString() + " rows";
-    }
 
-    [task, status, verdict].forEach(function (el) { el.addEventListener("change", apply); });
-    q.addEventListener("input", function () {
-      if (timer !== null) { clearTimeout(timer); }
-      timer = setTimeout(apply, 150);
-    });
-    if (form) { form.addEventListener("submit", function (e) { e.preventDefault(); apply(); }); }
-    var open = document.getElementById("f-open"), close = document.getElementById("f-close");
-    if (open) {
-      open.addEventListener("click", function () {
-        var n = 0;
-        rows.forEach(function (r) { if (!r.hidden && n < 200) { r.open = true; n += 1; } });
+      function renderMore() {
+        var frag = document.createDocumentFragment(), stop = Math.min(matched.length, rendered + PAGE);
+        for (; rendered < stop; rendered++) { frag.appendChild(rowElement(data, data.rows[matched[rendered]])); }
+        list.appendChild(frag);
+        more.hidden = rendered >= matched.length;
+        more.textContent = "show " + Math.min(PAGE, matched.length - rendered).toLocaleString() + " more (" +
+          (matched.length - rendered).toLocaleString() + " not listed yet)";
+        count.textContent = matched.length.toLocaleString() + " of " + data.rows.length.toLocaleString() +
+          " samples match; " + rendered.toLocaleString() + " listed";
+      }
+
+      function apply() {
+        var t = task.value, s = status.value, v = verdict.value, needle = q.value.trim().toLowerCase();
+        matched = [];
+        data.rows.forEach(function (r, i) {
+          if ((t === "" || String(r.t) === t) && (!s || r.s === s) && (!v || r.v === v) &&
+              (!needle || haystack(i).indexOf(needle) !== -1)) { matched.push(i); }
+        });
+        list.querySelectorAll("details.s").forEach(function (d) { d.remove(); });
+        rendered = 0;
+        renderMore();
+      }
+
+      [task, status, verdict].forEach(function (e) { e.addEventListener("change", apply); });
+      q.addEventListener("input", function () {
+        if (timer !== null) { clearTimeout(timer); }
+        timer = setTimeout(apply, 150);
       });
-    }
-    if (close) { close.addEventListener("click", function () { rows.forEach(function (r) { r.open = false; }); }); }
-    apply();
-    window.evalkitReport = { applyFilter: apply };
+      if (form) { form.addEventListener("submit", function (e) { e.preventDefault(); apply(); }); }
+      more.addEventListener("click", renderMore);
+      var open = document.getElementById("f-open"), close = document.getElementById("f-close");
+      if (open) { open.addEventListener("click", function () { list.querySelectorAll("details.s").forEach(function (d) { d.open = true; }); }); }
+      if (close) { close.addEventListener("click", function () { list.querySelectorAll("details.s").forEach(function (d) { d.open = false; }); }); }
+      apply();
+      window.evalkitReport.applyFilter = apply;
+      window.evalkitReport.showMore = renderMore;
+    }).catch(function (e) {
+      list.appendChild(el("p", "err", "The sample list could not be shown: " + e.message + ". The samples are in samples.jsonl."));
+    });
   }
 
   function main() {
-    setupFilter();
+    window.evalkitReport = {};
+    window.evalkitReport.ready = setupSamples();
     buildCharts(readData());
   }
 
