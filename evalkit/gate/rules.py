@@ -199,7 +199,8 @@ def speed_rule(
     task: str, key: str, rule: SpeedRule, match: LoadMatch, min_requests: int, boot: BootstrapSettings
 ) -> Rule:
     """Relative change of one speed figure between the matched slices; fails when it worsens by more than
-    ``max_change`` and the worsening is significant."""
+    ``max_change`` and the worsening is significant, and fails with the "cannot compare" note when the policy
+    requires matched load and the runs share no level."""
     label, field, lower_is_better = SPEED_METRICS[key]
     name = f"{task}: {label}"
     if match.base is None or match.cand is None:
