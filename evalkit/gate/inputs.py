@@ -1,0 +1,114 @@
+"""The gate's inputs: small typed records of one run, independent of how a run directory is stored.
+
+:func:`evalkit.gate.load.from_run_dir` builds a :class:`RunInputs` from a run directory; tests build them
+directly. Everything the gate decides is computed from these records alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("ok", "truncated", "no_answer", "empty", "api_error")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What makes two runs of a task comparable.
+
+    ``data_sha256``: split -> sha256 of the data file; ``prompt_digests``: doc_id -> a short hash of the
+    prompt (or chat messages) sent for it; ``prompt_hash``: one hash over all of them; ``sampling``: the
+    generation settings (temperature, top_p, seed, max_tokens, ...), compared but never a reason to refuse.
+    """
+
+    version: str | None = None
+    data_sha256: dict[str, str] = field(default_factory=dict)
+    limit: int | None = None
+    num_fewshot: int | None = None
+    num_samples: int | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    prompt_hash: str | None = None
+    prompt_digests: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetricSamples:
+    """One accuracy metric as per-sample correctness: ``items`` maps doc_id -> one 0/1 per scored sample.
+
+    ``name`` is the metric's key in summary.json (``exact_match,strict-match``, ``avg@8``); ``filter`` the key
+    of the samples' ``correct`` dict it comes from. Failed requests (api_error) are not in ``items``.
+    """
+
+    name: str
+    filter: str
+    items: dict[int, tuple[int, ...]]
+
+    @property
+    def value(self) -> float | None:
+        """Mean over all scored samples (the metric's value in summary.json)."""
+        n = sum(len(v) for v in self.items.values())
+        return sum(sum(v) for v in self.items.values()) / n if n else None
+
+    @property
+    def samples_per_item(self) -> int:
+        """The largest number of scored samples any item has (1 for greedy single-sample tasks)."""
+        return max((len(v) for v in self.items.values()), default=0)
+
+
+@dataclass(frozen=True)
+class SpeedRecords:
+    """Per-request speed of the requests that got an answer (api_error excluded), aligned by position.
+
+    ``start_s``: when each request was sent, in seconds since the request phase began; ``wall_s``: the request
+    phase's wall time (first send -> last completion); ``trace``: (seconds, concurrency limit) each time the
+    limit changed; ``levels``: the limits ``--concurrency auto`` measured (empty for a fixed concurrency).
+    """
+
+    ttft_ms: list[float | None] = field(default_factory=list)
+    tpot_ms: list[float | None] = field(default_factory=list)
+    e2e_ms: list[float | None] = field(default_factory=list)
+    output_tokens: list[int | None] = field(default_factory=list)
+    start_s: list[float | None] = field(default_factory=list)
+    wall_s: float | None = None
+    concurrency: int | None = None
+    trace: list[tuple[float, int]] = field(default_factory=list)
+    levels: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.e2e_ms)
+
+
+@dataclass(frozen=True)
+class StatusCounts:
+    """How many requests ended in each status (``total`` = all requests of the task)."""
+
+    total: int = 0
+    ok: int = 0
+    truncated: int = 0
+    no_answer: int = 0
+    empty: int = 0
+    api_error: int = 0
+
+    def rate(self, status: str) -> float | None:
+        """Share of all requests with ``status``; None when the task has no requests."""
+        return getattr(self, status) / self.total if self.total else None
+
+
+@dataclass(frozen=True)
+class TaskInputs:
+    """Everything the gate needs about one task of one run."""
+
+    name: str
+    identity: Identity
+    metrics: dict[str, MetricSamples]
+    speed: SpeedRecords
+    counts: StatusCounts
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """One run: a label (its directory name) and its tasks by name."""
+
+    label: str
+    tasks: dict[str, TaskInputs]
+    concurrency_setting: str | None = None  # "auto" or the fixed number, as the run was asked for

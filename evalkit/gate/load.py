@@ -1,0 +1,177 @@
+"""Build the gate's inputs (:mod:`evalkit.gate.inputs`) from a run directory.
+
+Reads ``manifest.json``, ``summary.json`` and ``samples.jsonl`` as README "Result store" describes them. This is
+the only place the gate touches the files of a run; everything else works on :class:`RunInputs`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evalkit.gate.errors import GateInputError
+from evalkit.gate.inputs import STATUSES, Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+
+SAMPLING_KEYS = (
+    "num_samples",
+    "temperature",
+    "top_p",
+    "seed",
+    "max_tokens",
+    "max_length",
+    "chat_template_kwargs",
+    "endpoint_kind",
+)
+
+
+def from_run_dir(path: str | Path) -> RunInputs:
+    """The gate's inputs for every task of the run in ``path``; raises GateInputError (one line) when a file
+    is missing or unreadable."""
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise GateInputError(f"{run_dir} is not a run directory; pass the --output-dir of an evalkit run")
+    manifest = _read_json(run_dir / "manifest.json")
+    summary = _read_json(run_dir / "summary.json")
+    samples = _read_samples(run_dir / "samples.jsonl")
+    m_tasks, s_tasks = _dict(manifest.get("tasks")), _dict(summary.get("tasks"))
+    names = [*m_tasks, *(n for n in s_tasks if n not in m_tasks)]
+    tasks = {
+        name: _task(name, _dict(m_tasks.get(name)), _dict(s_tasks.get(name)), samples.get(name, [])) for name in names
+    }
+    concurrency = manifest.get("concurrency")
+    return RunInputs(
+        label=run_dir.resolve().name, tasks=tasks, concurrency_setting=None if concurrency is None else str(concurrency)
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise GateInputError(f"{path} is missing (the run did not finish); re-run the same command to complete it")
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise GateInputError(f"{path} is not valid JSON ({e}); re-run the same command to rewrite it") from None
+    if not isinstance(data, dict):
+        raise GateInputError(f"{path} is not a JSON object; pass the directory of an evalkit run")
+    return data
+
+
+def _read_samples(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Samples by task; a later line for the same (task, doc_id, sample_index) replaces an earlier one and a
+    torn last line (a killed run) is skipped."""
+    if not path.is_file():
+        raise GateInputError(f"{path} is missing; pass the directory of an evalkit run")
+    latest: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("doc_id"), int):
+            latest[(str(rec.get("task")), rec["doc_id"], int(rec.get("sample_index") or 0))] = rec
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for key in sorted(latest):
+        by_task.setdefault(key[0], []).append(latest[key])
+    return by_task
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _task(name: str, manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]]) -> TaskInputs:
+    return TaskInputs(
+        name=name,
+        identity=_identity(manifest, summary, samples),
+        metrics=_metrics(list(_dict(summary.get("metrics"))), samples),
+        speed=_speed(summary, samples),
+        counts=_counts(samples),
+    )
+
+
+def _identity(manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]]) -> Identity:
+    settings = _dict(manifest.get("settings"))
+    version = manifest.get("version", summary.get("version"))
+    digests: dict[int, str] = {}
+    for s in samples:
+        if s["doc_id"] not in digests:
+            text = orjson.dumps([s.get("prompt"), s.get("messages")])
+            digests[s["doc_id"]] = hashlib.sha256(text).hexdigest()[:16]
+    joined = "\n".join(f"{d}:{h}" for d, h in sorted(digests.items())).encode()
+    limit, fewshot = settings.get("limit"), settings.get("num_fewshot")
+    return Identity(
+        version=None if version is None else str(version),
+        data_sha256={str(k): str(v) for k, v in _dict(manifest.get("data_sha256")).items()},
+        limit=limit if isinstance(limit, int) else None,
+        num_fewshot=fewshot if isinstance(fewshot, int) else None,
+        num_samples=settings.get("num_samples") if isinstance(settings.get("num_samples"), int) else None,
+        sampling={k: settings.get(k) for k in SAMPLING_KEYS if k in settings},
+        prompt_hash=hashlib.sha256(joined).hexdigest()[:16] if digests else None,
+        prompt_digests=digests,
+    )
+
+
+def metric_name(filter_key: str, summary_metrics: list[str], n_filters: int) -> str:
+    """The summary.json name of the metric a ``correct`` filter feeds: lm-eval's ``metric,filter`` key, else
+    ``avg@K`` for a task with one filter (repeated sampling), else the filter's own name."""
+    for name in summary_metrics:
+        if name.endswith("," + filter_key):
+            return name
+    avg = [name for name in summary_metrics if name.startswith("avg@")]
+    if n_filters == 1 and len(avg) == 1:
+        return avg[0]
+    return filter_key
+
+
+def _metrics(summary_metrics: list[str], samples: list[dict[str, Any]]) -> dict[str, MetricSamples]:
+    """Per metric, doc_id -> correctness of each scored sample (a None verdict counts as wrong, as in the
+    task's own summary); api_error samples are left out."""
+    scored = [s for s in samples if s.get("status") != "api_error"]
+    filters: list[str] = []
+    for s in scored:
+        filters.extend(f for f in _dict(s.get("correct")) if f not in filters)
+    out: dict[str, MetricSamples] = {}
+    for f in filters:
+        items: dict[int, list[int]] = {}
+        for s in scored:
+            items.setdefault(s["doc_id"], []).append(1 if _dict(s.get("correct")).get(f) is True else 0)
+        name = metric_name(f, summary_metrics, len(filters))
+        out[name] = MetricSamples(name=name, filter=f, items={d: tuple(v) for d, v in items.items()})
+    return out
+
+
+def _speed(summary: dict[str, Any], samples: list[dict[str, Any]]) -> SpeedRecords:
+    done = sorted((s for s in samples if s.get("status") != "api_error"), key=lambda s: _num(s.get("start_s")) or 0.0)
+    speed = _dict(summary.get("speed"))
+    trace = [(float(t), int(c)) for t, c in (summary.get("concurrency_trace") or []) if _num(t) is not None]
+    levels: list[int] = []
+    for level in summary.get("concurrency_levels") or []:
+        limit = _dict(level).get("limit")
+        if isinstance(limit, int) and not _dict(level).get("starved") and limit not in levels:
+            levels.append(limit)
+    concurrency = speed.get("concurrency")
+    return SpeedRecords(
+        ttft_ms=[_num(s.get("ttft_ms")) for s in done],
+        tpot_ms=[_num(s.get("tpot_ms")) for s in done],
+        e2e_ms=[_num(s.get("e2e_ms")) for s in done],
+        output_tokens=[s["output_tokens"] if isinstance(s.get("output_tokens"), int) else None for s in done],
+        start_s=[_num(s.get("start_s")) for s in done],
+        wall_s=_num(speed.get("wall_s")),
+        concurrency=concurrency if isinstance(concurrency, int) else None,
+        trace=trace,
+        levels=levels,
+    )
+
+
+def _counts(samples: list[dict[str, Any]]) -> StatusCounts:
+    by_status = {s: sum(1 for r in samples if r.get("status") == s) for s in STATUSES}
+    return StatusCounts(total=len(samples), **by_status)

@@ -1,0 +1,126 @@
+"""Speed comparisons at matched load: which requests of each run ran at which concurrency level.
+
+A request's level is the concurrency limit active when it was sent (its ``start_s`` against the run's
+concurrency trace). Two runs that each ran at one and the same level are compared over all their requests;
+otherwise at the common level where both sent the most requests (at least ``min_requests`` each), over the
+requests sent at that level. Without a common level the runs are compared as a whole with a note, or not at
+all when the policy requires matched load.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass, field
+
+from evalkit.gate.inputs import SpeedRecords
+
+
+@dataclass(frozen=True)
+class SpeedSlice:
+    """The answered requests of one run that a speed comparison uses, and the wall time they span."""
+
+    ttft_ms: list[float] = field(default_factory=list)
+    tpot_ms: list[float] = field(default_factory=list)
+    e2e_ms: list[float] = field(default_factory=list)
+    output_tokens: list[float] = field(default_factory=list)
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadMatch:
+    """The slices to compare (None: cannot compare), the level they share (None: whole runs) and a note."""
+
+    base: SpeedSlice | None
+    cand: SpeedSlice | None
+    level: int | None
+    matched: bool
+    note: str = ""
+
+
+def level_at(t: float | None, trace: list[tuple[float, int]], default: int | None) -> int | None:
+    """The concurrency limit active at ``t`` seconds (the last trace entry at or before it)."""
+    if not trace or t is None:
+        return default
+    times = [x for x, _ in trace]
+    i = bisect.bisect_right(times, t) - 1
+    return trace[max(i, 0)][1]
+
+
+def request_levels(speed: SpeedRecords) -> list[int | None]:
+    """The level each answered request was sent at, aligned with the records."""
+    trace = sorted(speed.trace)
+    return [level_at(t, trace, speed.concurrency) for t in speed.start_s]
+
+
+def _present(values: list[float | None], keep: list[bool]) -> list[float]:
+    return [float(v) for v, k in zip(values, keep, strict=True) if k and v is not None]
+
+
+def _span(speed: SpeedRecords, keep: list[bool]) -> float | None:
+    """First send -> last completion over the kept requests."""
+    spans = [
+        (s, s + e / 1000.0)
+        for s, e, k in zip(speed.start_s, speed.e2e_ms, keep, strict=True)
+        if k and s is not None and e is not None
+    ]
+    if not spans:
+        return None
+    wall = max(end for _, end in spans) - min(start for start, _ in spans)
+    return wall if wall > 0 else None
+
+
+def slice_of(speed: SpeedRecords, levels: list[int | None], level: int | None) -> SpeedSlice:
+    """The requests sent at ``level`` (all of them when ``level`` is None) and their wall time: the run's
+    request phase for the whole run, else first send -> last completion of those requests."""
+    keep = [True] * len(speed) if level is None else [x == level for x in levels]
+    wall = (speed.wall_s or _span(speed, keep)) if level is None else _span(speed, keep)
+    return SpeedSlice(
+        ttft_ms=_present(speed.ttft_ms, keep),
+        tpot_ms=_present(speed.tpot_ms, keep),
+        e2e_ms=_present(speed.e2e_ms, keep),
+        output_tokens=_present([None if x is None else float(x) for x in speed.output_tokens], keep),
+        wall_s=wall,
+    )
+
+
+def _describe(counts: Counter[int | None]) -> str:
+    used = sorted(x for x in counts if x is not None)
+    return "→".join(str(x) for x in used) if used else "an unknown concurrency"
+
+
+def match_load(base: SpeedRecords, cand: SpeedRecords, min_requests: int, require_matched: bool) -> LoadMatch:
+    """Pick the requests to compare: whole runs at one shared level, else the best common level, else the
+    whole runs with a note (or nothing, with a "cannot compare" note, when ``require_matched``)."""
+    lb, lc = request_levels(base), request_levels(cand)
+    cb, cc = Counter(lb), Counter(lc)
+    if len(cb) <= 1 and cb.keys() == cc.keys():
+        level = next(iter(cb), None)
+        if level is not None:
+            return LoadMatch(slice_of(base, lb, None), slice_of(cand, lc, None), level, matched=True)
+        if require_matched:
+            return LoadMatch(
+                None,
+                None,
+                None,
+                matched=False,
+                note="cannot compare speed at matched load: the concurrency of both runs is unknown",
+            )
+        return LoadMatch(
+            slice_of(base, lb, None),
+            slice_of(cand, lc, None),
+            None,
+            matched=False,
+            note="the concurrency of both runs is unknown; speed compared over the whole runs",
+        )
+    loads = f"baseline ran at concurrency {_describe(cb)}, candidate at {_describe(cc)}"
+    common = [x for x in cb.keys() & cc.keys() if x is not None and min(cb[x], cc[x]) >= min_requests]
+    if common:
+        level = max(common, key=lambda x: (min(cb[x], cc[x]), x))
+        note = f"{loads}; speed compared at {level} ({cb[level]} vs {cc[level]} requests sent at that level)"
+        return LoadMatch(slice_of(base, lb, level), slice_of(cand, lc, level), level, matched=True, note=note)
+    if require_matched:
+        note = f"cannot compare speed at matched load: {loads}, with no common level of ≥{min_requests} requests"
+        return LoadMatch(None, None, None, matched=False, note=note)
+    note = f"{loads} and share no level with ≥{min_requests} requests each; speed compared over the whole runs"
+    return LoadMatch(slice_of(base, lb, None), slice_of(cand, lc, None), None, matched=False, note=note)

@@ -1,0 +1,203 @@
+"""The gate's policy: what counts as a regression, read from a YAML file (unknown keys are refused).
+
+With no file the default policy applies: an accuracy drop of more than 1 point that is significant at alpha 0.05
+(one-sided) fails; output tokens/s dropping, or TTFT p50 or TPOT p50 rising, by more than 10% beyond noise
+fails; any failed request (api_error) in the candidate fails. Example file::
+
+    accuracy:
+      default: {max_drop: 0.01, alpha: 0.05, mode: regression}
+      tasks:
+        gsm8k:
+          "exact_match,strict-match": {max_drop: 0.02, mode: non-inferiority}
+    speed:
+      ttft_p50_ms: {max_change: 0.15}
+      e2e_p50_ms: {max_change: 0.10}
+    rates: {max_error_rate: 0.0, max_truncated_rate: 0.02}
+    expected:
+      - {task: aime25, metric: avg@8, value: 0.9333}
+    require_matched_load: true
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evalkit.gate.errors import PolicyError
+
+Mode = Literal["regression", "non-inferiority"]
+"""regression: fail when a drop beyond the budget is significant; non-inferiority: pass only when the
+confidence interval shows the drop stays within the budget."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AccuracyRule(_Strict):
+    """Allowed drop of one accuracy metric. ``max_drop`` is absolute (0.01 = 1 point), ``max_drop_rel`` a
+    fraction of the baseline's value; with both set the smaller one is the budget."""
+
+    max_drop: float | None = Field(default=0.01, ge=0, le=1)
+    max_drop_rel: float | None = Field(default=None, ge=0, le=1)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    mode: Mode = "regression"
+    enabled: bool = True
+
+    def budget(self, reference: float) -> float:
+        """The allowed drop in absolute points for a metric whose reference value is ``reference``."""
+        limits = [
+            x
+            for x in (self.max_drop, None if self.max_drop_rel is None else self.max_drop_rel * reference)
+            if x is not None
+        ]
+        return min(limits) if limits else 0.0
+
+
+class AccuracyOverride(_Strict):
+    """Per task and metric: the fields that differ from ``accuracy.default``."""
+
+    max_drop: float | None = Field(default=None, ge=0, le=1)
+    max_drop_rel: float | None = Field(default=None, ge=0, le=1)
+    alpha: float | None = Field(default=None, gt=0, lt=0.5)
+    mode: Mode | None = None
+    enabled: bool | None = None
+
+
+class AccuracyPolicy(_Strict):
+    default: AccuracyRule = Field(default_factory=AccuracyRule)
+    tasks: dict[str, dict[str, AccuracyOverride]] = Field(default_factory=dict)
+
+    def rule(self, task: str, metric: str) -> AccuracyRule:
+        """The effective rule of ``metric`` of ``task``: the default with that metric's overrides applied."""
+        override = self.tasks.get(task, {}).get(metric)
+        if override is None:
+            return self.default
+        return self.default.model_copy(update=override.model_dump(exclude_none=True))
+
+
+class SpeedRule(_Strict):
+    """Allowed relative change of one speed metric in its bad direction (0.10 = 10%)."""
+
+    max_change: float = Field(default=0.10, gt=0)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+
+
+class SpeedPolicy(_Strict):
+    """Speed rules (None turns one off) and the fewest answered requests per run a comparison needs."""
+
+    output_tokens_per_s: SpeedRule | None = Field(default_factory=SpeedRule)
+    ttft_p50_ms: SpeedRule | None = Field(default_factory=SpeedRule)
+    tpot_p50_ms: SpeedRule | None = Field(default_factory=SpeedRule)
+    e2e_p50_ms: SpeedRule | None = None
+    min_requests: int = Field(default=30, ge=2)
+
+
+class RatesPolicy(_Strict):
+    """Largest allowed share of the candidate's requests per status (None: not checked)."""
+
+    max_error_rate: float | None = Field(default=0.0, ge=0, le=1)
+    max_truncated_rate: float | None = Field(default=None, ge=0, le=1)
+    max_empty_rate: float | None = Field(default=None, ge=0, le=1)
+
+
+class ExpectedScore(_Strict):
+    """A published score the candidate must not be significantly below (``max_drop`` below it is allowed)."""
+
+    task: str
+    metric: str
+    value: float = Field(ge=0, le=1)
+    max_drop: float = Field(default=0.0, ge=0, le=1)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    mode: Mode = "regression"
+
+
+class BootstrapSettings(_Strict):
+    resamples: int = Field(default=5000, ge=200)
+    seed: int = 0
+
+
+class Policy(_Strict):
+    accuracy: AccuracyPolicy = Field(default_factory=AccuracyPolicy)
+    speed: SpeedPolicy = Field(default_factory=SpeedPolicy)
+    rates: RatesPolicy = Field(default_factory=RatesPolicy)
+    expected: list[ExpectedScore] = Field(default_factory=list)
+    require_matched_load: bool = False
+    bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
+
+
+def default_policy() -> Policy:
+    """The policy that applies without a policy file."""
+    return Policy()
+
+
+def policy_from_dict(data: dict[str, Any], source: str = "policy") -> Policy:
+    """Validate a policy given as a dict; raises PolicyError with one line naming the bad key or value."""
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as e:
+        raise PolicyError(_one_line(e, source)) from None
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """The policy in the YAML file ``path`` (the default policy when ``path`` is None or the file is empty)."""
+    if path is None:
+        return default_policy()
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise PolicyError(f"policy file {p} cannot be read ({e.strerror}); pass an existing YAML file") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PolicyError(f"policy file {p} is not valid YAML{where}; fix its syntax") from None
+    if data is None:
+        return default_policy()
+    if not isinstance(data, dict):
+        raise PolicyError(f"policy file {p} must hold a mapping of keys (accuracy, speed, rates, ...)")
+    return policy_from_dict(data, str(p))
+
+
+def _one_line(e: ValidationError, source: str) -> str:
+    err = e.errors()[0]
+    loc = [str(x) for x in err["loc"]]
+    where = ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_keys(err["loc"][:-1])
+        hint = f" (allowed here: {', '.join(allowed)})" if allowed else ""
+        return f"{source}: unknown key '{where}'{hint}; remove it or fix its spelling"
+    return f"{source}: '{where}': {err['msg']}; fix this value"
+
+
+def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the model found by following ``loc`` from :class:`Policy` (through dict values and
+    list items)."""
+    tp: Any = Policy
+    for part in loc:
+        if typing.get_origin(tp) in (dict, list):
+            tp = typing.get_args(tp)[-1]  # part is a dict key or list index
+            continue
+        model = _inner_model(tp)
+        field = model.model_fields.get(str(part)) if model is not None else None
+        if field is None:
+            return []
+        tp = field.annotation
+    model = _inner_model(tp)
+    return list(model.model_fields) if model is not None else []
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The BaseModel inside an annotation like ``X | None``; dict/list values are not followed."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return arg
+    return None

@@ -1,0 +1,201 @@
+"""The verdict engine: refusals, speed rules, matched load, status rates, coverage and expected scores."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from evalkit.gate import (
+    CannotCompare,
+    GateResult,
+    PolicyError,
+    Rule,
+    RunInputs,
+    SpeedRecords,
+    StatusCounts,
+    evaluate,
+    evaluate_expected,
+    policy_from_dict,
+)
+from evalkit.gate.matching import level_at, match_load
+from evalkit.gate.stats import speed_change
+from tests.gate_fixtures import N_GSM8K, correctness, difficulties, identity, metric, run, speed_records, task
+
+FAST = policy_from_dict({"bootstrap": {"resamples": 1000}})
+
+
+def _runs(
+    cand_ident: dict[str, Any] | None = None,
+    base_speed: SpeedRecords | None = None,
+    cand_speed: SpeedRecords | None = None,
+    counts: StatusCounts | None = None,
+    scale: float = 1.0,
+) -> tuple[RunInputs, RunInputs]:
+    p = difficulties(N_GSM8K, 0.75)
+    base = task({"exact_match,strict-match": metric(correctness(p, 1, seed=1))}, speed=base_speed)
+    cand = task(
+        {"exact_match,strict-match": metric(correctness(p, 1, seed=2, scale=scale))},
+        speed=cand_speed or speed_records(seed=1),
+        counts=counts,
+        ident=identity(**(cand_ident or {})),
+    )
+    return run("base", base), run("cand", cand)
+
+
+def _rule(result: GateResult, suffix: str) -> Rule:
+    return next(r for r in result.rules if r.name.endswith(suffix))
+
+
+def test_two_equal_runs_pass_with_every_default_rule() -> None:
+    result = evaluate(*_runs(), FAST)
+    names = [r.name for r in result.rules]
+    assert names == [
+        "gsm8k: exact_match,strict-match",
+        "gsm8k: output tokens/s",
+        "gsm8k: TTFT p50",
+        "gsm8k: TPOT p50",
+        "gsm8k: error rate",
+    ]
+    assert result.verdict == "pass", [r.note for r in result.rules]
+    assert result.notes == []
+
+
+def test_a_five_point_drop_fails_the_gate() -> None:
+    result = evaluate(*_runs(scale=0.70 / 0.75), FAST)
+    assert result.verdict == "fail"
+    assert [r.name for r in result.failed] == ["gsm8k: exact_match,strict-match"]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"version": "4.0"}, "task version 3.0 vs 4.0"),
+        ({"data_sha256": {"test": "c" * 64, "train": "b" * 64}}, "data sha256 of test differs"),
+        ({"limit": 200}, "limit None vs 200"),
+        ({"num_fewshot": 0}, "num_fewshot 5 vs 0"),
+        (
+            {"prompt_digests": {d: f"{d:016x}" if d != 17 else "x" * 16 for d in range(N_GSM8K)}},
+            "prompts differ on 1 of 1319 documents (first: doc 17)",
+        ),
+    ],
+)
+def test_runs_that_measured_different_things_are_refused(change: dict, named: str) -> None:
+    base, cand = _runs(cand_ident=change)
+    with pytest.raises(CannotCompare) as e:
+        evaluate(base, cand, FAST)
+    msg = str(e.value)
+    assert named in msg and "\n" not in msg and "force" in msg
+    forced = evaluate(base, cand, FAST, force=True)
+    assert any(named in n and "(forced)" in n for n in forced.notes)
+
+
+def test_different_sampling_is_reported_not_refused() -> None:
+    result = evaluate(*_runs(cand_ident={"sampling": {"temperature": 0.6, "max_tokens": 256}}), FAST)
+    assert result.notes == ["gsm8k: generation settings differ: temperature 0.0 vs 0.6"]
+
+
+@pytest.mark.parametrize(("scale", "verdict"), [(1.20, "fail"), (1.02, "pass")])
+def test_ttft_rule_catches_a_20_percent_rise_and_passes_2_percent_noise(scale: float, verdict: str) -> None:
+    result = evaluate(*_runs(cand_speed=speed_records(seed=1, ttft_scale=scale)), FAST)
+    rule = _rule(result, "TTFT p50")
+    assert rule.verdict == verdict, rule.note
+    assert rule.observed == pytest.approx(scale - 1, abs=0.06)
+    assert rule.ci is not None and rule.observed is not None and rule.ci[0] < rule.observed < rule.ci[1]
+    assert rule.mde is not None and rule.mde < 0.10
+    assert _rule(result, "TPOT p50").verdict == "pass"
+
+
+def test_slower_decoding_fails_tpot_and_throughput() -> None:
+    result = evaluate(*_runs(cand_speed=speed_records(seed=1, tpot_scale=1.3)), FAST)
+    assert _rule(result, "TPOT p50").verdict == "fail"
+    tput = _rule(result, "output tokens/s")
+    assert tput.verdict == "fail" and tput.observed is not None and tput.observed < -0.15
+    assert tput.baseline is not None and tput.candidate is not None and tput.candidate < tput.baseline
+
+
+def test_any_failed_request_in_the_candidate_fails() -> None:
+    counts = StatusCounts(total=N_GSM8K, ok=N_GSM8K - 1, api_error=1)
+    result = evaluate(*_runs(counts=counts), FAST)
+    rule = _rule(result, "error rate")
+    assert rule.verdict == "fail" and rule.note == "1 of 1319 requests api_error"
+    relaxed = policy_from_dict({"rates": {"max_error_rate": 0.01, "max_truncated_rate": 0.0}})
+    assert _rule(evaluate(*_runs(counts=counts), relaxed), "error rate").verdict == "pass"
+    assert _rule(evaluate(*_runs(counts=counts), relaxed), "truncation rate").verdict == "pass"
+
+
+def test_level_at_reads_the_concurrency_trace() -> None:
+    trace = [(0.0, 64), (2.5, 128), (9.0, 256)]
+    assert [level_at(t, trace, None) for t in (0.0, 2.4, 2.5, 8.99, 100.0)] == [64, 64, 128, 128, 256]
+    assert level_at(None, trace, 32) == 32 and level_at(1.0, [], 32) == 32
+
+
+def test_speed_is_compared_at_the_common_concurrency_level() -> None:
+    """Baseline ran 64 then 128; candidate 128 then 256, where it is twice as slow. At 128 the two are equal;
+    over the whole runs the candidate's 256 phase would look like a regression."""
+    base = speed_records(seed=0, trace=[(0.0, 64), (30.0, 128)])
+    cand = speed_records(seed=1, trace=[(0.0, 128), (30.0, 256)], slow_after_s=30.0)
+    result = evaluate(*_runs(base_speed=base, cand_speed=cand), FAST)
+    rule = _rule(result, "TTFT p50")
+    assert rule.verdict == "pass", rule.note
+    assert "baseline ran at concurrency 64→128, candidate at 128→256" in rule.note
+    assert "compared at 128 (300 vs 300 requests" in rule.note
+    b, c = [x for x in base.ttft_ms if x is not None], [x for x in cand.ttft_ms if x is not None]
+    whole = speed_change(b, c, lower_is_better=True, alpha=0.05, resamples=500, seed=0)
+    assert whole.value > 0.3 and whole.p_value < 0.05  # what comparing the whole runs would have said
+    same = match_load(base, dataclasses.replace(base), 30, require_matched=True)
+    assert same.level == 128 and same.matched and len(same.base.ttft_ms) == 300  # type: ignore[union-attr]
+
+
+def test_unmatched_load_is_noted_or_refused_by_policy() -> None:
+    base = speed_records(seed=0, trace=[(0.0, 64)])
+    cand = speed_records(seed=1, trace=[(0.0, 256)], slow_after_s=0.0)
+    loose = evaluate(*_runs(base_speed=base, cand_speed=cand), FAST)
+    rule = _rule(loose, "TTFT p50")
+    assert rule.verdict == "fail"  # twice as slow at a different load: compared over the whole runs, noted
+    assert "share no level" in rule.note and any("share no level" in n for n in loose.notes)
+    strict = policy_from_dict({"require_matched_load": True, "bootstrap": {"resamples": 1000}})
+    matched = evaluate(*_runs(base_speed=base, cand_speed=speed_records(seed=1, trace=[(0.0, 256)])), strict)
+    for name in ("output tokens/s", "TTFT p50", "TPOT p50"):
+        r = _rule(matched, name)
+        assert r.verdict == "fail" and r.note.startswith("cannot compare speed at matched load"), r.note
+    assert _rule(matched, "exact_match,strict-match").verdict == "pass"  # accuracy is still judged
+
+
+def test_a_task_missing_from_the_candidate_fails() -> None:
+    base, cand = _runs()
+    extra = dataclasses.replace(base.tasks["gsm8k"], name="aime25")
+    result = evaluate(dataclasses.replace(base, tasks={**base.tasks, "aime25": extra}), cand, FAST)
+    assert _rule(result, "aime25: present").verdict == "fail" and result.verdict == "fail"
+
+
+def test_policy_overrides_per_metric_and_notes_unknown_ones() -> None:
+    policy = policy_from_dict(
+        {
+            "accuracy": {"tasks": {"gsm8k": {"exact_match,strict-match": {"enabled": False}, "nope": {}}}},
+            "speed": {"ttft_p50_ms": None, "e2e_p50_ms": {"max_change": 0.2}},
+            "bootstrap": {"resamples": 1000},
+        }
+    )
+    result = evaluate(*_runs(scale=0.70 / 0.75), policy)
+    assert _rule(result, "exact_match,strict-match").verdict == "skip"
+    assert [r.name for r in result.rules if r.kind == "speed"] == [
+        "gsm8k: output tokens/s",
+        "gsm8k: TPOT p50",
+        "gsm8k: E2E latency p50",
+    ]
+    assert "gsm8k: the policy names metric nope, which neither run has" in result.notes
+
+
+def test_expected_scores_without_a_baseline() -> None:
+    _, cand = _runs()
+    value = cand.tasks["gsm8k"].metrics["exact_match,strict-match"].value or 0.0
+    entry = {"task": "gsm8k", "metric": "exact_match,strict-match"}
+    ok = evaluate_expected(cand, policy_from_dict({"expected": [{**entry, "value": round(value, 4)}]}))
+    bad = evaluate_expected(cand, policy_from_dict({"expected": [{**entry, "value": value + 0.05}]}))
+    missing = evaluate_expected(cand, policy_from_dict({"expected": [{**entry, "metric": "avg@8", "value": 0.9}]}))
+    assert (ok.verdict, bad.verdict, missing.verdict) == ("pass", "fail", "fail")
+    assert [r.kind for r in ok.rules] == ["expected", "rate"] and ok.baseline is None
+    with pytest.raises(PolicyError, match="lists no expected scores"):
+        evaluate_expected(cand, FAST)
