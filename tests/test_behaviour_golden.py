@@ -1,0 +1,107 @@
+"""Behaviour pinned byte for byte: GSM8K and AIME25 runs against the deterministic test server give the recorded
+``samples.jsonl``, ``summary.json`` and ``manifest.json`` (timing and environment fields masked), and the report
+rendered from the recorded store is the recorded ``report.html`` (timing-derived text masked).
+
+Regenerate after an intended change of output: ``EVALKIT_GOLDEN_UPDATE=1 pytest tests/test_behaviour_golden.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from evalkit.cli import app
+from evalkit.testing.server import Behaviour, TestServer
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+UPDATE = os.environ.get("EVALKIT_GOLDEN_UPDATE") == "1"
+RUNS = {
+    "gsm8k": ["--limit", "12"],
+    "aime25": ["--limit", "4", "--num-samples", "2", "--seed", "1", "--max-tokens", "256"],
+}
+FILES = ("samples.jsonl", "summary.json", "manifest.json")
+# Values that depend on time, the machine or the port; everything else must match exactly, key order included.
+VOLATILE = {
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "itl_ms",
+    "start_s",
+    "timings_s",
+    "speed",
+    "concurrency_trace",
+    "concurrency_levels",
+    "server",
+    "gpu",
+    "created_at",
+    "finished_at",
+    "command",
+    "base_url",
+    "versions",
+}
+MASK = "<volatile>"
+RENDERED_AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 · ")
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: MASK if k in VOLATILE else _mask(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return value
+
+
+def normalised(path: Path) -> str:
+    """The file with volatile values masked, one JSON document per line, key order kept."""
+    if path.suffix == ".jsonl":
+        docs = [json.loads(line) for line in path.read_text().splitlines()]
+    else:
+        docs = [json.loads(path.read_text())]
+    return "\n".join(json.dumps(_mask(d), ensure_ascii=False) for d in docs) + "\n"
+
+
+def normalised_html(text: str) -> str:
+    """The report with its rendering time masked: the same store renders the same bytes otherwise."""
+    return RENDERED_AT.sub(MASK, text)
+
+
+def run_task(task: str, url: str, out: Path) -> None:
+    args = ["run", task, "--endpoint", url, *RUNS[task], "--concurrency", "1", "-o", str(out), "-q", "--no-report"]
+    res = CliRunner().invoke(app, args)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    assert res.exit_code == 0, res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", sorted(RUNS))
+def test_run_output_is_unchanged(task: str, tmp_path: Path) -> None:
+    out = tmp_path / task
+    with TestServer(Behaviour(correct_ratio=0.6)) as srv:
+        run_task(task, srv.url, out)
+    for name in FILES:
+        if UPDATE:
+            (GOLDEN / task).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out / name, GOLDEN / task / name)
+        assert normalised(out / name) == normalised(GOLDEN / task / name), f"{task}/{name} changed"
+
+
+@pytest.mark.parametrize("task", sorted(RUNS))
+def test_report_from_recorded_store_is_unchanged(task: str, tmp_path: Path) -> None:
+    store = tmp_path / task
+    shutil.copytree(GOLDEN / task, store, ignore=shutil.ignore_patterns("report.html"))
+    res = CliRunner().invoke(app, ["report", str(store), "-o", str(tmp_path / "report.html")])
+    assert res.exit_code == 0, res.stderr
+    html = (tmp_path / "report.html").read_text()
+    if UPDATE:
+        (GOLDEN / task / "report.html").write_text(html)
+    assert normalised_html(html) == normalised_html((GOLDEN / task / "report.html").read_text()), (
+        f"{task} report changed"
+    )
