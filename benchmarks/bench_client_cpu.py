@@ -38,7 +38,7 @@ import orjson
 
 from benchmarks.raw_client import run as raw_run
 from evalkit.client import Client
-from evalkit.tasks.base import GenParams, Request
+from evalkit.contracts import GenParams, Request
 from evalkit.testing.server import SubprocessServer
 
 MODEL = "test-model"

@@ -13,8 +13,8 @@ from typing import Any
 
 import aiohttp
 
+from evalkit.contracts import Request
 from evalkit.endpoint import credentials, server_root
-from evalkit.tasks.base import Request
 
 TEMPLATE_MARGIN = 64  # tokens a chat template may add around the messages
 

@@ -197,6 +197,20 @@ def report(
     typer.echo(str(path))
 
 
+@app.command()
+def schema(
+    name: Annotated[str, typer.Argument(help="summary, manifest or sample (one line of samples.jsonl).")],
+) -> None:
+    """Print the JSON Schema of a run dir's summary.json, manifest.json or samples.jsonl lines."""
+    import json
+
+    from evalkit.contracts import json_schema
+
+    if name not in ("summary", "manifest", "sample"):
+        _fail(EvalkitError(f"no schema named {name!r}; pass summary, manifest or sample"))
+    typer.echo(json.dumps(json_schema(name), indent=2))  # type: ignore[arg-type]
+
+
 def main() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

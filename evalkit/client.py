@@ -35,8 +35,8 @@ from tenacity import (
     stop_after_delay,
 )
 
+from evalkit.contracts import Request, Response
 from evalkit.endpoint import credentials, redirect_error
-from evalkit.tasks.base import Request, Response
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 OUT_OF_DESCRIPTORS = (

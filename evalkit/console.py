@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evalkit.records import SampleRecord
+from evalkit.contracts import SampleRecord
 
 console = Console(stderr=True)
 

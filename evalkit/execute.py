@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 
 from evalkit.client import Client
+from evalkit.contracts import Request, Response
 from evalkit.errors import warn
 from evalkit.prom import parse_text
-from evalkit.tasks.base import Request, Response
 
 OnDone = Callable[[Request, Response], "Awaitable[None] | None"]
 

@@ -20,9 +20,9 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from evalkit.client import Client
+from evalkit.contracts import GenParams, Request, Response
 from evalkit.endpoint import list_models, normalize_base_url, resolve_model
 from evalkit.execute import execute
-from evalkit.tasks.base import GenParams, Request, Response
 
 
 @register_model("evalkit")

@@ -17,7 +17,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from evalkit.tasks.base import Request, TaskSettings
+from evalkit.contracts import Request
+from evalkit.tasks.base import TaskSettings
 from evalkit.worker import Worker, settle
 
 

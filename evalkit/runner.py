@@ -22,17 +22,32 @@ from evalkit import __version__
 from evalkit.clamp import clamp_max_tokens, merge_clamps
 from evalkit.client import Client, ClientOptions
 from evalkit.config import RunConfig
+from evalkit.contracts import (
+    STATUSES,
+    Endpoint,
+    EndpointKind,
+    Manifest,
+    ManifestTask,
+    MetricValue,
+    Request,
+    Response,
+    RunSummary,
+    SampleRecord,
+    Score,
+    TaskSummary,
+    manifest_json,
+    summary_json,
+)
 from evalkit.endpoint import credentials, display_url, list_models, normalize_base_url, resolve_model, server_root
 from evalkit.errors import ConfigError, RunError, ServerError
 from evalkit.execute import ExecStats, execute, fit_open_files
 from evalkit.gpu import GpuSampler
 from evalkit.prom import MetricsSampler, delta, scrape
 from evalkit.prompts import PromptBuilder, RequestStream
-from evalkit.records import SCHEMA_VERSION, MetricValue, SampleRecord
 from evalkit.redact import redact_argv
 from evalkit.stats import percentile, speed_summary
 from evalkit.store import RunStore, load_for_summary, write_error
-from evalkit.tasks.base import Request, Response, Score, Task, TaskSettings
+from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
 
@@ -129,7 +144,7 @@ class TaskRun:
     done_keys: set[str] = field(default_factory=set)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> EndpointKind:
         """completions or chat: the user's choice, else the task's (resolved by task_settings)."""
         return self.settings.endpoint_kind or self.task.endpoint_kind
 
@@ -282,41 +297,35 @@ class Runner:
             plans.append(TaskRun(task, settings, len(reqs), reqs, clamp=clamp))
         return plans
 
-    def _manifest(self, plans: list[TaskRun], base_url: str, model: str, kind: str) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "evalkit_version": __version__,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "finished_at": None,
-            "command": redact_argv([Path(self.argv[0]).name, *self.argv[1:]]),
-            "endpoint": {"base_url": display_url(base_url), "kind": kind},
-            "model": model,
-            "concurrency": self.cfg.concurrency,
-            "concurrency_cap": self._in_flight.cap,  # set when the open-file limit allowed fewer in flight
-            "versions": _versions(),
-            "tasks": {
-                p.task.name: {
-                    "version": p.task.version,
-                    "description": p.task.description,
-                    "data_sha256": p.task.data_sha256,
-                    "settings": {k: v for k, v in p.settings.__dict__.items()},
-                    "requests": p.total,
-                    "prompts_streamed": p.streamed,  # built while the first requests were sent (cold cache)
-                    "max_tokens_clamp": p.clamp,  # for streamed prompts: final once the task has run
-                }
+    def _manifest(self, plans: list[TaskRun], base_url: str, model: str, kind: EndpointKind) -> Manifest:
+        return Manifest(
+            evalkit_version=__version__,
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            command=redact_argv([Path(self.argv[0]).name, *self.argv[1:]]),
+            endpoint=Endpoint(base_url=display_url(base_url), kind=kind),
+            model=model,
+            concurrency=self.cfg.concurrency,
+            concurrency_cap=self._in_flight.cap,
+            versions=_versions(),
+            tasks={
+                p.task.name: ManifestTask(
+                    version=p.task.version, description=p.task.description, data_sha256=p.task.data_sha256,
+                    settings=dict(p.settings.__dict__), requests=p.total, prompts_streamed=p.streamed,
+                    max_tokens_clamp=p.clamp,  # for streamed prompts: final once the task has run
+                )
                 for p in plans
             },
-            "server": self.server.provenance() if self.server is not None else None,
-        }
+            server=self.server.provenance() if self.server is not None else None,
+        )
 
-    def _check_resume(self, store: RunStore, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    def _check_resume(self, store: RunStore, manifest: Manifest) -> dict[str, Any] | None:
         if self.cfg.fresh:  # whatever the dir holds, readable or not
             store.discard()
             return None
         old = store.read_manifest()
         if old is None:
             return None
-        if fingerprint(old) != fingerprint(manifest):
+        if fingerprint(old) != fingerprint(manifest_json(manifest)):
             raise ConfigError(
                 f"{store.dir} holds a run with a different config (model, task version, data or settings); "
                 "resume it with the same command, pass --fresh to start over, or choose another --output-dir"
@@ -332,8 +341,8 @@ class Runner:
         manifest = self._manifest(plans, base_url, model, plans[0].kind)
         old = self._check_resume(store, manifest)
         if old is not None:
-            manifest["created_at"] = old.get("created_at", manifest["created_at"])
-            manifest["resumed_at"] = [*old.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
+            manifest.created_at = old.get("created_at", manifest.created_at)
+            manifest.resumed_at = [*old.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         store.write_manifest(manifest)
         store.open()  # streams the samples (a resumed big run is not loaded whole): the keys already answered
         try:
@@ -345,33 +354,34 @@ class Runner:
                 )
             for p in plans:
                 p.done_keys = store.completed.get(p.task.name, set())
-            summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tasks": {}, "timings_s": self.timings}
+            summary = RunSummary()
+            summary.timings_s = self.timings  # the same dict: phases timed from here on land in the summary
             self._lap("resume_check")
             for p in plans:
-                summary["tasks"][p.task.name] = self._run_one(
+                summary.tasks[p.task.name] = self._run_one(
                     p, base_url, api_key, model, max_model_len, store, last=p is plans[-1]
                 )
                 store.write_summary(summary)
-                manifest["tasks"][p.task.name]["max_tokens_clamp"] = p.clamp
+                manifest.tasks[p.task.name].max_tokens_clamp = p.clamp
                 store.write_manifest(manifest)
         finally:
             store.close()
         if self._builder is not None:  # a run with --limit is done before lm-eval has built every prompt: the
             self._builder.close(wait=True)  # build runs to its end, so the prompt cache serves the next run
             self._lap("prompt_cache")
-        manifest["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        manifest.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         store.write_manifest(manifest)
         if self.cfg.report:
             self._render_report(store)
             self._lap("report")
             store.write_summary(summary)
         self._check_errors(summary)
-        return {"run_dir": str(store.dir), "summary": summary, "manifest": manifest}
+        return {"run_dir": str(store.dir), "summary": summary_json(summary), "manifest": manifest_json(manifest)}
 
     def _run_one(
         self, p: TaskRun, base_url: str, api_key: str | None, model: str, max_model_len: int | None,
         store: RunStore, last: bool,
-    ) -> dict[str, Any]:
+    ) -> TaskSummary:
         task = p.task
         total = p.total
         done = len(p.done_keys)
@@ -439,8 +449,8 @@ class Runner:
             self._scoring.close()
         records, itl = load_for_summary(store, task.name, keep_text=False)
         out = self._task_summary(task, records, stats, itl, scored)
-        out["server"] = delta(before, after, model, gauges=gauges.summary())
-        out["gpu"] = gpu.summary()
+        out.server = delta(before, after, model, gauges=gauges.summary())
+        out.gpu = gpu.summary()
         self._lap(f"{task.name}.scoring_summary")
         return out
 
@@ -458,11 +468,11 @@ class Runner:
     def _task_summary(
         self, task: Task, records: list[SampleRecord], stats: ExecStats, itl: array | None,
         scored: tuple[dict[str, MetricValue], dict[str, Any]],
-    ) -> dict[str, Any]:
+    ) -> TaskSummary:
         """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process)."""
         metrics, detail = scored
         counts: dict[str, int] = {"total": len(records)}
-        for status in ("ok", "truncated", "no_answer", "empty", "api_error"):
+        for status in STATUSES:
             counts[status] = sum(1 for r in records if r.status == status)
         speed = speed_summary(records, itl=itl)
         speed.concurrency = stats.final_concurrency
@@ -472,15 +482,10 @@ class Runner:
         speed.client_bound = bool(
             (speed.loop_lag_ms_p99 or 0) > 20.0 or (stats.wall_s > 1 and stats.cpu_s / stats.wall_s > 0.9)
         )
-        return {
-            "version": task.version,
-            "metrics": {k: v.model_dump(mode="json") for k, v in metrics.items()},
-            "counts": counts,
-            "speed": speed.model_dump(mode="json"),
-            "concurrency_trace": stats.concurrency_trace,
-            "concurrency_levels": stats.auto_levels,
-            "detail": detail,
-        }
+        return TaskSummary(
+            version=task.version, metrics=metrics, counts=counts, speed=speed,
+            concurrency_trace=stats.concurrency_trace, concurrency_levels=stats.auto_levels, detail=detail,
+        )
 
     def _render_report(self, store: RunStore) -> None:
         try:
@@ -495,9 +500,9 @@ class Runner:
                 f"and run: evalkit report {store.dir}"
             ) from None
 
-    def _check_errors(self, summary: dict[str, Any]) -> None:
-        for name, t in summary["tasks"].items():
-            c = t["counts"]
+    def _check_errors(self, summary: RunSummary) -> None:
+        for name, t in summary.tasks.items():
+            c = t.counts
             if c["total"] and c["api_error"] / c["total"] > self.cfg.max_error_rate:
                 raise RunError(
                     f"{name}: {c['api_error']} of {c['total']} requests failed (error rate above --max-error-rate "

@@ -7,7 +7,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from evalkit.records import Percentiles, SampleRecord, Speed
+from evalkit.contracts import Percentiles, SampleRecord, Speed
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from evalkit.contracts import Manifest, RunSummary, SampleRecord, manifest_json, summary_json
 from evalkit.errors import ConfigError, StoreError
-from evalkit.records import SampleRecord
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -319,8 +319,8 @@ class RunStore:
             p.unlink(missing_ok=True)
 
     # -- manifest and summary ------------------------------------------------------------------------------
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self._write_json(self.manifest_path, manifest)
+    def write_manifest(self, manifest: Manifest) -> None:
+        self._write_json(self.manifest_path, manifest_json(manifest))
 
     def read_manifest(self) -> dict[str, Any] | None:
         """The manifest of the run in this dir, None if there is none. One that cannot be read, is not JSON or
@@ -342,8 +342,8 @@ class RunStore:
             )
         return manifest
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        self._write_json(self.summary_path, summary)
+    def write_summary(self, summary: RunSummary) -> None:
+        self._write_json(self.summary_path, summary_json(summary))
 
     def _write_json(self, path: Path, obj: Any) -> None:
         try:

@@ -25,12 +25,22 @@ from typing import Any
 
 import numpy as np
 
+from evalkit.contracts import (
+    STATUSES,
+    EndpointKind,
+    GenParams,
+    MetricValue,
+    Request,
+    Response,
+    SampleRecord,
+    Score,
+    Status,
+)
 from evalkit.errors import DataError, TaskError
-from evalkit.records import MetricValue, SampleRecord, Status
 from evalkit.scoring.estimators import maj_at_k, mean_ci_clustered, pass_at_k, pass_at_k_ladder
 from evalkit.scoring.math_answer import canonical_answer, normalize_integer, score_answer
 from evalkit.scoring.reasoning import split_reasoning
-from evalkit.tasks.base import EndpointKind, GenParams, Request, Response, Score, Task, TaskSettings
+from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.data import read_jsonl
 
 # MathArena's AIME 2025 instruction ("\\boxed{{}}" in their YAML is a str.format escape for "\boxed{}").
@@ -238,11 +248,11 @@ class Aime25Task(Task):
             "requests": total,
             "scored": len(scored),
             "status_counts": {
-                s: status_counts.get(s, 0) for s in ("ok", "truncated", "no_answer", "empty", "api_error")
+                s: status_counts.get(s, 0) for s in STATUSES
             },
             "rates": {
                 s: (status_counts.get(s, 0) / total if total else None)
-                for s in ("truncated", "no_answer", "empty", "api_error")
+                for s in STATUSES[1:]
             },
             "rates_denominator": total,
             "verify_timeouts": verify_timeouts,

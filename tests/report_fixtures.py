@@ -1,4 +1,4 @@
-"""Synthetic run directories that follow the result-store contract (``evalkit/records.py``).
+"""Synthetic run directories that follow the result-store contract (``evalkit/contracts.py``).
 
 Used by ``tests/test_report.py`` and ``tests/test_report_browser.py``; nothing here touches the network.
 
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from evalkit.contracts import STATUSES
 
 CANARY = "</script><script>window.__pwned=1</script>"
 IMG = "<img src=x onerror=alert(1)>"
@@ -118,7 +120,7 @@ def _counts(samples: list[dict[str, Any]]) -> dict[str, int]:
     c = Counter(s["status"] for s in samples)
     return {
         "total": len(samples),
-        **{k: c.get(k, 0) for k in ("ok", "truncated", "no_answer", "empty", "api_error")},
+        **{k: c.get(k, 0) for k in STATUSES},
     }
 
 

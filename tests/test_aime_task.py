@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from evalkit.contracts import Request, Response, SampleRecord
 from evalkit.errors import DataError
-from evalkit.records import SampleRecord
 from evalkit.scoring.estimators import Z95
-from evalkit.tasks.base import Request, Response, Task, TaskSettings
+from evalkit.tasks.base import Task, TaskSettings
 
 TASKS = Path(__file__).resolve().parent.parent / "tasks"
 YAML = TASKS / "aime25.yaml"
@@ -138,7 +138,7 @@ def test_preview(task):
 
 
 def req(target: str = "70") -> Request:
-    from evalkit.tasks.base import GenParams
+    from evalkit.contracts import GenParams
 
     return Request(
         task="aime25", doc_id=0, sample_index=0, prompt="p", gen=GenParams(max_tokens=10), target=target

@@ -13,9 +13,9 @@ import pytest
 
 from evalkit.client import Client
 from evalkit.config import load_config
+from evalkit.contracts import GenParams, Request, Response
 from evalkit.execute import execute
 from evalkit.runner import Runner
-from evalkit.tasks.base import GenParams, Request, Response
 from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
 from tests.local_app import serving
 

@@ -50,9 +50,14 @@ MASK = "<volatile>"
 RENDERED_AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 · ")
 
 
+def _blank(value: Any) -> Any:
+    """A volatile value: an object keeps its keys (their presence and order are behaviour), the rest is masked."""
+    return {k: _blank(v) for k, v in value.items()} if isinstance(value, dict) else MASK
+
+
 def _mask(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: MASK if k in VOLATILE else _mask(v) for k, v in value.items()}
+        return {k: _blank(v) if k in VOLATILE else _mask(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask(v) for v in value]
     return value

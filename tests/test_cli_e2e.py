@@ -7,7 +7,7 @@ import sys
 import orjson
 import pytest
 
-from evalkit.records import MetricValue, SampleRecord, Speed
+from evalkit.contracts import MetricValue, SampleRecord, Speed
 from evalkit.testing.server import Behaviour, TestServer
 
 

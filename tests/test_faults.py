@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.client import RETRYABLE_STATUS, Client, ClientOptions
-from evalkit.tasks.base import GenParams, Request, Response
+from evalkit.contracts import GenParams, Request, Response
 from evalkit.testing.server import Behaviour, TestServer
 from tests.local_app import serving
 

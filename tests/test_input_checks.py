@@ -259,7 +259,7 @@ def test_concurrency_is_capped_by_the_open_file_limit(tmp_path: Path, server: Te
 CLIENT_OUT_OF_FILES = """
 import asyncio, sys
 from evalkit.client import Client, ClientOptions
-from evalkit.tasks.base import GenParams, Request
+from evalkit.contracts import GenParams, Request
 
 async def main():
     async with Client(sys.argv[1], "test-model", options=ClientOptions(max_attempts=1)) as client:

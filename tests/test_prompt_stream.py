@@ -12,9 +12,10 @@ import orjson
 import pytest
 
 from evalkit.config import load_config
+from evalkit.contracts import Request
 from evalkit.prompts import PromptBuilder
 from evalkit.runner import Runner
-from evalkit.tasks.base import Request, TaskSettings
+from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry
 from evalkit.testing.server import TestServer
 from evalkit.worker import WorkerError

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.records import SampleRecord
+from evalkit.contracts import SampleRecord
 from evalkit.store import RunStore, write_json_atomic
 from evalkit.testing.server import Behaviour, TestServer
 

@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.contracts import SampleRecord
 from evalkit.errors import ConfigError, StoreError
-from evalkit.records import SampleRecord
 from evalkit.store import RunStore
 from evalkit.testing.server import Behaviour, TestServer
 

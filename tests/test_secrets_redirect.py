@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from evalkit.clamp import clamp_max_tokens
 from evalkit.cli import app
 from evalkit.client import Client
+from evalkit.contracts import GenParams, Request
 from evalkit.endpoint import list_models, normalize_base_url
 from evalkit.errors import EndpointError
 from evalkit.execute import _server_counts
@@ -29,7 +30,6 @@ from evalkit.prom import scrape
 from evalkit.redact import redact_argv, redact_env, redact_url
 from evalkit.report.provenance import argv_str
 from evalkit.server import ServerConfig, VLLMServer
-from evalkit.tasks.base import GenParams, Request
 from evalkit.testing.server import Behaviour, TestServer
 from tests.test_secrets import files_holding, run_cli, searched_tree
 

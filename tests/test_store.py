@@ -1,7 +1,7 @@
 import orjson
 import pytest
 
-from evalkit.records import SampleRecord
+from evalkit.contracts import SampleRecord
 from evalkit.stats import percentile, percentiles, speed_summary
 from evalkit.store import RunStore, iter_sample_dicts, write_json_atomic
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from evalkit.records import SampleRecord
+from evalkit.contracts import SampleRecord
 from evalkit.server import MODULE, ServerConfig, VLLMServer, group_alive
 from tests.vllm_env import MODEL_DIR, NAME, REPO, VLLM_MARKS
 

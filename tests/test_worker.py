@@ -11,10 +11,10 @@ import orjson
 import pytest
 
 from evalkit.config import load_config
+from evalkit.contracts import GenParams, Request, Response
 from evalkit.errors import RunError
 from evalkit.runner import Runner
 from evalkit.store import load_for_summary
-from evalkit.tasks.base import GenParams, Request, Response
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker, WorkerError
 
@@ -32,8 +32,9 @@ endpoint_kind: completions
 # regex over a long answer or an import does), or kill its process on the third document.
 PROBE_PY = '''
 import os, time
-from evalkit.records import MetricValue
-from evalkit.tasks.base import GenParams, Request, Score, Task
+from evalkit.contracts import MetricValue
+from evalkit.contracts import GenParams, Request, Score
+from evalkit.tasks.base import Task
 
 def hold_gil(seconds):
     n = 200_000

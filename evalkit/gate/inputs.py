@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "truncated", "no_answer", "empty", "api_error")
-
 
 @dataclass(frozen=True)
 class Identity:

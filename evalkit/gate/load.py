@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
+from evalkit.contracts import STATUSES
 from evalkit.gate.errors import GateInputError
-from evalkit.gate.inputs import STATUSES, Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
 
 SAMPLING_KEYS = (
     "num_samples",

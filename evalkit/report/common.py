@@ -19,7 +19,6 @@ from evalkit.scoring.estimators import proportion_interval
 DASH = "—"
 TEXT_LIMIT = 3000  # characters kept of one long text (head + tail)
 SHORT_LIMIT = 300  # extracted answers, targets, errors in the row header
-STATUSES = ("ok", "truncated", "no_answer", "empty", "api_error")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.contracts import STATUSES
 from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
 from evalkit.report.banners import run_banners
 from evalkit.report.common import (
     KV,
-    STATUSES,
     Banner,
     MetricView,
     fmt_int,

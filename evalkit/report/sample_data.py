@@ -21,8 +21,9 @@ from typing import Any
 
 import orjson
 
+from evalkit.contracts import STATUSES
 from evalkit.report.analysis import Cut, cut_text, fit_limit, primary_correct
-from evalkit.report.common import STATUSES, short
+from evalkit.report.common import short
 from evalkit.report.store import RunData, as_dict, as_int, as_list, as_num, as_str
 
 MAX_ROWS = 2000  # samples listed; failures and wrong answers are kept first

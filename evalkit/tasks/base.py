@@ -12,83 +12,11 @@ import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from evalkit.records import MetricValue, SampleRecord, Status
-
-EndpointKind = Literal["completions", "chat"]
-
-
-@dataclass(frozen=True)
-class GenParams:
-    """What is sent to the server for one request (besides the prompt)."""
-
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    chat_template_kwargs: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "seed": self.seed,
-            "stop": list(self.stop),
-            "chat_template_kwargs": self.chat_template_kwargs,
-        }
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request a task wants answered. ``prompt`` is the completions prompt, or for chat the text of the
-    last user message; ``messages`` is set for chat requests."""
-
-    task: str
-    doc_id: int
-    sample_index: int
-    prompt: str
-    gen: GenParams
-    target: str | None = None
-    messages: tuple[dict[str, str], ...] | None = None
-
-
-@dataclass
-class Response:
-    """What came back for a request (filled by the client)."""
-
-    text: str | None
-    reasoning: str | None = None
-    finish_reason: str | None = None
-    error: str | None = None  # set when the request failed after retries
-    note: str | None = None  # what was odd in an answer that did come back (e.g. usage that was ignored)
-    http_status: int | None = None  # HTTP status of the final failure, when there was one
-    attempts: int = 1
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
-    start_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Score:
-    """A verdict. ``answer``/``reasoning``, when set, replace what is stored as the sample's response and
-    reasoning (e.g. after splitting inline ``<think>`` text out of the content)."""
-
-    status: Status
-    extracted: dict[str, str | None]
-    correct: dict[str, bool | None]
-    extraction: str | None = None
-    answer: str | None = None
-    reasoning: str | None = None
+from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import yaml
 
+from evalkit.contracts import GenParams, MetricValue, Request, Response, SampleRecord, Score, Status
 from evalkit.errors import TaskError
-from evalkit.records import MetricValue, SampleRecord, Status
-from evalkit.tasks.base import GenParams, Request, Response, Score, Task, TaskSettings
+from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.data import read_jsonl
 from evalkit.tasks.prompt_cache import FORMAT as PROMPT_CACHE_FORMAT
 from evalkit.tasks.prompt_cache import cache_writable, prompt_cache_dir, read_cache, write_cache

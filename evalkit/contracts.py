@@ -1,0 +1,272 @@
+"""The records that cross layers: what a task asks (:class:`Request`), what the server answered
+(:class:`Response`), the verdict (:class:`Score`), and the run directory's three files:
+
+- ``manifest.json``  -> :class:`Manifest` (what was run, where, with which versions)
+- ``samples.jsonl``  -> one :class:`SampleRecord` per request, appended as each request completes
+- ``summary.json``   -> :class:`RunSummary` (``{"schema_version": 1, "tasks": {name: TaskSummary}}``)
+
+Requests and responses are frozen/plain dataclasses: millions are made per run on the event loop, where pydantic
+validation would cost client CPU that the speed numbers measure. What is written to or read from disk is pydantic.
+Everything downstream (report, gate, compare) reads only the run directory, through :mod:`evalkit.store`.
+``evalkit schema summary|manifest`` prints the JSON Schema of those files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Status = Literal["ok", "truncated", "no_answer", "empty", "api_error"]
+"""ok: scored normally; truncated: finish_reason=length (still scored, flagged);
+no_answer: nothing extractable from the final answer text; empty: the server returned no text;
+api_error: the request failed after retries (never scored)."""
+STATUSES: tuple[Status, ...] = get_args(Status)
+
+EndpointKind = Literal["completions", "chat"]
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """What is sent to the server for one request (besides the prompt)."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "stop": list(self.stop),
+            "chat_template_kwargs": self.chat_template_kwargs,
+        }
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request a task wants answered. ``prompt`` is the completions prompt, or for chat the text of the
+    last user message; ``messages`` is set for chat requests."""
+
+    task: str
+    doc_id: int
+    sample_index: int
+    prompt: str
+    gen: GenParams
+    target: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+
+
+@dataclass
+class Response:
+    """What came back for a request (filled by the client)."""
+
+    text: str | None
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    error: str | None = None  # set when the request failed after retries
+    note: str | None = None  # what was odd in an answer that did come back (e.g. usage that was ignored)
+    http_status: int | None = None  # HTTP status of the final failure, when there was one
+    attempts: int = 1
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    start_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Score:
+    """A verdict. ``answer``/``reasoning``, when set, replace what is stored as the sample's response and
+    reasoning (e.g. after splitting inline ``<think>`` text out of the content)."""
+
+    status: Status
+    extracted: dict[str, str | None]
+    correct: dict[str, bool | None]
+    extraction: str | None = None
+    answer: str | None = None
+    reasoning: str | None = None
+
+
+class Timing(BaseModel):
+    """Per-request speed, defined as in vLLM's ``vllm/benchmarks/serve.py``.
+
+    ttft_ms: request sent -> first chunk that carries generated text (content or reasoning).
+    itl_ms: gaps between successive content-carrying chunks (one entry per chunk after the first).
+    tpot_ms: (e2e - ttft) / (output_tokens - 1); None when output_tokens < 2.
+    e2e_ms: request sent -> stream finished.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = Field(default_factory=list)
+    start_s: float | None = None  # seconds since the run's request phase began
+
+
+class SampleRecord(BaseModel):
+    """One line of ``samples.jsonl``: one request and what became of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str  # request key: sha256 over model, endpoint kind, task+version, data hash, prompt, sampling, index
+    task: str
+    doc_id: int
+    sample_index: int = 0
+    prompt: str  # the exact text sent (completions) or the rendered user message (chat)
+    messages: list[dict[str, str]] | None = None  # chat requests only
+    response: str | None = None  # final answer text (content), never the reasoning
+    reasoning: str | None = None  # reasoning text, stored apart and never scored
+    finish_reason: str | None = None
+    status: Status
+    error: str | None = None  # api_error: why it failed; otherwise what was odd in the answer (ignored usage)
+    attempts: int = 1
+    target: str | None = None
+    extracted: dict[str, str | None] = Field(default_factory=dict)  # per filter / extractor
+    correct: dict[str, bool | None] = Field(default_factory=dict)  # per filter / extractor
+    extraction: str | None = None  # how the answer was extracted (custom scorers)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = Field(default_factory=list)
+    start_s: float | None = None
+
+
+class MetricValue(BaseModel):
+    """One accuracy metric in ``summary.json``: value with its standard error and 95% CI over ``n`` items."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float | None
+    stderr: float | None = None
+    ci95: tuple[float, float] | None = None
+    n: int
+
+
+class Percentiles(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    n: int = 0
+
+
+class Speed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    e2e_ms: Percentiles
+    output_tokens_per_s: float | None
+    total_tokens_per_s: float | None = None
+    requests_per_s: float | None
+    wall_s: float
+    concurrency: int | None = None
+    client_cpu_s: float | None = None
+    loop_lag_ms_p99: float | None = None
+    client_bound: bool | None = None
+
+
+class TaskSummary(BaseModel):
+    """One task's entry in ``summary.json``: accuracy, request outcomes, speed and what the server and GPUs did."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: str
+    metrics: dict[str, MetricValue]  # keyed as lm-eval's results (``exact_match,strict-match``) or ``pass@4``
+    counts: dict[str, int]  # "total" and one count per Status
+    speed: Speed
+    concurrency_trace: list[tuple[float, int]]  # (seconds into the run, requests allowed in flight)
+    concurrency_levels: list[dict[str, Any]]  # what --concurrency auto measured at each level it tried
+    detail: dict[str, Any]  # task-specific (per-problem tables, token statistics...)
+    server: dict[str, Any] | None = None  # /metrics deltas over the task (evalkit.server.metrics)
+    gpu: dict[str, Any] | None = None  # GPU sampling over the task (evalkit.server.gpu)
+
+
+class RunSummary(BaseModel):
+    """``summary.json``: one :class:`TaskSummary` per task, and where the command's time went."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    tasks: dict[str, TaskSummary] = Field(default_factory=dict)
+    timings_s: dict[str, float | None] = Field(default_factory=dict)  # phase -> seconds
+
+
+class Endpoint(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    base_url: str  # credentials redacted
+    kind: EndpointKind
+
+
+class ManifestTask(BaseModel):
+    """One task as it was run: its identity (version, data hashes, settings) and how its requests were made."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: str
+    description: str = ""
+    data_sha256: dict[str, str]  # split -> sha256 of the data file
+    settings: dict[str, Any]  # the task's settings after defaults (evalkit.tasks.base.TaskSettings)
+    requests: int
+    prompts_streamed: bool = False  # built while the first requests were sent (cold prompt cache)
+    max_tokens_clamp: dict[str, Any] | None = None  # per-prompt max_tokens cut to the server's context length
+
+
+class Manifest(BaseModel):
+    """``manifest.json``: what was run, against what, with which versions; written at start and at the end."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    evalkit_version: str
+    created_at: str  # ISO 8601, UTC
+    finished_at: str | None = None
+    command: list[str]  # argv, secrets redacted
+    endpoint: Endpoint
+    model: str
+    concurrency: int | Literal["auto"]
+    concurrency_cap: dict[str, int] | None = None  # set when the open-file limit allowed fewer in flight
+    versions: dict[str, str | None]
+    tasks: dict[str, ManifestTask]
+    server: dict[str, Any] | None = None  # provenance of a server evalkit started (--serve)
+    resumed_at: list[str] | None = None  # one timestamp per resume; absent for a run never resumed
+
+
+def summary_json(summary: RunSummary) -> dict[str, Any]:
+    """``summary.json``'s content."""
+    return summary.model_dump(mode="json")
+
+
+def manifest_json(manifest: Manifest) -> dict[str, Any]:
+    """``manifest.json``'s content (``resumed_at`` only once the run was resumed)."""
+    out = manifest.model_dump(mode="json")
+    if out["resumed_at"] is None:
+        del out["resumed_at"]
+    return out
+
+
+def json_schema(name: Literal["summary", "manifest", "sample"]) -> dict[str, Any]:
+    """The JSON Schema of ``summary.json``, ``manifest.json`` or one line of ``samples.jsonl``."""
+    models: dict[str, type[BaseModel]] = {"summary": RunSummary, "manifest": Manifest, "sample": SampleRecord}
+    return models[name].model_json_schema(mode="serialization")
