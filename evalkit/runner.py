@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import platform
 import sys
@@ -15,8 +14,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from evalkit import __version__
 from evalkit.clamp import clamp_max_tokens, merge_clamps
@@ -46,7 +43,9 @@ from evalkit.prom import MetricsSampler, delta, scrape
 from evalkit.prompts import PromptBuilder, RequestStream
 from evalkit.redact import redact_argv
 from evalkit.stats import percentile, speed_summary
-from evalkit.store import RunStore, load_for_summary, write_error
+from evalkit.store.files import write_error
+from evalkit.store.identity import record_for, request_key
+from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
@@ -98,37 +97,6 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         seed=cfg.seed,
         chat_template_kwargs=cfg.chat_template_kwargs,
         endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
-    )
-
-
-def request_key(model: str, kind: str, task: Task, data_sha: dict[str, str], req: Request) -> str:
-    """Identity of a request: same key = same answer expected, so a completed key is never sent again."""
-    blob = orjson.dumps(
-        [model, kind, task.name, task.version, data_sha, req.prompt, req.messages, req.gen.as_dict(), req.doc_id,
-         req.sample_index],
-        option=orjson.OPT_SORT_KEYS,
-    )
-    return hashlib.sha256(blob).hexdigest()
-
-
-def record_for(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
-    """The record stored for a request: its answer and timings, with its score (None: the request failed)."""
-    base: dict[str, Any] = dict(
-        key=key, task=req.task, doc_id=req.doc_id, sample_index=req.sample_index, prompt=req.prompt,
-        messages=list(req.messages) if req.messages else None, response=resp.text, reasoning=resp.reasoning,
-        finish_reason=resp.finish_reason, attempts=resp.attempts, target=req.target,
-        prompt_tokens=resp.prompt_tokens, output_tokens=resp.output_tokens, reasoning_tokens=resp.reasoning_tokens,
-        ttft_ms=resp.ttft_ms, tpot_ms=resp.tpot_ms, e2e_ms=resp.e2e_ms, itl_ms=resp.itl_ms, start_s=resp.start_s,
-    )
-    if resp.error is not None or score is None:
-        return SampleRecord(**base, status="api_error", error=resp.error)
-    if score.answer is not None:
-        base["response"] = score.answer
-    if score.reasoning is not None:
-        base["reasoning"] = score.reasoning
-    return SampleRecord(
-        **base, status=score.status, error=resp.note, extracted=score.extracted, correct=score.correct,
-        extraction=score.extraction,
     )
 
 
@@ -417,7 +385,7 @@ class Runner:
                     batch, clamp = await clamp_max_tokens(batch, base_url, model, p.kind, max_model_len, api_key)
                     p.clamp = merge_clamps(p.clamp, clamp)
                 for req in batch:
-                    key = request_key(model, p.kind, task, sha, req)
+                    key = request_key(model, p.kind, task.name, task.version, sha, req)
                     if key not in p.done_keys:
                         keys[id(req)] = key
                         yield req

@@ -232,7 +232,8 @@ class _Child:
             emit(("done", task.name))
 
     def summarize(self, name: str, run_dir: str) -> Any:
-        from evalkit.store import RunStore, load_for_summary
+        from evalkit.store import RunStore
+        from evalkit.store.writer import load_for_summary
 
         task = self.task(name)
         records, _ = load_for_summary(

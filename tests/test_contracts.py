@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.contracts import Manifest, RunSummary, SampleRecord, manifest_json, summary_json
+from evalkit.store import open_run
 
 ROOT = Path(__file__).parent.parent
 RUNS = sorted((Path(__file__).parent / "data" / "golden").iterdir())
@@ -47,3 +48,23 @@ def test_unknown_schema_is_a_one_line_error() -> None:
     res = CliRunner().invoke(app, ["schema", "samples"])
     assert res.exit_code == 2
     assert "pass summary, manifest or sample" in res.stderr
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_open_run_reads_the_models(run: Path) -> None:
+    opened = open_run(run)
+    assert opened.problems == {} and opened.notes == []
+    assert opened.typed_manifest().tasks[run.name].requests == len(opened.samples)
+    assert opened.typed_summary().tasks[run.name].counts["total"] == len(opened.samples)
+    records = list(opened.records())
+    assert [(r.doc_id, r.sample_index) for r in records] == sorted((r.doc_id, r.sample_index) for r in records)
+
+
+def test_open_run_says_what_is_unreadable(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text("{nope")
+    (tmp_path / "manifest.json").write_text("[]")
+    opened = open_run(tmp_path)
+    assert opened.problems["summary.json"][0] == "json"
+    assert opened.problems["manifest.json"] == ("object", "")
+    assert opened.problems["samples.jsonl"] == ("missing", "")
+    assert opened.summary == {} and opened.samples == []

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.contracts import SampleRecord
-from evalkit.store import RunStore, write_json_atomic
+from evalkit.store import RunStore
+from evalkit.store.files import write_json_atomic
 from evalkit.testing.server import Behaviour, TestServer
 
 REPO = Path(__file__).resolve().parents[1]

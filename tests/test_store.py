@@ -3,7 +3,8 @@ import pytest
 
 from evalkit.contracts import SampleRecord
 from evalkit.stats import percentile, percentiles, speed_summary
-from evalkit.store import RunStore, iter_sample_dicts, write_json_atomic
+from evalkit.store import RunStore
+from evalkit.store.files import iter_sample_dicts, write_json_atomic
 
 
 def rec(i: int, **kw) -> SampleRecord:

@@ -14,7 +14,7 @@ from evalkit.config import load_config
 from evalkit.contracts import GenParams, Request, Response
 from evalkit.errors import RunError
 from evalkit.runner import Runner
-from evalkit.store import load_for_summary
+from evalkit.store.writer import load_for_summary
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker, WorkerError
 

@@ -1,7 +1,7 @@
 """Build the gate's inputs (:mod:`evalkit.gate.inputs`) from a run directory.
 
-Reads ``manifest.json``, ``summary.json`` and ``samples.jsonl`` as README "Result store" describes them. This is
-the only place the gate touches the files of a run; everything else works on :class:`RunInputs`.
+Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
+everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import orjson
 from evalkit.contracts import STATUSES
 from evalkit.gate.errors import GateInputError
 from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
+from evalkit.store.reader import open_run
 
 SAMPLING_KEYS = (
     "num_samples",
@@ -34,9 +36,15 @@ def from_run_dir(path: str | Path) -> RunInputs:
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise GateInputError(f"{run_dir} is not a run directory; pass the --output-dir of an evalkit run")
-    manifest = _read_json(run_dir / "manifest.json")
-    summary = _read_json(run_dir / "summary.json")
-    samples = _read_samples(run_dir / "samples.jsonl")
+    run = open_run(run_dir)
+    for name in (MANIFEST, SUMMARY, SAMPLES):
+        if name in run.problems:
+            raise GateInputError(_problem(run_dir / name, *run.problems[name]))
+    manifest, summary = run.manifest, run.summary
+    samples: dict[str, list[dict[str, Any]]] = {}
+    for rec in run.samples:
+        if isinstance(rec.get("doc_id"), int):
+            samples.setdefault(str(rec["task"]), []).append(rec)
     m_tasks, s_tasks = _dict(manifest.get("tasks")), _dict(summary.get("tasks"))
     names = [*m_tasks, *(n for n in s_tasks if n not in m_tasks)]
     tasks = {
@@ -44,41 +52,18 @@ def from_run_dir(path: str | Path) -> RunInputs:
     }
     concurrency = manifest.get("concurrency")
     return RunInputs(
-        label=run_dir.resolve().name, tasks=tasks, concurrency_setting=None if concurrency is None else str(concurrency)
+        label=run.label, tasks=tasks, concurrency_setting=None if concurrency is None else str(concurrency)
     )
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise GateInputError(f"{path} is missing (the run did not finish); re-run the same command to complete it")
-    try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise GateInputError(f"{path} is not valid JSON ({e}); re-run the same command to rewrite it") from None
-    if not isinstance(data, dict):
-        raise GateInputError(f"{path} is not a JSON object; pass the directory of an evalkit run")
-    return data
-
-
-def _read_samples(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """Samples by task; a later line for the same (task, doc_id, sample_index) replaces an earlier one and a
-    torn last line (a killed run) is skipped."""
-    if not path.is_file():
-        raise GateInputError(f"{path} is missing; pass the directory of an evalkit run")
-    latest: dict[tuple[str, int, int], dict[str, Any]] = {}
-    for line in path.read_bytes().splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("doc_id"), int):
-            latest[(str(rec.get("task")), rec["doc_id"], int(rec.get("sample_index") or 0))] = rec
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for key in sorted(latest):
-        by_task.setdefault(key[0], []).append(latest[key])
-    return by_task
+def _problem(path: Path, kind: str, why: str) -> str:
+    if kind == "json":
+        return f"{path} is not valid JSON ({why}); re-run the same command to rewrite it"
+    if kind == "object":
+        return f"{path} is not a JSON object; pass the directory of an evalkit run"
+    if path.name == SAMPLES:
+        return f"{path} is missing; pass the directory of an evalkit run"
+    return f"{path} is missing (the run did not finish); re-run the same command to complete it"
 
 
 def _dict(x: Any) -> dict[str, Any]:

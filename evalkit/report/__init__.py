@@ -17,14 +17,14 @@ from evalkit.report.analysis import Flips, compute_flips, pareto_front
 from evalkit.report.compare_view import build_compare_view
 from evalkit.report.html import render_template
 from evalkit.report.run_view import build_run_view
-from evalkit.report.store import RunData, load_run
-from evalkit.store import write_text_atomic
+from evalkit.store.files import write_text_atomic
+from evalkit.store.reader import Run, open_run
 
 __all__ = [
     "Flips",
-    "RunData",
+    "Run",
     "compute_flips",
-    "load_run",
+    "open_run",
     "pareto_front",
     "render_compare",
     "render_compare_html",
@@ -35,7 +35,7 @@ __all__ = [
 
 def render_run_html(run_dir: Path) -> str:
     """The single-run report of ``run_dir`` as an HTML string."""
-    run = load_run(Path(run_dir))
+    run = open_run(Path(run_dir))
     view = build_run_view(run)
     return render_template("run.html.j2", v=view)
 
@@ -59,7 +59,7 @@ def render_compare_html(run_dirs: list[Path], pair: tuple[int, int] | None = Non
         if not (0 <= a < n and 0 <= b < n) or a == b:
             raise ValueError(f"pair {pair!r} must be two different indices into the {n} run directories")
     chosen = set(pair if pair is not None else (0, 1))
-    runs: list[RunData] = [load_run(Path(d), with_samples=i in chosen) for i, d in enumerate(run_dirs)]
+    runs: list[Run] = [open_run(Path(d), with_samples=i in chosen) for i, d in enumerate(run_dirs)]
     view = build_compare_view(runs, pair)
     return render_template("compare.html.j2", v=view)
 

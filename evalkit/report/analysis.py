@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.report.store import as_dict, as_int, as_num
+from evalkit.store.reader import as_dict, as_int, as_num
 
 # ----------------------------------------------------------------------------------------------------------
 # Distributions

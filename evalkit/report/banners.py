@@ -11,8 +11,8 @@ from typing import Any
 
 from evalkit.report.analysis import percentile, primary_correct
 from evalkit.report.common import Banner, compact_json, fmt_ms, fmt_pct
-from evalkit.report.store import RunData, as_dict, as_int, as_num
 from evalkit.report.timecourse import first_token_stall
+from evalkit.store.reader import Run, as_dict, as_int, as_num
 
 STATUS_SHARE = 0.01  # a status on at least this share of a task's requests gets a banner (api_error: any)
 
@@ -157,7 +157,7 @@ def _note(note: str) -> str:
     return note
 
 
-def run_banners(run: RunData) -> list[Banner]:
+def run_banners(run: Run) -> list[Banner]:
     out = [Banner("warn", _note(note)) for note in run.notes]
     for name, t in run.summary_tasks.items():
         speed = as_dict(t.get("speed"))

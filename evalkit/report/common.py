@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from evalkit.report.store import as_dict, as_int, as_list, as_num
 from evalkit.scoring.estimators import proportion_interval
+from evalkit.store.reader import as_dict, as_int, as_list, as_num
 
 DASH = "—"
 TEXT_LIMIT = 3000  # characters kept of one long text (head + tail)

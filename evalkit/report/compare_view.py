@@ -23,11 +23,11 @@ from evalkit.report.common import (
 )
 from evalkit.report.flips import FlipsView, flips_view
 from evalkit.report.provenance import argv_str, endpoint_host, gpu_summary, parse_argv
-from evalkit.report.store import RunData, as_dict, as_int, as_list, as_num, as_str
 from evalkit.report.timecourse import timeline, timeline_chart
+from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
 
 
-def run_config(run: RunData) -> dict[str, str]:
+def run_config(run: Run) -> dict[str, str]:
     """A flat {setting: value} of what shapes a run's numbers: server flags, env, sampling, versions."""
     m = run.manifest
     cfg: dict[str, str] = {}
@@ -125,7 +125,7 @@ def letter(i: int) -> str:
     return s
 
 
-def unique_labels(runs: list[RunData]) -> list[str]:
+def unique_labels(runs: list[Run]) -> list[str]:
     labels = [r.label for r in runs]
     counts = Counter(labels)
     out = []
@@ -207,7 +207,7 @@ def _counts_str(counts: dict[str, Any]) -> str:
     return ", ".join(f"{st} {as_int(counts.get(st)):,}" for st in statuses if as_int(counts.get(st)))
 
 
-def compare_banners(runs: list[RunData], labels: list[str]) -> list[Banner]:
+def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
     out: list[Banner] = []
     for run, lab in zip(runs, labels, strict=True):
         for note in run.notes:
@@ -241,7 +241,7 @@ def compare_banners(runs: list[RunData], labels: list[str]) -> list[Banner]:
     return out
 
 
-def build_compare_view(runs: list[RunData], pair: tuple[int, int] | None) -> CompareView:
+def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> CompareView:
     labels = unique_labels(runs)
     configs = [run_config(r) for r in runs]
     keys: list[str] = []

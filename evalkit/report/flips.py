@@ -10,7 +10,7 @@ from evalkit.report.analysis import Flip, compute_flips, cut_text
 from evalkit.report.common import KV, fmt_pct, short
 from evalkit.report.sample_data import gold_answer, split_fewshot
 from evalkit.report.samples import TextPool, TextRef
-from evalkit.report.store import RunData, as_dict, as_int, as_str
+from evalkit.store.reader import Run, as_dict, as_int, as_str
 
 if TYPE_CHECKING:
     from evalkit.report.compare_view import CompareRunHead
@@ -68,7 +68,7 @@ class FlipsView:
     has_samples: bool
 
 
-def flips_view(ra: RunData, rb: RunData, ha: CompareRunHead, hb: CompareRunHead) -> FlipsView:
+def flips_view(ra: Run, rb: Run, ha: CompareRunHead, hb: CompareRunHead) -> FlipsView:
     f = compute_flips(ra.samples, rb.samples)
     pool = TextPool()
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from evalkit.redact import redact_argv
 from evalkit.report.common import KV, compact_json
-from evalkit.report.store import RunData, as_dict, as_list, as_num, as_str
+from evalkit.store.reader import Run, as_dict, as_list, as_num, as_str
 
 
 def endpoint_host(base_url: Any) -> str | None:
@@ -87,7 +87,7 @@ class TaskProvenance:
     clamp: str | None
 
 
-def provenance(run: RunData) -> tuple[list[KV], list[TaskProvenance]]:
+def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
     m = run.manifest
     endpoint = as_dict(m.get("endpoint"))
     versions = as_dict(m.get("versions"))

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.report.common import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
-from evalkit.report.store import as_dict, as_int, as_list, as_num, as_str
 from evalkit.scoring.estimators import wilson_interval
+from evalkit.store.reader import as_dict, as_int, as_list, as_num, as_str
 
 SPEED_KEYS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
 

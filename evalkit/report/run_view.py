@@ -33,9 +33,9 @@ from evalkit.report.run_tables import (
     speed_table,
 )
 from evalkit.report.sample_data import SampleSection, sample_section
-from evalkit.report.store import RunData, as_dict, as_int, as_list, as_num, as_str
 from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.scoring.estimators import wilson_interval
+from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
 
 # ----------------------------------------------------------------------------------------------------------
 # Single-run report
@@ -127,7 +127,7 @@ class TaskView:
     has_summary: bool
 
 
-def task_view(run: RunData, name: str, index: int) -> TaskView:
+def task_view(run: Run, name: str, index: int) -> TaskView:
     t = run.summary_tasks.get(name, {})
     counts = as_dict(t.get("counts"))
     chips = [CountChip(st, as_int(counts.get(st)) or 0) for st in STATUSES if as_int(counts.get(st))]
@@ -176,7 +176,7 @@ def task_view(run: RunData, name: str, index: int) -> TaskView:
     )
 
 
-def _chart_series_cdf(run: RunData, tasks: list[str], key: str) -> list[dict[str, Any]]:
+def _chart_series_cdf(run: Run, tasks: list[str], key: str) -> list[dict[str, Any]]:
     series = []
     for task in tasks:
         vals = sample_values((s for s in run.samples if s.get("task") == task and s.get("status") != "api_error"), key)
@@ -185,7 +185,7 @@ def _chart_series_cdf(run: RunData, tasks: list[str], key: str) -> list[dict[str
     return series
 
 
-def run_charts(run: RunData, tasks: list[str]) -> list[dict[str, Any]]:
+def run_charts(run: Run, tasks: list[str]) -> list[dict[str, Any]]:
     charts: list[dict[str, Any]] = []
     for key, title in (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2e_ms", "E2E latency (ms)")):
         series = _chart_series_cdf(run, tasks, key)
@@ -244,7 +244,7 @@ class RunView:
     chart_ids: set[str]
 
 
-def build_run_view(run: RunData) -> RunView:
+def build_run_view(run: Run) -> RunView:
     names = run.task_names()
     model = as_str(run.manifest.get("model"))
     prov, tprov = provenance(run)

@@ -24,7 +24,7 @@ import orjson
 from evalkit.contracts import STATUSES
 from evalkit.report.analysis import Cut, cut_text, fit_limit, primary_correct
 from evalkit.report.common import short
-from evalkit.report.store import RunData, as_dict, as_int, as_list, as_num, as_str
+from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
 
 MAX_ROWS = 2000  # samples listed; failures and wrong answers are kept first
 TEXT_MAX_CHARS = 20_000  # one text is cut (head + tail) above this
@@ -165,7 +165,7 @@ def _encode(obj: Any) -> str:
     return base64.b64encode(gzip.compress(orjson.dumps(obj), compresslevel=9, mtime=0)).decode("ascii")
 
 
-def sample_section(run: RunData) -> SampleSection:
+def sample_section(run: Run) -> SampleSection:
     samples = pick_rows(run.samples)
     tasks = list(dict.fromkeys(str(s.get("task")) for s in samples))
     table = TextTable()

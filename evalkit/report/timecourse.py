@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evalkit.report.store import as_int, as_num
+from evalkit.store.reader import as_int, as_num
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from evalkit.errors import warn
-from evalkit.store import write_json_atomic
+from evalkit.store.files import write_json_atomic
 
 FORMAT = 2
 

@@ -1,24 +1,31 @@
-"""Tolerant reading of a run directory (``manifest.json``, ``summary.json``, ``samples.jsonl``).
+"""Reading a run directory: :func:`open_run` -> :class:`Run` (manifest, summary, samples).
 
-Reports must render old, partial or hand-edited runs, so nothing here validates strictly: every value is
-checked for its type where it is used, and problems are collected as human-readable notes instead of raised.
+The one reader of run dirs (the report, the gate, users' scripts). Reports must render old, partial or hand-edited
+runs, so reading is tolerant: the files are kept as JSON objects whose values are checked for their type where
+they are used (the ``as_*`` helpers), and problems are collected as human-readable ``notes`` (and, per file, in
+``problems``) instead of raised. :meth:`Run.typed_manifest`, :meth:`Run.typed_summary` and :meth:`Run.records`
+give the validated models of :mod:`evalkit.contracts`.
+
+Example::
+
+    run = open_run("reports/run1")
+    run.typed_summary().tasks["gsm8k"].metrics["exact_match,strict-match"].value
+    for record in run.records():
+        ...
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-MANIFEST = "manifest.json"
-SUMMARY = "summary.json"
-SAMPLES = "samples.jsonl"
-
-# Per-sample fields the report never shows (inter-token latencies are summarised in summary.json).
-_DROP_FIELDS = ("itl_ms",)
+from evalkit.contracts import Manifest, RunSummary, SampleRecord
+from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
 
 
 def as_dict(x: Any) -> dict[str, Any]:
@@ -54,13 +61,29 @@ def as_str(x: Any) -> str | None:
 
 
 @dataclass
-class RunData:
+class Run:
+    """A run directory as read: ``manifest`` and ``summary`` as JSON objects ({} when unreadable), ``samples``
+    the latest record per request (sorted by task, doc_id, sample_index)."""
+
     path: Path
-    label: str
+    label: str  # the directory's name
     manifest: dict[str, Any]
     summary: dict[str, Any]
     samples: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # problems found while reading
+    problems: dict[str, tuple[str, str]] = field(default_factory=dict)  # file -> ("missing"|"json"|"object", why)
+
+    def typed_manifest(self) -> Manifest:
+        """The manifest validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
+        return Manifest.model_validate(self.manifest)
+
+    def typed_summary(self) -> RunSummary:
+        """The summary validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
+        return RunSummary.model_validate(self.summary)
+
+    def records(self) -> Iterator[SampleRecord]:
+        """The samples as validated records (pydantic ValidationError on one that is not)."""
+        return (SampleRecord.model_validate(s) for s in self.samples)
 
     @property
     def summary_tasks(self) -> dict[str, dict[str, Any]]:
@@ -79,25 +102,30 @@ class RunData:
         return names
 
 
-def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
+def _read_json(path: Path, run: Run) -> dict[str, Any]:
     if not path.is_file():
-        notes.append(f"{path.name} is missing")
+        run.notes.append(f"{path.name} is missing")
+        run.problems[path.name] = ("missing", "")
         return {}
     try:
         data = orjson.loads(path.read_bytes())
     except (orjson.JSONDecodeError, OSError) as e:
-        notes.append(f"{path.name} could not be read: {e}")
+        run.notes.append(f"{path.name} could not be read: {e}")
+        run.problems[path.name] = ("json", str(e))
         return {}
     if not isinstance(data, dict):
-        notes.append(f"{path.name} is not a JSON object")
+        run.notes.append(f"{path.name} is not a JSON object")
+        run.problems[path.name] = ("object", "")
         return {}
     return data
 
 
-def read_samples(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def _read_samples(path: Path, run: Run, drop: tuple[str, ...]) -> list[dict[str, Any]]:
     """Samples keyed by (task, doc_id, sample_index); a later line for a key replaces an earlier one."""
+    notes = run.notes
     if not path.is_file():
         notes.append(f"{path.name} is missing")
+        run.problems[path.name] = ("missing", "")
         return []
     by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
     bad = 0
@@ -115,7 +143,7 @@ def read_samples(path: Path, notes: list[str]) -> list[dict[str, Any]]:
             if not isinstance(rec, dict):
                 bad += 1
                 continue
-            for k in _DROP_FIELDS:
+            for k in drop:
                 rec.pop(k, None)
             rec["task"] = as_str(rec.get("task")) or "?"
             key = (rec["task"], str(rec.get("doc_id")), str(rec.get("sample_index", 0)))
@@ -135,19 +163,16 @@ def _sample_sort_key(s: dict[str, Any]) -> tuple[str, int, str, int]:
     return (str(s.get("task")), doc if doc is not None else 1 << 62, str(s.get("doc_id")), idx or 0)
 
 
-def load_run(run_dir: Path, *, with_samples: bool = True, label: str | None = None) -> RunData:
+def open_run(
+    run_dir: str | Path, *, with_samples: bool = True, label: str | None = None, drop: tuple[str, ...] = ("itl_ms",)
+) -> Run:
+    """Read the run in ``run_dir`` (FileNotFoundError when it is not a directory). ``drop``: per-sample fields
+    left out (inter-token latencies are summarised in summary.json and are most of a big store)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"not a run directory: {run_dir}")
-    notes: list[str] = []
-    manifest = _read_json(run_dir / MANIFEST, notes)
-    summary = _read_json(run_dir / SUMMARY, notes)
-    samples = read_samples(run_dir / SAMPLES, notes) if with_samples else []
-    return RunData(
-        path=run_dir,
-        label=label or run_dir.resolve().name,
-        manifest=manifest,
-        summary=summary,
-        samples=samples,
-        notes=notes,
-    )
+    run = Run(path=run_dir, label=label or run_dir.resolve().name, manifest={}, summary={})
+    run.manifest = _read_json(run_dir / MANIFEST, run)
+    run.summary = _read_json(run_dir / SUMMARY, run)
+    run.samples = _read_samples(run_dir / SAMPLES, run, drop) if with_samples else []
+    return run

@@ -1,4 +1,4 @@
-"""The run directory: the source of truth every downstream tool reads.
+"""Writing a run directory (the lock, samples appended as they come, manifest and summary) for `evalkit run`.
 
 - ``manifest.json``: written at start and rewritten at the end, atomically; on resume, one that is not JSON or
   not shaped as evalkit writes it is a one-line error naming the file and ``--fresh``.
@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 from array import array
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,61 +30,19 @@ import orjson
 from pydantic import ValidationError
 
 from evalkit.contracts import Manifest, RunSummary, SampleRecord, manifest_json, summary_json
-from evalkit.errors import ConfigError, StoreError
-
-MANIFEST = "manifest.json"
-SAMPLES = "samples.jsonl"
-SUMMARY = "summary.json"
-CORRUPT = "samples.corrupt.jsonl"
-LOCK = ".evalkit.lock"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd`` (a write may take only part of it)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _replace_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``: a failed write leaves
-    the previous file whole and no temp file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are as readable as report.html
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to ``path`` atomically (see ``_replace_atomic``)."""
-    _replace_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    _replace_atomic(path, text.encode("utf-8"))
-
-
-def write_error(path: Path, err: OSError, then: str) -> StoreError:
-    """The one-line error for a failed write of ``path``; ``then`` says what was kept and what to do."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        what = "no space left on device (disk full)"
-    else:
-        what = err.strerror or str(err)
-    return StoreError(f"could not write {path}: {what}; {then}")
-
-
-def read_json(path: Path) -> Any:
-    return orjson.loads(path.read_bytes())
+from evalkit.errors import ConfigError
+from evalkit.store.files import (
+    CORRUPT,
+    LOCK,
+    MANIFEST,
+    SAMPLES,
+    SUMMARY,
+    iter_sample_dicts,
+    read_json,
+    write_all,
+    write_error,
+    write_json_atomic,
+)
 
 
 def _json_type(value: Any) -> str:
@@ -106,22 +63,6 @@ def manifest_problem(m: Any) -> str | None:
     if not all(isinstance(t, str) for t in m.get("resumed_at") or ()):
         return '"resumed_at" holds something other than strings'
     return None
-
-
-def iter_sample_dicts(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a samples.jsonl, read line by line; a torn (unparseable) last line is skipped."""
-    if not path.exists():
-        return
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                yield orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if not line.endswith(b"\n") and not f.read(1):  # the last record, cut mid-write by a crash
-                    return
-                raise
 
 
 class RunStore:
@@ -283,7 +224,7 @@ class RunStore:
             if self._fd is None:
                 raise ValueError("RunStore.append before open()")
             try:
-                _write_all(self._fd, line)
+                write_all(self._fd, line)
                 now = time.monotonic()
                 if now - self._synced >= self.sync_interval_s:
                     os.fsync(self._fd)
