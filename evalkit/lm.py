@@ -19,15 +19,15 @@ import lm_eval.models  # noqa: F401  # lm-eval fills its registry only while it 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from evalkit.client import Client
 from evalkit.contracts import GenParams, Request, Response
-from evalkit.endpoint import list_models, normalize_base_url, resolve_model
-from evalkit.execute import execute
+from evalkit.requests.client import Client
+from evalkit.requests.endpoint import list_models, normalize_base_url, resolve_model
+from evalkit.requests.scheduler import execute
 
 
 @register_model("evalkit")
 class EvalkitLM(LM):
-    """Completions-endpoint LM whose generations stream through :class:`evalkit.client.Client`."""
+    """Completions-endpoint LM whose generations stream through :class:`evalkit.requests.client.Client`."""
 
     def __init__(
         self,

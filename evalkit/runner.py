@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from evalkit import __version__
-from evalkit.clamp import clamp_max_tokens, merge_clamps
-from evalkit.client import Client, ClientOptions
 from evalkit.config import RunConfig
 from evalkit.contracts import (
     STATUSES,
@@ -35,14 +33,23 @@ from evalkit.contracts import (
     manifest_json,
     summary_json,
 )
-from evalkit.endpoint import credentials, display_url, list_models, normalize_base_url, resolve_model, server_root
 from evalkit.errors import ConfigError, RunError, ServerError
-from evalkit.execute import ExecStats, execute, fit_open_files
-from evalkit.gpu import GpuSampler
-from evalkit.prom import MetricsSampler, delta, scrape
-from evalkit.prompts import PromptBuilder, RequestStream
 from evalkit.redact import redact_argv
-from evalkit.stats import percentile, speed_summary
+from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
+from evalkit.requests.client import Client, ClientOptions
+from evalkit.requests.endpoint import (
+    credentials,
+    display_url,
+    list_models,
+    normalize_base_url,
+    resolve_model,
+    server_root,
+)
+from evalkit.requests.prompt_stream import PromptBuilder, RequestStream
+from evalkit.requests.scheduler import ExecStats, execute, fit_open_files
+from evalkit.scoring.speed import percentile, speed_summary
+from evalkit.server.gpu import GpuSampler
+from evalkit.server.metrics import MetricsSampler, delta, scrape
 from evalkit.store.files import write_error
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.writer import RunStore, load_for_summary
@@ -179,7 +186,7 @@ class Runner:
         return normalize_base_url(self.cfg.endpoint)
 
     def _start_server(self, run_dir: Path | None) -> str:
-        from evalkit.server import ServerStartError, VLLMServer
+        from evalkit.server.vllm_process import ServerStartError, VLLMServer
 
         assert self.cfg.server is not None
         assert run_dir is not None
@@ -202,7 +209,7 @@ class Runner:
         tasks = self._tasks()
         self._settings = settings = {task.name: task_settings(task, self.cfg) for task in tasks}
         # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now
-        # on, beside setup (and a server start), and each request is sent as it comes (evalkit/prompts.py)
+        # on, beside setup (and a server start), and each request is sent as it comes (requests/prompt_stream.py)
         slow = [(task.name, settings[task.name]) for task in tasks if not task.quick_to_build(settings[task.name])]
         self._builder = PromptBuilder(self.cfg.tasks_dir, slow) if slow else None
         # scoring runs in a process of its own (evalkit/worker.py), so that it never holds the GIL the event loop

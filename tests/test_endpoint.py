@@ -1,7 +1,7 @@
 import pytest
 
-from evalkit.endpoint import ServedModel, display_url, normalize_base_url, resolve_model, server_root
 from evalkit.errors import EndpointError
+from evalkit.requests.endpoint import ServedModel, display_url, normalize_base_url, resolve_model, server_root
 
 
 @pytest.mark.parametrize(

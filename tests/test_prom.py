@@ -1,4 +1,4 @@
-"""evalkit.prom: Prometheus text parsing, deltas and histogram percentiles.
+"""evalkit.server.metrics: Prometheus text parsing, deltas and histogram percentiles.
 
 tests/data/vllm_metrics_0.32_*.txt are real /metrics outputs of vLLM 0.32 (CPU build, SmolLM2-135M) captured
 idle, after a first round of 12 completions and after a second identical round (which hit the prefix cache).
@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evalkit import prom
-from evalkit.prom import MetricsSampler, delta, histogram_quantile, parse_text, scrape
-from evalkit.server import ServerConfig, VLLMServer
+from evalkit.server import metrics as prom
+from evalkit.server.metrics import MetricsSampler, delta, histogram_quantile, parse_text, scrape
+from evalkit.server.vllm_process import ServerConfig, VLLMServer
 
 DATA = Path(__file__).parent / "data"
-FAKE = str(Path(__file__).parent / "fake_vllm.py")
+FAKE = str(Path(__file__).parent.parent / "evalkit" / "testing" / "fake_vllm_process.py")
 MODEL = "smollm2-135m"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from evalkit.config import load_config
 from evalkit.contracts import Request
-from evalkit.prompts import PromptBuilder
+from evalkit.requests.prompt_stream import PromptBuilder
 from evalkit.runner import Runner
 from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry

@@ -139,10 +139,10 @@ def test_api_key_is_a_secret_in_the_config(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_server_api_key_kept_out_of_argv_records_and_logs(work: Path) -> None:
     """With --serve, the key reaches vLLM only through its environment (VLLM_API_KEY): the recorded argv,
-    env overrides, server.log and every other file hold no trace of it. tests/fake_vllm.py stands in for vLLM
-    and answers /v1/models only with the right bearer token."""
+    env overrides, server.log and every other file hold no trace of it. evalkit/testing/fake_vllm_process.py
+    stands in for vLLM and answers /v1/models only with the right bearer token."""
     (work / "c.yaml").write_text(f"server:\n  command: [{json.dumps(sys.executable)}, "
-                                 f"{json.dumps(str(REPO / 'tests' / 'fake_vllm.py'))}]\n")
+                                 f"{json.dumps(str(REPO / 'evalkit' / 'testing' / 'fake_vllm_process.py'))}]\n")
     p = run_cli(["run", "gsm8k", "--serve", "fake-model", "-c", "c.yaml", "--limit", "1", "--max-tokens", "16",
                  "--max-attempts", "1", "--max-error-rate", "1", "--no-report", "-o", "run"], work,
                 {"EVALKIT_SERVER__API_KEY": CANARY, "EVALKIT_CACHE_DIR": str(work / "cache")})

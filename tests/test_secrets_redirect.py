@@ -19,17 +19,17 @@ import aiohttp
 import pytest
 from typer.testing import CliRunner
 
-from evalkit.clamp import clamp_max_tokens
 from evalkit.cli import app
-from evalkit.client import Client
 from evalkit.contracts import GenParams, Request
-from evalkit.endpoint import list_models, normalize_base_url
 from evalkit.errors import EndpointError
-from evalkit.execute import _server_counts
-from evalkit.prom import scrape
 from evalkit.redact import redact_argv, redact_env, redact_url
 from evalkit.report.provenance import argv_str
-from evalkit.server import ServerConfig, VLLMServer
+from evalkit.requests.clamp import clamp_max_tokens
+from evalkit.requests.client import Client
+from evalkit.requests.endpoint import list_models, normalize_base_url
+from evalkit.requests.scheduler import _server_counts
+from evalkit.server.metrics import scrape
+from evalkit.server.vllm_process import ServerConfig, VLLMServer
 from evalkit.testing.server import Behaviour, TestServer
 from tests.test_secrets import files_holding, run_cli, searched_tree
 

@@ -1,5 +1,5 @@
-"""evalkit.server and evalkit.gpu without a real vLLM: argv building, launcher choice, and the whole
-start/stop lifecycle against tests/fake_vllm.py (slow starts, crashes, ignored SIGTERM, grandchildren,
+"""evalkit.server.vllm_process and evalkit.server.gpu without a real vLLM: argv building, launcher choice, and the whole
+start/stop lifecycle against evalkit/testing/fake_vllm_process.py (slow starts, crashes, ignored SIGTERM, grandchildren,
 signals)."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from evalkit import gpu, server
-from evalkit.server import (
+from evalkit.server import gpu
+from evalkit.server import vllm_process as server
+from evalkit.server.vllm_process import (
     ServerConfig,
     ServerStartError,
     VLLMServer,
@@ -32,7 +33,7 @@ from evalkit.server import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-FAKE = str(REPO / "tests" / "fake_vllm.py")
+FAKE = str(REPO / "evalkit" / "testing" / "fake_vllm_process.py")
 
 
 # --------------------------------------------------------------------------------------------- argv
@@ -373,7 +374,7 @@ def test_launch_failure_is_one_line(tmp_path: Path) -> None:
 DRIVER = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from evalkit.server import ServerConfig, VLLMServer
+from evalkit.server.vllm_process import ServerConfig, VLLMServer
 cfg = ServerConfig(
     model="fake-model", command=[sys.executable, {fake!r}], extra_args={extra!r}, stop_grace_s=5
 )

@@ -2,7 +2,7 @@ import orjson
 import pytest
 
 from evalkit.contracts import SampleRecord
-from evalkit.stats import percentile, percentiles, speed_summary
+from evalkit.scoring.speed import percentile, percentiles, speed_summary
 from evalkit.store import RunStore
 from evalkit.store.files import iter_sample_dicts, write_json_atomic
 

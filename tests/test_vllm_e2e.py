@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 from evalkit.contracts import SampleRecord
-from evalkit.server import MODULE, ServerConfig, VLLMServer, group_alive
+from evalkit.server.vllm_process import MODULE, ServerConfig, VLLMServer, group_alive
 from tests.vllm_env import MODEL_DIR, NAME, REPO, VLLM_MARKS
 
 PARITY_LIMIT = 10

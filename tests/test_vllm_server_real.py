@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.prom import MetricsSampler, delta, scrape
-from evalkit.server import ServerConfig, ServerStartError, VLLMServer, group_alive, resolve_launcher
+from evalkit.server.metrics import MetricsSampler, delta, scrape
+from evalkit.server.vllm_process import ServerConfig, ServerStartError, VLLMServer, group_alive, resolve_launcher
 from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
 
 pytestmark = VLLM_MARKS

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from evalkit.sampler import PeriodicSampler
+from evalkit.server.periodic import PeriodicSampler
 
 QUERY = "index,name,memory.total,memory.used,driver_version"
 

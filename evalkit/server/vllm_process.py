@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from evalkit.endpoint import http_get
-from evalkit.gpu import gpu_info
 from evalkit.redact import redact_argv, redact_env
+from evalkit.requests.endpoint import http_get
+from evalkit.server.gpu import gpu_info
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from tenacity import (
 )
 
 from evalkit.contracts import Request, Response
-from evalkit.endpoint import credentials, redirect_error
+from evalkit.requests.endpoint import credentials, redirect_error
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 OUT_OF_DESCRIPTORS = (

@@ -1,4 +1,5 @@
-"""A tiny stand-in for vLLM's OpenAI server, for lifecycle tests of evalkit.server (stdlib only, starts fast).
+"""A tiny stand-in for the vLLM server process, for lifecycle tests of :mod:`evalkit.server.vllm_process` (stdlib
+only, starts fast; run as a script, e.g. ``python evalkit/testing/fake_vllm_process.py --model m``).
 
 Accepts the flags evalkit's ``build_argv`` produces (and rejects unknown ones, as vLLM's argparse does) plus
 ``--fake-*`` flags that make it misbehave:

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from evalkit.contracts import Request
-from evalkit.endpoint import credentials, server_root
+from evalkit.requests.endpoint import credentials, server_root
 
 TEMPLATE_MARGIN = 64  # tokens a chat template may add around the messages
 

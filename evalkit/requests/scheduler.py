@@ -15,10 +15,10 @@ from typing import Any
 
 import aiohttp
 
-from evalkit.client import Client
 from evalkit.contracts import Request, Response
 from evalkit.errors import warn
-from evalkit.prom import parse_text
+from evalkit.requests.client import Client
+from evalkit.server.metrics import parse_text
 
 OnDone = Callable[[Request, Response], "Awaitable[None] | None"]
 

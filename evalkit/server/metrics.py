@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.endpoint import http_get
-from evalkit.sampler import PeriodicSampler
+from evalkit.requests.endpoint import http_get
+from evalkit.server.periodic import PeriodicSampler
 
 Labels = dict[str, str]
 

@@ -1,0 +1,1 @@
+"""The server layer: the vLLM process evalkit starts, its Prometheus ``/metrics``, GPU sampling."""
