@@ -45,7 +45,6 @@ from evalkit.requests.endpoint import (
     resolve_model,
     server_root,
 )
-from evalkit.requests.prompt_stream import PromptBuilder, RequestStream
 from evalkit.requests.scheduler import ExecStats, execute, fit_open_files
 from evalkit.scoring.speed import percentile, speed_summary
 from evalkit.server.gpu import GpuSampler
@@ -54,6 +53,7 @@ from evalkit.store.files import write_error
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.prompt_stream import PromptBuilder, RequestStream
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
 
@@ -209,7 +209,7 @@ class Runner:
         tasks = self._tasks()
         self._settings = settings = {task.name: task_settings(task, self.cfg) for task in tasks}
         # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now
-        # on, beside setup (and a server start), and each request is sent as it comes (requests/prompt_stream.py)
+        # on, beside setup (and a server start), and each request is sent as it comes (tasks/prompt_stream.py)
         slow = [(task.name, settings[task.name]) for task in tasks if not task.quick_to_build(settings[task.name])]
         self._builder = PromptBuilder(self.cfg.tasks_dir, slow) if slow else None
         # scoring runs in a process of its own (evalkit/worker.py), so that it never holds the GIL the event loop

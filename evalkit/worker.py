@@ -10,7 +10,7 @@ Two jobs run this way (``python -m evalkit.worker``, one process each):
   summarises each task from the store.
 - **prompt building** with a cold prompt cache (lm-eval builds the 1319 GSM8K 5-shot prompts in ~6 s): the
   builder streams each task's requests back as lm-eval builds them, so the first requests go out while later
-  prompts are still being built (see ``evalkit/requests/prompt_stream.py``).
+  prompts are still being built (see ``evalkit/tasks/prompt_stream.py``).
 
 Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
 ``(id, ok, result or exception)``; a streaming op (``build``) first sends any number of ``(id, "part", payload)``.

@@ -13,9 +13,9 @@ import pytest
 
 from evalkit.config import load_config
 from evalkit.contracts import Request
-from evalkit.requests.prompt_stream import PromptBuilder
 from evalkit.runner import Runner
 from evalkit.tasks.base import TaskSettings
+from evalkit.tasks.prompt_stream import PromptBuilder
 from evalkit.tasks.registry import Registry
 from evalkit.testing.server import TestServer
 from evalkit.worker import WorkerError

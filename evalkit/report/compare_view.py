@@ -21,7 +21,7 @@ from evalkit.report.common import (
     metric_views,
     now_iso,
 )
-from evalkit.report.flips import FlipsView, flips_view
+from evalkit.report.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.report.provenance import argv_str, endpoint_host, gpu_summary, parse_argv
 from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
@@ -58,17 +58,6 @@ def run_config(run: Run) -> dict[str, str]:
             put(f"{task}.{k}", "null" if v is None else v)
     put("evalkit", m.get("evalkit_version"))
     return cfg
-
-
-@dataclass
-class CompareRunHead:
-    index: int
-    letter: str
-    label: str
-    model: str | None
-    diff: list[KV]
-    argv: str | None
-    notes: list[str]
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evalkit.report.analysis import Flip, compute_flips, cut_text
 from evalkit.report.common import KV, fmt_pct, short
@@ -12,11 +12,21 @@ from evalkit.report.sample_data import gold_answer, split_fewshot
 from evalkit.report.samples import TextPool, TextRef
 from evalkit.store.reader import Run, as_dict, as_int, as_str
 
-if TYPE_CHECKING:
-    from evalkit.report.compare_view import CompareRunHead
-
 FLIP_TEXT_BYTES = 2_000_000
 MAX_FLIPS = 300  # flips shown per direction
+
+
+@dataclass
+class CompareRunHead:
+    """One run's column head in a comparison (also shown above its flips)."""
+
+    index: int
+    letter: str
+    label: str
+    model: str | None
+    diff: list[KV]
+    argv: str | None
+    notes: list[str]
 
 
 @dataclass

@@ -1,2 +1,2 @@
-"""The requests layer: the streaming client, endpoint discovery, max_tokens clamping, the scheduler (fixed or
-auto concurrency) and the stream of requests built in a worker process."""
+"""The requests layer: the streaming client, endpoint discovery, max_tokens clamping and the scheduler (fixed or
+auto concurrency)."""
