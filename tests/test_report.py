@@ -20,7 +20,6 @@ from evalkit.report.analysis import (
     cdf_points,
     cut_text,
     fit_limit,
-    percentile,
     primary_correct,
 )
 from evalkit.report.provenance import endpoint_host, parse_argv
@@ -551,8 +550,6 @@ def test_fit_limit() -> None:
 
 
 def test_distributions() -> None:
-    assert percentile([], 0.5) is None
-    assert percentile([1, 2, 3, 4], 0.5) == 2.5
     pts = cdf_points(range(1000), max_points=50)
     assert len(pts) <= 50 and pts[0] == [0, 0.001] and pts[-1] == [999, 1.0]
     assert cdf_points([]) == []

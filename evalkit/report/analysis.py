@@ -17,17 +17,6 @@ from evalkit.store.reader import as_dict, as_int, as_num
 # Distributions
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default), ``q`` in [0, 1]."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * min(max(q, 0.0), 1.0)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 def cdf_points(values: Iterable[float], max_points: int = 200) -> list[list[float]]:
     """Empirical CDF as ``[[x, fraction <= x], ...]``, thinned to at most ``max_points`` points
     (always keeping the minimum and maximum)."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalkit.report.analysis import percentile, primary_correct
+from evalkit.report.analysis import primary_correct
 from evalkit.report.common import Banner, compact_json, fmt_ms, fmt_pct
 from evalkit.report.timecourse import first_token_stall
+from evalkit.scoring.speed import percentile
 from evalkit.store.reader import Run, as_dict, as_int, as_num
 
 STATUS_SHARE = 0.01  # a status on at least this share of a task's requests gets a banner (api_error: any)
@@ -102,8 +103,9 @@ def stall_banner(name: str, samples: list[dict[str, Any]], server: dict[str, Any
     others = [
         v for i, s in enumerate(samples) if i not in affected for v in [as_num(s.get("ttft_ms"))] if v is not None
     ]
+    p50 = fmt_ms(percentile(sorted(others), 50)) if others else ""
     rest = (
-        f" TTFT of the {len(others):,} requests that did not wait through it: p50 {fmt_ms(percentile(others, 0.5))}."
+        f" TTFT of the {len(others):,} requests that did not wait through it: p50 {p50}."
         if others
         else ""
     )

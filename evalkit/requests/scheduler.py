@@ -18,7 +18,7 @@ import aiohttp
 from evalkit.contracts import Request, Response
 from evalkit.errors import warn
 from evalkit.requests.client import Client
-from evalkit.server.metrics import parse_text
+from evalkit.server.metrics import scrape_async
 
 OnDone = Callable[[Request, Response], "Awaitable[None] | None"]
 
@@ -129,14 +129,9 @@ async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | None
     ``generated`` (output tokens so far); keys absent when not served."""
     if not metrics_url:
         return {}
-    try:
-        async with session.get(metrics_url, timeout=aiohttp.ClientTimeout(total=2), allow_redirects=False) as r:
-            if r.status != 200:
-                return {}
-            text = await r.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    snap = await scrape_async(session, metrics_url, only=tuple(COUNTERS))
+    if snap is None:
         return {}
-    snap = parse_text(text, only=tuple(COUNTERS))
     out: dict[str, float] = {}
     for name, key in COUNTERS.items():
         value = snap.value(name)

@@ -22,12 +22,15 @@ buckets start at 0.3 s). Inside a bucket they are interpolated with a density fi
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import aiohttp
 
 from evalkit.requests.endpoint import http_get
 from evalkit.server.periodic import PeriodicSampler
@@ -145,6 +148,21 @@ def scrape(
     if status != 200:
         return None
     return parse_text(body.decode("utf-8", errors="replace"), only)
+
+
+async def scrape_async(
+    session: aiohttp.ClientSession, metrics_url: str, only: Iterable[str] | None = None, timeout: float = 2.0
+) -> Snapshot | None:
+    """:func:`scrape` on an event loop, through the caller's session (the scheduler reads the server's queue
+    while its requests stream); None when the endpoint is missing, unreachable or redirects."""
+    try:
+        async with session.get(metrics_url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False) as r:
+            if r.status != 200:
+                return None
+            text = await r.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+    return parse_text(text, only)
 
 
 # ---------------------------------------------------------------------------------------------- histograms
