@@ -5,8 +5,8 @@ sent; TTFT at the first chunk that carries generated text; ITL between such chun
 (latency - TTFT) / (output_tokens - 1) with output tokens from the final ``usage`` chunk
 (``stream_options.include_usage``).
 
-The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson; the ``openai``
-package's chunk iterator costs ~10x the CPU per token and would distort timings on a fast server. Retries
+The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson, not through the
+``openai`` package's chunk iterator, whose CPU per token would distort timings on a fast server (BENCHMARKS.md). Retries
 live here and only here (tenacity), and the SDK's own retries are never used for generation.
 
 What the server sends is checked off the per-chunk path: text pieces are joined once at the end (a piece that

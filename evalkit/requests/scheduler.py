@@ -155,12 +155,10 @@ class AutoConcurrency:
     - the rate fell clearly (below ``1 - gain`` of the best), or it did not rise clearly and the server queues
       (``waiting`` above ``queue_share`` of the level: the extra requests only wait there, inflating TTFT): go
       back to the best level and stop. A queue alone is no reason to go lower: a prefill-bound server keeps
-      requests waiting for its token budget at every level (on the H200, up to a quarter of 128 in flight) while
-      more in flight still raises its throughput;
+      requests waiting for its token budget at every level while more in flight still raises its throughput;
     - the rate did not rise by more than ``gain``: keep this level and stop. On vLLM more requests in flight
-      never lower throughput until the server queues or thrashes (both handled above), while a one-latency
-      window reads the rate only to +-20% (fast GPU, short answers), so a tie is no evidence against the
-      larger level; going back on ties stepped down on noise;
+      never lower throughput until the server queues or thrashes (both handled above), and a one-latency
+      window reads the rate only roughly, so a tie is no evidence against the larger level;
     - fewer requests remain to be sent than the current level, or the cap is reached: stay;
     - else double.
 
@@ -226,9 +224,8 @@ class AutoConcurrency:
         streamed chunks/s (``chunks_s``), and the server's mean queue and batch (``waiting``, ``running``; None if
         unknown).
 
-        The server's counter is the one to trust: under load vLLM coalesces several tokens into one SSE chunk
-        (on the H200, ~2 tokens per chunk at 128 in flight, ~1 at 256), so chunk counts under-read exactly the
-        levels being compared."""
+        The server's counter is the one to trust: under load vLLM coalesces several tokens into one SSE chunk,
+        so chunk counts under-read exactly the levels being compared (BENCHMARKS.md, H200)."""
         assert client._session is not None
         first = await _server_counts(client._session, self.metrics_url)
         c0, w0 = client.chunks_received, time.perf_counter()

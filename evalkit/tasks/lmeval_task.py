@@ -200,8 +200,8 @@ class LmEvalTask(Task):
         """Every document's lm-eval request (doc_id, context, gen_kwargs, target), built once and cached; each
         also goes to ``on_entry`` (in order) as soon as lm-eval has built it.
 
-        lm-eval builds all 1319 GSM8K 5-shot prompts in ~6 s; the cache (keyed by task version, data hash,
-        lm-eval's task file and version, few-shot settings) makes later runs and sweeps skip that.
+        The cache is keyed by task version, data hash, lm-eval's task file and version and the few-shot settings,
+        so later runs and sweeps skip lm-eval's build (its cost: BENCHMARKS.md).
         """
         with self._lock:  # one build at a time
             built = self._read_cache(num_fewshot)
