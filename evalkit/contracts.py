@@ -148,6 +148,18 @@ class SampleRecord(BaseModel):
     start_s: float | None = None
 
 
+@dataclass
+class SchedulerStats:
+    """What the scheduler measured about its own sending (input to the speed summary)."""
+
+    concurrency_trace: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, limit)
+    final_concurrency: int = 0
+    auto_levels: list[dict[str, Any]] = field(default_factory=list)  # what --concurrency auto measured
+    loop_lag_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+
 class MetricValue(BaseModel):
     """One accuracy metric in ``summary.json``: value with its standard error and 95% CI over ``n`` items."""
 

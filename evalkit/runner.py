@@ -7,7 +7,6 @@ import os
 import platform
 import sys
 import time
-from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,16 +17,15 @@ from typing import Any
 from evalkit import __version__
 from evalkit.config import RunConfig
 from evalkit.contracts import (
-    STATUSES,
     Endpoint,
     EndpointKind,
     Manifest,
     ManifestTask,
-    MetricValue,
     Request,
     Response,
     RunSummary,
     SampleRecord,
+    SchedulerStats,
     Score,
     TaskSummary,
     manifest_json,
@@ -45,8 +43,8 @@ from evalkit.requests.endpoint import (
     resolve_model,
     server_root,
 )
-from evalkit.requests.scheduler import ExecStats, execute, fit_open_files
-from evalkit.scoring.speed import percentile, speed_summary
+from evalkit.requests.scheduler import execute, fit_open_files
+from evalkit.scoring.summary import task_summary
 from evalkit.server.gpu import GpuSampler
 from evalkit.server.metrics import MetricsSampler, delta, scrape
 from evalkit.store.files import write_error
@@ -423,7 +421,7 @@ class Runner:
         if last:
             self._scoring.close()
         records, itl = load_for_summary(store, task.name, keep_text=False)
-        out = self._task_summary(task, records, stats, itl, scored)
+        out = task_summary(task.version, scored, records, stats, itl)
         out.server = delta(before, after, model, gauges=gauges.summary())
         out.gpu = gpu.summary()
         self._lap(f"{task.name}.scoring_summary")
@@ -432,35 +430,13 @@ class Runner:
     async def _send(
         self, todo: AsyncIterator[Request], total: int, base_url: str, api_key: str | None, model: str, kind: str,
         options: ClientOptions, extra: dict[str, Any], on_done: Callable[[Request, Response], Awaitable[None]],
-    ) -> ExecStats:
+    ) -> SchedulerStats:
         async with Client(base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
             return await execute(
                 todo, client, on_done, total=total,
                 concurrency=self._in_flight.concurrency, max_concurrency=self._in_flight.max_concurrency,
                 auto_start=self.cfg.auto_start, metrics_url=server_root(base_url) + "/metrics",
             )
-
-    def _task_summary(
-        self, task: Task, records: list[SampleRecord], stats: ExecStats, itl: array | None,
-        scored: tuple[dict[str, MetricValue], dict[str, Any]],
-    ) -> TaskSummary:
-        """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process)."""
-        metrics, detail = scored
-        counts: dict[str, int] = {"total": len(records)}
-        for status in STATUSES:
-            counts[status] = sum(1 for r in records if r.status == status)
-        speed = speed_summary(records, itl=itl)
-        speed.concurrency = stats.final_concurrency
-        speed.client_cpu_s = round(stats.cpu_s, 3)
-        lags = sorted(stats.loop_lag_ms)
-        speed.loop_lag_ms_p99 = round(percentile(lags, 99), 3) if lags else None
-        speed.client_bound = bool(
-            (speed.loop_lag_ms_p99 or 0) > 20.0 or (stats.wall_s > 1 and stats.cpu_s / stats.wall_s > 0.9)
-        )
-        return TaskSummary(
-            version=task.version, metrics=metrics, counts=counts, speed=speed,
-            concurrency_trace=stats.concurrency_trace, concurrency_levels=stats.auto_levels, detail=detail,
-        )
 
     def _render_report(self, store: RunStore) -> None:
         try:

@@ -10,12 +10,12 @@ import statistics
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from evalkit.contracts import Request, Response
+from evalkit.contracts import Request, Response, SchedulerStats
 from evalkit.errors import warn
 from evalkit.requests.client import Client
 from evalkit.server.metrics import scrape_async
@@ -55,16 +55,6 @@ class Limiter:
         async with self._cond:
             self.closed = True
             self._cond.notify_all()
-
-
-@dataclass
-class ExecStats:
-    concurrency_trace: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, limit)
-    final_concurrency: int = 0
-    auto_levels: list[dict[str, Any]] = field(default_factory=list)  # what --concurrency auto measured
-    loop_lag_ms: list[float] = field(default_factory=list)
-    wall_s: float = 0.0
-    cpu_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -254,12 +244,12 @@ class AutoConcurrency:
     def _queues(self, level: dict[str, Any]) -> bool:
         return level["waiting"] is not None and level["waiting"] > self.queue_share * level["limit"]
 
-    async def _set(self, limiter: Limiter, limit: int, stats: ExecStats, t0: float) -> None:
+    async def _set(self, limiter: Limiter, limit: int, stats: SchedulerStats, t0: float) -> None:
         self.limit = limit
         await limiter.set_limit(limit)
         stats.concurrency_trace.append((round(time.perf_counter() - t0, 3), limit))
 
-    async def run(self, limiter: Limiter, client: Client, stats: ExecStats, t0: float) -> None:
+    async def run(self, limiter: Limiter, client: Client, stats: SchedulerStats, t0: float) -> None:
         best: dict[str, Any] | None = None
         while not self.settled:
             await self.settle(client)
@@ -288,7 +278,7 @@ class AutoConcurrency:
                 await self._set(limiter, min(self.limit * 2, self.cap), stats, t0)
 
 
-async def _loop_lag(stats: ExecStats, interval: float = 0.05) -> None:
+async def _loop_lag(stats: SchedulerStats, interval: float = 0.05) -> None:
     while True:
         t = time.perf_counter()
         await asyncio.sleep(interval)
@@ -315,7 +305,7 @@ async def execute(
     metrics_url: str | None = None,
     auto_start: int = 128,
     backlog: int = 1024,
-) -> ExecStats:
+) -> SchedulerStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order).
 
@@ -327,7 +317,7 @@ async def execute(
     When the run stops early (it was interrupted, or an ``on_done`` raised: then nothing more is sent and that
     error is raised), requests in flight are cancelled but answers already in finish their ``on_done``: nothing
     already computed is dropped."""
-    stats = ExecStats()
+    stats = SchedulerStats()
     auto = (
         AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
     )
