@@ -206,7 +206,7 @@ def test_server_counts_read_from_real_vllm_metrics():
     import aiohttp
     from aiohttp import web
 
-    from evalkit.requests.scheduler import _server_counts
+    from evalkit.requests.auto_concurrency import _server_counts
 
     one = (Path(__file__).parent / "data" / "vllm_metrics_0.32_round1.txt").read_text()
     # a second data-parallel engine with the same series, 3 requests running there

@@ -24,10 +24,10 @@ from evalkit.contracts import GenParams, Request
 from evalkit.errors import EndpointError
 from evalkit.redact import redact_argv, redact_env, redact_url
 from evalkit.report.provenance import argv_str
+from evalkit.requests.auto_concurrency import _server_counts
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.requests.client import Client
 from evalkit.requests.endpoint import list_models, normalize_base_url
-from evalkit.requests.scheduler import _server_counts
 from evalkit.server.metrics import scrape
 from evalkit.server.vllm_process import ServerConfig, VLLMServer
 from evalkit.testing.server import Behaviour, TestServer
