@@ -9,7 +9,7 @@ help:
 	@echo "make test       the README test command: python -m pytest -m \"not gpu\" (real vLLM included)"
 	@echo "make test-fast  the same without the real-vLLM and slow tests"
 	@echo "make lint       ruff check evalkit tests tasks benchmarks"
-	@echo "make typecheck  mypy evalkit"
+	@echo "make typecheck  mypy evalkit tasks; lint-imports (layer rules)"
 	@echo "make check      lint + typecheck + test (what .ci/run checks after installing)"
 	@echo "make demo       CPU demo: set up vLLM + SmolLM2-135M, evalkit starts vLLM, GSM8K --limit 20 (scripts/demo.sh)"
 
@@ -23,7 +23,8 @@ lint:
 	$(BIN)ruff check evalkit tests tasks benchmarks
 
 typecheck:
-	$(BIN)mypy evalkit
+	$(BIN)mypy evalkit tasks
+	$(BIN)lint-imports
 
 check: lint typecheck test
 

@@ -1,4 +1,9 @@
-"""One run: config -> (server) -> tasks -> requests -> scoring -> store -> report."""
+"""One run: config -> (server) -> tasks -> requests -> scoring -> store -> report.
+
+Over 400 lines because it is the one place the layers meet: setup, per-task planning, the request loop's two
+callbacks and the teardown order (server, workers, lock) read best together; what each step does lives in the
+layer modules it calls.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Scrape vLLM's Prometheus ``/metrics`` and turn two scrapes into the run's ``server`` section.
 
+Over 400 lines: the one /metrics module (parse, scrape, async scrape, histogram quantiles, deltas, the gauge
+sampler); the histogram fit is most of it and belongs with the deltas that use it.
+
 vLLM's own counters and histograms say what the *server* saw (its TTFT, queue time, prefix-cache hits,
 preemptions), which complements evalkit's client-side timings. Typical use::
 

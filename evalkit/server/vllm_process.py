@@ -1,5 +1,9 @@
 """Start and stop a vLLM OpenAI-compatible server for one run (the ``server`` box of the pipeline).
 
+Over 400 lines: the argv builder, the launcher choice, the start-up wait and the process-group stop share
+:class:`ServerConfig` and are tested as one lifecycle (tests/test_server.py); splitting them would spread one
+process's life over several files.
+
     >>> cfg = ServerConfig(model="models/smollm2-135m", served_model_name="smollm2-135m", enforce_eager=True)
     >>> with VLLMServer(cfg, run_dir=Path("reports/run1")) as server:   # doctest: +SKIP
     ...     print(server.base_url)            # http://127.0.0.1:<free port>
