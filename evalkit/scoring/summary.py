@@ -13,8 +13,11 @@ CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the same
 
 
 def task_summary(
-    version: str, scored: tuple[dict[str, MetricValue], dict[str, Any]], records: list[SampleRecord],
-    stats: SchedulerStats, itl: array | None,
+    version: str,
+    scored: tuple[dict[str, MetricValue], dict[str, Any]],
+    records: list[SampleRecord],
+    stats: SchedulerStats,
+    itl: array | None,
 ) -> TaskSummary:
     """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process), ``records``
     every request's latest record, ``itl`` all inter-token latencies of the task."""
@@ -32,6 +35,11 @@ def task_summary(
         or (stats.wall_s > 1 and stats.cpu_s / stats.wall_s > CPU_BOUND_SHARE)
     )
     return TaskSummary(
-        version=version, metrics=metrics, counts=counts, speed=speed,
-        concurrency_trace=stats.concurrency_trace, concurrency_levels=stats.auto_levels, detail=detail,
+        version=version,
+        metrics=metrics,
+        counts=counts,
+        speed=speed,
+        concurrency_trace=stats.concurrency_trace,
+        concurrency_levels=stats.auto_levels,
+        detail=detail,
     )

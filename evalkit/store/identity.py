@@ -13,8 +13,18 @@ from evalkit.contracts import Request, Response, SampleRecord, Score
 def request_key(model: str, kind: str, task: str, version: str, data_sha: dict[str, str], req: Request) -> str:
     """Identity of a request: same key = same answer expected, so a completed key is never sent again."""
     blob = orjson.dumps(
-        [model, kind, task, version, data_sha, req.prompt, req.messages, req.gen.as_dict(), req.doc_id,
-         req.sample_index],
+        [
+            model,
+            kind,
+            task,
+            version,
+            data_sha,
+            req.prompt,
+            req.messages,
+            req.gen.as_dict(),
+            req.doc_id,
+            req.sample_index,
+        ],
         option=orjson.OPT_SORT_KEYS,
     )
     return hashlib.sha256(blob).hexdigest()
@@ -23,11 +33,25 @@ def request_key(model: str, kind: str, task: str, version: str, data_sha: dict[s
 def record_for(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
     """The record stored for a request: its answer and timings, with its score (None: the request failed)."""
     base: dict[str, Any] = dict(
-        key=key, task=req.task, doc_id=req.doc_id, sample_index=req.sample_index, prompt=req.prompt,
-        messages=list(req.messages) if req.messages else None, response=resp.text, reasoning=resp.reasoning,
-        finish_reason=resp.finish_reason, attempts=resp.attempts, target=req.target,
-        prompt_tokens=resp.prompt_tokens, output_tokens=resp.output_tokens, reasoning_tokens=resp.reasoning_tokens,
-        ttft_ms=resp.ttft_ms, tpot_ms=resp.tpot_ms, e2e_ms=resp.e2e_ms, itl_ms=resp.itl_ms, start_s=resp.start_s,
+        key=key,
+        task=req.task,
+        doc_id=req.doc_id,
+        sample_index=req.sample_index,
+        prompt=req.prompt,
+        messages=list(req.messages) if req.messages else None,
+        response=resp.text,
+        reasoning=resp.reasoning,
+        finish_reason=resp.finish_reason,
+        attempts=resp.attempts,
+        target=req.target,
+        prompt_tokens=resp.prompt_tokens,
+        output_tokens=resp.output_tokens,
+        reasoning_tokens=resp.reasoning_tokens,
+        ttft_ms=resp.ttft_ms,
+        tpot_ms=resp.tpot_ms,
+        e2e_ms=resp.e2e_ms,
+        itl_ms=resp.itl_ms,
+        start_s=resp.start_s,
     )
     if resp.error is not None or score is None:
         return SampleRecord(**base, status="api_error", error=resp.error)
@@ -36,6 +60,10 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
     if score.reasoning is not None:
         base["reasoning"] = score.reasoning
     return SampleRecord(
-        **base, status=score.status, error=resp.note, extracted=score.extracted, correct=score.correct,
+        **base,
+        status=score.status,
+        error=resp.note,
+        extracted=score.extracted,
+        correct=score.correct,
         extraction=score.extraction,
     )
