@@ -224,6 +224,31 @@ def gate(
     raise typer.Exit(outcome.exit_code)
 
 
+@app.command()
+def sweep(
+    file: Annotated[Path, typer.Argument(help="Sweep file (YAML): tasks, limit, endpoint or server, configs, sampling, concurrency.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Sweep folder: runs/<name>/, sweep.csv, sweep.md, compare.html.")],
+) -> None:
+    """Run every combination of server config x sampling x concurrency (resumable) and tabulate them."""
+    from evalkit.sweep import load_spec, run_sweep
+
+    try:
+        spec = load_spec(file)
+        result = run_sweep(spec, output, echo=lambda line: typer.echo(line, err=True))
+    except EvalkitError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        typer.echo("evalkit: interrupted; finished combinations are kept (re-run to resume)", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(result.files["sweep.md"].read_text(), nl=False)
+    if result.skipped:
+        typer.echo(f"skipped {len(result.skipped)} finished combination(s): {', '.join(result.skipped)}")
+    for name, why in result.failed.items():
+        typer.echo(f"evalkit: {name}: {why}", err=True)
+    typer.echo(str(result.files.get("compare.html", result.files["sweep.md"])))
+    raise typer.Exit(1 if result.failed else 0)
+
+
 def main() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
