@@ -59,7 +59,7 @@ def test_caught_drop_exits_1_and_writes_every_output(tmp_path: Path) -> None:
 
 def test_noise_only_pair_passes(tmp_path: Path) -> None:
     base = build_gsm8k_run(tmp_path / "base", seed=0, accuracy=0.78)
-    cand = build_gsm8k_run(tmp_path / "cand", seed=0, accuracy=0.78, speed=1.02)
+    cand = build_gsm8k_run(tmp_path / "cand", seed=1, accuracy=0.78, speed=1.02)  # same true accuracy, new draw
     policy = tmp_path / "gate.yaml"
     policy.write_text(LENIENT)
     code, out = gate(base, cand, "--policy", policy, "-o", tmp_path / "out")
