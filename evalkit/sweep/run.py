@@ -74,11 +74,13 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
     )
     if combo.concurrency is None:
         row["concurrency"] = speed.get("concurrency")  # what auto settled on
+    from evalkit.report.common import metric_views
+
     for task in tasks:
-        for metric, m in ((by_task.get(task) or {}).get("metrics") or {}).items():
-            ci = m.get("ci95")
-            row[f"{task} {metric}"] = m.get("value")
-            row[f"{task} {metric} ci95"] = f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else None
+        for mv in metric_views(by_task.get(task) or {}):  # the report's 95% interval (Wilson for a share)
+            row[f"{task} {mv.name}"] = mv.value
+            ci = f"[{mv.lo:.4f}, {mv.hi:.4f}]" if mv.lo is not None and mv.hi is not None else None
+            row[f"{task} {mv.name} ci95"] = ci
     return row
 
 
