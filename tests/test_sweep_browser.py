@@ -45,6 +45,8 @@ def test_sweep_and_gate_pages_in_chromium(tmp_path: Path) -> None:
             session, page_log = await open_page(cdp, gate_page)
             verdict = await evaluate(cdp, session, "document.querySelectorAll('#verdict tbody tr').length")
             assert verdict >= 5  # accuracy x2, speed x3, error rate
+            await evaluate(cdp, session, "document.getElementById('verdict').scrollIntoView(), true")
+            await screenshot(cdp, session, "gate-compare-verdict")
             assert_clean(page_log, gate_page)
 
     asyncio.run(go())
