@@ -66,6 +66,7 @@ def run(
     reasoning_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
     tool_call_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
     enforce_eager: Annotated[bool | None, typer.Option("--enforce-eager", rich_help_panel=_OPT)] = None,
+    batch_invariant: Annotated[bool | None, typer.Option("--batch-invariant", help="VLLM_BATCH_INVARIANT=1: answers independent of batching (for gate runs).", rich_help_panel=_OPT)] = None,
     gpus: Annotated[str | None, typer.Option(help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1.", rich_help_panel=_OPT)] = None,
     port: Annotated[int | None, typer.Option(help="Server port (default: a free one).", rich_help_panel=_OPT)] = None,
     launcher: Annotated[str | None, typer.Option(help="auto, serve (vllm serve) or module (python -m vllm.entrypoints.openai.api_server).", rich_help_panel=_OPT)] = None,
@@ -87,7 +88,7 @@ def run(
             enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, dtype=dtype,
             tokenizer_mode=tokenizer_mode, reasoning_parser=reasoning_parser, tool_call_parser=tool_call_parser,
-            enforce_eager=enforce_eager, gpus=gpus, port=port, launcher=launcher,
+            enforce_eager=enforce_eager, batch_invariant=batch_invariant, gpus=gpus, port=port, launcher=launcher,
             startup_timeout_s=startup_timeout, extra_args=server_arg or None, env=_parse_env(server_env),
         )
         given = {k: v for k, v in server_fields.items() if v is not None}
@@ -209,6 +210,57 @@ def schema(
     if name not in ("summary", "manifest", "sample"):
         _fail(EvalkitError(f"no schema named {name!r}; pass summary, manifest or sample"))
     typer.echo(json.dumps(json_schema(name), indent=2))  # type: ignore[arg-type]
+
+
+@app.command()
+def gate(
+    runs: Annotated[list[Path], typer.Argument(help="BASELINE CANDIDATE (two run dirs), or CANDIDATE alone to check it against the policy's expected scores.")],
+    policy: Annotated[Path | None, typer.Option("--policy", "-p", help="Policy YAML (default: the built-in policy, printed).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for gate.json, gate.md, junit.xml, compare.html (default CANDIDATE/gate).")] = None,
+    force: Annotated[bool, typer.Option(help="Compare runs even when task version, data, limit, few-shot or prompts differ.")] = False,
+) -> None:
+    """Release gate: exit 0 when the candidate keeps the baseline's accuracy and speed, 1 when a rule fails,
+    2 when the runs cannot be compared or the input is bad."""
+    from rich.console import Console
+
+    from evalkit.gate.command import print_outcome, run_gate
+
+    if len(runs) > 2:
+        _fail(EvalkitError(f"evalkit gate takes BASELINE CANDIDATE or CANDIDATE alone, got {len(runs)} run dirs"))
+    baseline, candidate = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])
+    try:
+        outcome = run_gate(baseline, candidate, policy, output, force=force)
+    except EvalkitError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(EvalkitError(f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"))
+    print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def sweep(
+    file: Annotated[Path, typer.Argument(help="Sweep file (YAML): tasks, limit, endpoint or server, configs, sampling, concurrency.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Sweep folder: runs/<name>/, sweep.csv, sweep.md, compare.html.")],
+) -> None:
+    """Run every combination of server config x sampling x concurrency (resumable) and tabulate them."""
+    from evalkit.sweep import load_spec, run_sweep
+
+    try:
+        spec = load_spec(file)
+        result = run_sweep(spec, output, echo=lambda line: typer.echo(line, err=True))
+    except EvalkitError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        typer.echo("evalkit: interrupted; finished combinations are kept (re-run to resume)", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(result.files["sweep.md"].read_text(), nl=False)
+    if result.skipped:
+        typer.echo(f"skipped {len(result.skipped)} finished combination(s): {', '.join(result.skipped)}")
+    for name, why in result.failed.items():
+        typer.echo(f"evalkit: {name}: {why}", err=True)
+    typer.echo(str(result.files.get("compare.html", result.files["sweep.md"])))
+    raise typer.Exit(1 if result.failed else 0)
 
 
 def main() -> None:

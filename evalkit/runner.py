@@ -137,12 +137,17 @@ class Runner:
         result = Runner(load_config({"tasks": ["gsm8k"], "endpoint": url, "limit": 10})).run()
     """
 
-    def __init__(self, cfg: RunConfig, progress: Progress | None = None, argv: list[str] | None = None) -> None:
+    def __init__(
+        self, cfg: RunConfig, progress: Progress | None = None, argv: list[str] | None = None, server: Any = None
+    ) -> None:
+        """``server``: a VLLMServer the caller started and stops, serving ``cfg.endpoint`` (its provenance goes
+        into the manifest); without it, ``cfg.server`` makes the run start and stop its own."""
         self.cfg = cfg
         self.progress = progress
         self.argv = argv or sys.argv
         self.registry = Registry(cfg.tasks_dir)
-        self.server: Any = None
+        self.server: Any = server
+        self._owns_server = server is None
 
     # -- setup -------------------------------------------------------------------------------------------
     def _tasks(self) -> list[Task]:
@@ -222,7 +227,7 @@ class Runner:
             if self._builder is not None:
                 self._builder.close(wait=False)  # a no-op once the run has waited for it
             self._scoring.close()
-            if self.server is not None:
+            if self.server is not None and self._owns_server:
                 self.server.stop()
             if store is not None:
                 store.unlock()

@@ -12,17 +12,20 @@ Reports read only the result store (``manifest.json``, ``summary.json``, ``sampl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from evalkit.report.analysis import Flips, compute_flips, pareto_front
 from evalkit.report.compare_view import build_compare_view
 from evalkit.report.html import render_template
 from evalkit.report.run_view import build_run_view
+from evalkit.report.verdict_view import Verdict, build_verdict_view, gate_verdict
 from evalkit.store.files import write_text_atomic
 from evalkit.store.reader import Run, open_run
 
 __all__ = [
     "Flips",
     "Run",
+    "Verdict",
     "compute_flips",
     "open_run",
     "pareto_front",
@@ -48,9 +51,16 @@ def render_run(run_dir: Path, out: Path | None = None) -> Path:
     return target
 
 
-def render_compare_html(run_dirs: list[Path], pair: tuple[int, int] | None = None) -> str:
+def render_compare_html(
+    run_dirs: list[Path],
+    pair: tuple[int, int] | None = None,
+    verdict: Verdict | None = None,
+    charts: list[dict[str, Any]] | None = None,
+) -> str:
     """The comparison report of ``run_dirs`` as an HTML string; ``pair`` picks the two runs whose per-request
-    flips are listed (indices into ``run_dirs``; default the first two)."""
+    flips are listed (indices into ``run_dirs``; default the first two). Two runs get the release gate's
+    verdict (``verdict``, else the default policy's). ``charts``: extra line charts (ids ``sweep-*``) drawn
+    above the tasks, e.g. a sweep's speed against concurrency."""
     if not run_dirs:
         raise ValueError("render_compare needs at least one run directory")
     n = len(run_dirs)
@@ -61,10 +71,21 @@ def render_compare_html(run_dirs: list[Path], pair: tuple[int, int] | None = Non
     chosen = set(pair if pair is not None else (0, 1))
     runs: list[Run] = [open_run(Path(d), with_samples=i in chosen) for i, d in enumerate(run_dirs)]
     view = build_compare_view(runs, pair)
+    if verdict is None and n == 2:
+        verdict = gate_verdict(Path(run_dirs[0]), Path(run_dirs[1]))
+    view.verdict = build_verdict_view(verdict) if verdict is not None else None
+    view.charts += charts or []
+    view.chart_ids |= {c["id"] for c in charts or []}
     return render_template("compare.html.j2", v=view)
 
 
-def render_compare(run_dirs: list[Path], out: Path, pair: tuple[int, int] | None = None) -> Path:
-    """Write the comparison report of ``run_dirs`` to ``out``."""
-    write_text_atomic(Path(out), render_compare_html(list(run_dirs), pair))
+def render_compare(
+    run_dirs: list[Path],
+    out: Path,
+    pair: tuple[int, int] | None = None,
+    verdict: Verdict | None = None,
+    charts: list[dict[str, Any]] | None = None,
+) -> Path:
+    """Write the comparison report of ``run_dirs`` to ``out`` (with the gate's ``verdict`` for two runs)."""
+    write_text_atomic(Path(out), render_compare_html(list(run_dirs), pair, verdict, charts))
     return Path(out)

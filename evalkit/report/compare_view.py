@@ -24,6 +24,7 @@ from evalkit.report.common import (
 from evalkit.report.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.report.provenance import argv_str, endpoint_host, gpu_summary, parse_argv
 from evalkit.report.timecourse import timeline, timeline_chart
+from evalkit.report.verdict_view import VerdictView
 from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
 
 
@@ -38,19 +39,19 @@ def run_config(run: Run) -> dict[str, str]:
 
     put("model", m.get("model"))
     endpoint = as_dict(m.get("endpoint"))
-    put(
-        "endpoint",
-        " ".join(x for x in (as_str(endpoint.get("kind")), endpoint_host(endpoint.get("base_url"))) if x) or None,
-    )
-    put("concurrency", m.get("concurrency"))
     server = as_dict(m.get("server"))
+    # a server evalkit started listens on a free port: its URL and --port are noise, not config
+    host = None if server else endpoint_host(endpoint.get("base_url"))
+    put("endpoint", " ".join(x for x in (as_str(endpoint.get("kind")), host) if x) or None)
+    put("concurrency", m.get("concurrency"))
     put("vllm", server.get("vllm_version") or as_dict(m.get("versions")).get("vllm"))
     put("gpu", gpu_summary(server.get("gpus")))
     pos, flags = parse_argv(server.get("argv"))
     if pos:
         put("server args", " ".join(pos))
     for k, v in flags.items():
-        put(k, v)
+        if k != "--port":
+            put(k, v)
     for k, v in as_dict(server.get("env_overrides")).items():
         put(f"env {k}", v)
     for task, t in run.manifest_tasks.items():
@@ -103,6 +104,7 @@ class CompareView:
     flips: FlipsView | None
     charts: list[dict[str, Any]]
     chart_ids: set[str]
+    verdict: VerdictView | None = None  # the release gate's rules, for two runs
 
 
 def letter(i: int) -> str:

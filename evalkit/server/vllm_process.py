@@ -75,6 +75,11 @@ class ServerConfig(BaseModel):
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     enforce_eager: bool = False
+    batch_invariant: bool = Field(
+        default=False,
+        description="vLLM's batch-invariant mode (env VLLM_BATCH_INVARIANT=1): the same answer "
+        "for a request whatever else is in its batch",
+    )
     extra_args: list[str] = Field(default_factory=list, description='free-form flags, e.g. "--kv-cache-dtype=fp8"')
     env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. VLLM_USE_DEEP_GEMM=0")
     gpus: str | None = Field(default=None, description='CUDA_VISIBLE_DEVICES for the server, e.g. "0,1"')
@@ -340,6 +345,8 @@ class VLLMServer:
     def env_overrides(self) -> dict[str, str]:
         """Environment given to vLLM on top of evalkit's own (not redacted: use :func:`redact_env`)."""
         env = dict(self.cfg.env)
+        if self.cfg.batch_invariant:
+            env["VLLM_BATCH_INVARIANT"] = "1"
         if self.cfg.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
         if self.cfg.api_key is not None:

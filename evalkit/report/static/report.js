@@ -255,7 +255,28 @@
     return { type: "line", data: { datasets: datasets }, options: opts };
   }
 
-  var BUILDERS = { cdf: cdfConfig, bar: barConfig, scatter: scatterConfig, timeline: timelineConfig };
+  /* One line per series over a numeric x (a sweep's concurrency levels), on a log-2 x axis when it spans > 8x. */
+  function lineConfig(spec) {
+    var opts = baseOptions(spec), xs = [];
+    spec.series.forEach(function (s) { s.points.forEach(function (p) { xs.push(p.x); }); });
+    var wide = xs.length && Math.min.apply(null, xs) > 0 && Math.max.apply(null, xs) / Math.min.apply(null, xs) > 8;
+    opts.scales = {
+      x: { type: wide ? "logarithmic" : "linear", title: { display: true, text: spec.x } },
+      y: { min: 0, title: { display: true, text: spec.y } }
+    };
+    return {
+      type: "line",
+      data: {
+        datasets: spec.series.map(function (s, i) {
+          return { label: s.label, data: s.points, borderColor: color(i), backgroundColor: color(i, 0.2),
+            borderWidth: 2, pointRadius: 4 };
+        })
+      },
+      options: opts
+    };
+  }
+
+  var BUILDERS = { cdf: cdfConfig, bar: barConfig, scatter: scatterConfig, timeline: timelineConfig, line: lineConfig };
 
   function buildCharts(data) {
     if (typeof window.Chart !== "function") {

@@ -1,0 +1,177 @@
+"""What ``evalkit gate`` does, as one library call: :func:`run_gate` reads the run dirs and the policy, decides,
+writes gate.json / gate.md / junit.xml / compare.html and appends gate.md to ``$GITHUB_STEP_SUMMARY``.
+
+    outcome = run_gate(Path("reports/base"), Path("reports/cand"))
+    raise SystemExit(outcome.exit_code)     # 0 pass, 1 fail; bad input raises an EvalkitError (exit 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evalkit.gate.engine import evaluate, evaluate_expected
+from evalkit.gate.errors import CannotCompare, GateInputError
+from evalkit.gate.inputs import RunInputs
+from evalkit.gate.load import from_run_dir
+from evalkit.gate.output import append_step_summary, to_markdown, write_outputs
+from evalkit.gate.policy import Policy, default_policy, load_policy
+from evalkit.gate.result import GateResult
+
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+COMPARE_HTML = "compare.html"
+
+
+@dataclass
+class GateOutcome:
+    """The gate's answer, where it was written, and which policy decided it (``policy_source``: the file, or
+    None for the default policy)."""
+
+    result: GateResult
+    policy: Policy
+    policy_source: Path | None
+    out_dir: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    step_summary: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.result.verdict == "pass" else 1
+
+
+def default_out_dir(candidate: Path) -> Path:
+    """Where the gate writes when ``-o`` is not given: ``CANDIDATE/gate``."""
+    return candidate / "gate"
+
+
+def batch_invariant_state(run_dir: Path) -> str:
+    """ "on" or "off" when evalkit started the run's server (its manifest records the server's environment),
+    "unknown" for a run against an external endpoint."""
+    try:
+        manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return "unknown"
+    server = manifest.get("server") if isinstance(manifest, dict) else None
+    if not isinstance(server, dict):
+        return "unknown"
+    env = server.get("env_overrides")
+    value = env.get(BATCH_INVARIANT_ENV) if isinstance(env, dict) else None
+    return "on" if value not in (None, "", "0") else "off"
+
+
+def _batch_invariant_notes(runs: Mapping[str, Path]) -> list[str]:
+    states = {role: batch_invariant_state(path) for role, path in runs.items()}
+    note = ", ".join(f"{role} {state}" for role, state in states.items())
+    out = [f"{BATCH_INVARIANT_ENV} (batch-invariant vLLM): {note}"]
+    if len(states) == 2 and len(set(states.values())) == 2 and "unknown" not in states.values():
+        out.append("the runs differ in batch-invariant mode: speed and per-request flips are not like for like")
+    return out
+
+
+def run_gate(
+    baseline: Path | None,
+    candidate: Path,
+    policy_file: Path | None = None,
+    out_dir: Path | None = None,
+    *,
+    force: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> GateOutcome:
+    """Gate ``candidate`` against ``baseline`` (or, with ``baseline`` None, against the policy's expected
+    scores) and write the outputs into ``out_dir`` (default :func:`default_out_dir`). Raises CannotCompare,
+    GateInputError or PolicyError (one line each, exit 2) before anything is written."""
+    policy = load_policy(policy_file) if policy_file is not None else default_policy()
+    for path in (baseline, candidate):
+        if path is not None and not path.is_dir():
+            raise GateInputError(f"{path} is not a run directory; pass the --output-dir of an evalkit run")
+    cand = from_run_dir(candidate)
+    base = None
+    if baseline is None:
+        result = evaluate_expected(cand, policy)
+        result.notes += _batch_invariant_notes({"candidate": candidate})
+    else:
+        base = from_run_dir(baseline)
+        try:
+            result = evaluate(base, cand, policy, force=force)
+        except CannotCompare as e:
+            why = str(e).split("; compare runs of the same task setup")[0]
+            raise CannotCompare(f"cannot compare: {why}; pass --force to compare anyway") from None
+        result.notes += _batch_invariant_notes({"baseline": baseline, "candidate": candidate})
+    out = out_dir if out_dir is not None else default_out_dir(candidate)
+    files = write_outputs(result, out)
+    if baseline is not None:
+        files[COMPARE_HTML] = _write_compare(baseline, candidate, out / COMPARE_HTML, result, base, cand)
+    summary = append_step_summary(to_markdown(result), env)
+    return GateOutcome(result, policy, policy_file, out, files, summary)
+
+
+def _write_compare(
+    baseline: Path, candidate: Path, target: Path, result: GateResult, base: RunInputs | None, cand: RunInputs
+) -> Path:
+    from evalkit.report import Verdict, render_compare
+
+    return render_compare([baseline, candidate], target, verdict=Verdict(result, base, cand))
+
+
+def policy_lines(policy: Policy) -> list[str]:
+    """The policy in a few lines: accuracy, speed, rates and expected scores."""
+    acc = policy.accuracy.default
+    budget = (
+        " or ".join(
+            x
+            for x in (
+                f"{acc.max_drop * 100:g} pts" if acc.max_drop is not None else "",
+                f"{acc.max_drop_rel:.0%} of the baseline" if acc.max_drop_rel is not None else "",
+            )
+            if x
+        )
+        or "0 pts"
+    )
+    lines = [f"accuracy: a drop of more than {budget} ({acc.mode}, alpha {acc.alpha:g}) fails"]
+    if policy.accuracy.tasks:
+        lines.append(f"  overrides for: {', '.join(sorted(policy.accuracy.tasks))}")
+    speed = [
+        f"{key} worse by > {rule.max_change:.0%}"
+        for key in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
+        if (rule := getattr(policy.speed, key)) is not None
+    ]
+    lines.append("speed: " + ("; ".join(speed) + " beyond noise fails" if speed else "not checked"))
+    rates = [f"{k} {v:g}" for k, v in policy.rates.model_dump().items() if v is not None]
+    lines.append("rates: " + (", ".join(rates) if rates else "not checked"))
+    lines += [f"expected: {e.task} {e.metric} >= {e.value:g} - {e.max_drop:g} ({e.mode})" for e in policy.expected]
+    return lines
+
+
+def print_outcome(outcome: GateOutcome, console: Any) -> None:
+    """The policy (where it came from and what it says), a table of the rules and verdicts, the notes, the
+    verdict and the files written, on a rich ``console``."""
+    from rich.table import Table
+
+    from evalkit.gate.output import _budget, _evidence, _observed
+
+    result = outcome.result
+    source = str(outcome.policy_source) if outcome.policy_source else "default (no --policy file)"
+    console.print(f"[bold]policy[/bold]: {source}")
+    for line in policy_lines(outcome.policy):
+        console.print(f"  {line}", highlight=False)
+    table = Table(show_lines=False)
+    table.add_column("rule", no_wrap=True)
+    for col in ("verdict", "observed", "budget", "p / CI"):
+        table.add_column(col, overflow="fold")
+    style = {"pass": "green", "fail": "bold red", "skip": "dim"}
+    for r in result.rules:
+        verdict = f"[{style[r.verdict]}]{r.verdict}[/{style[r.verdict]}]"
+        table.add_row(r.name, verdict, _observed(r), _budget(r), _evidence(r))
+    console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
+    colour = "green" if result.verdict == "pass" else "bold red"
+    console.print(
+        f"gate: [{colour}]{result.verdict.upper()}[/{colour}] ({len(result.failed)} of "
+        f"{len(result.rules)} rules failed); written to {outcome.out_dir}",
+        highlight=False,
+    )

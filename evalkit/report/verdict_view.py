@@ -1,0 +1,90 @@
+"""The comparison report's verdict section: the release gate's rules for two runs (one line per task and metric
+with the paired test, the CI of the difference and the flips that drive it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evalkit.gate.engine import evaluate
+from evalkit.gate.errors import CannotCompare, GateInputError
+from evalkit.gate.inputs import MetricSamples, RunInputs
+from evalkit.gate.load import from_run_dir
+from evalkit.gate.output import _budget, _evidence, _observed
+from evalkit.gate.result import GateResult
+
+
+@dataclass
+class Verdict:
+    """A gate result with the inputs it was computed from (for the flips); ``error``: why there is none."""
+
+    result: GateResult | None
+    baseline: RunInputs | None = None
+    candidate: RunInputs | None = None
+    error: str | None = None
+
+
+@dataclass
+class VerdictRow:
+    name: str
+    verdict: str
+    observed: str
+    budget: str
+    evidence: str
+    method: str
+    flips: str
+    note: str
+
+
+@dataclass
+class VerdictView:
+    verdict: str | None  # "pass" | "fail"; None when the runs could not be compared
+    baseline: str | None
+    candidate: str | None
+    rows: list[VerdictRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def gate_verdict(baseline: Path, candidate: Path) -> Verdict:
+    """The default policy's verdict on two run dirs; a run pair the gate refuses gives ``error`` (one line)."""
+    try:
+        base, cand = from_run_dir(baseline), from_run_dir(candidate)
+        return Verdict(evaluate(base, cand), base, cand)
+    except (CannotCompare, GateInputError) as e:
+        return Verdict(None, error=str(e))
+
+
+def flips_text(base: MetricSamples | None, cand: MetricSamples | None) -> str:
+    """Per item, whether the candidate got worse or better: for one sample per item the discordant pairs
+    (correct in the baseline and wrong in the candidate, and the reverse), else problems whose share of correct
+    samples went down or up."""
+    if base is None or cand is None:
+        return ""
+    down = up = 0
+    for doc, a in base.items.items():
+        b = cand.items.get(doc)
+        if not a or not b:
+            continue
+        ma, mb = sum(a) / len(a), sum(b) / len(b)
+        down += ma > mb
+        up += mb > ma
+    unit = "samples" if max(base.samples_per_item, cand.samples_per_item) <= 1 else "problems"
+    return f"{down} {unit} worse, {up} better (net {up - down:+d})"
+
+
+def build_verdict_view(v: Verdict) -> VerdictView:
+    if v.result is None:
+        return VerdictView(None, None, None, error=v.error)
+    rows = []
+    for r in v.result.rules:
+        flips = ""
+        if r.kind == "accuracy" and v.baseline is not None and v.candidate is not None:
+            metric = r.name.split(": ", 1)[-1]
+            bt, ct = v.baseline.tasks.get(r.task), v.candidate.tasks.get(r.task)
+            flips = flips_text(bt.metrics.get(metric) if bt else None, ct.metrics.get(metric) if ct else None)
+        rows.append(
+            VerdictRow(r.name, r.verdict, _observed(r), _budget(r), _evidence(r), r.method or "", flips, r.note)
+        )
+    res = v.result
+    return VerdictView(res.verdict, res.baseline, res.candidate, rows, list(res.notes))

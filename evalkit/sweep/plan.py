@@ -1,0 +1,56 @@
+"""The combinations of a sweep, in the order they run: config by config (a server starts once per distinct
+server config), then sampling point, then concurrency level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalkit.server.vllm_process import ServerConfig
+from evalkit.sweep.spec import Sampling, SweepSpec
+
+DEFAULT = "default"  # the sampling name when the sweep has no sampling axis
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One run of the sweep. ``server``: what to start (None with an endpoint); ``settings``: the RunConfig
+    fields of this run (tasks, limit, sampling, concurrency, endpoint/model for an endpoint sweep)."""
+
+    config: str
+    sampling: str
+    concurrency: int | None
+    server: ServerConfig | None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The run dir's name: ``<config>__<sampling>__c<level>`` (``cauto`` without a concurrency axis)."""
+        return f"{self.config}__{self.sampling}__c{self.concurrency if self.concurrency is not None else 'auto'}"
+
+    def server_key(self) -> str | None:
+        """Equal for combinations that can share one server process."""
+        return None if self.server is None else self.server.model_dump_json()
+
+
+def plan(spec: SweepSpec) -> list[Combination]:
+    """Every config x sampling point x concurrency level, grouped so that combinations with the same server
+    config are next to each other."""
+    samplings: dict[str, Sampling | None] = dict(spec.sampling) if spec.sampling else {DEFAULT: None}
+    levels: list[int | None] = list(spec.concurrency) if spec.concurrency else [None]
+    out: list[Combination] = []
+    for config in spec.configs:
+        server = spec.server_config(config) if spec.server is not None else None
+        base: dict[str, Any] = {"tasks": list(spec.tasks), "limit": spec.limit}
+        if server is None:
+            ep = spec.endpoint_config(config)
+            base.update(endpoint=ep.endpoint, model=ep.model)
+        else:
+            base.update(model=server.expected_model_name)
+        for sname, sampling in samplings.items():
+            gen = sampling.model_dump(exclude_none=True) if sampling is not None else {}
+            for level in levels:
+                settings = {**base, **gen, "concurrency": level if level is not None else "auto"}
+                out.append(Combination(config, sname, level, server, settings))
+    order = {key: i for i, key in enumerate(dict.fromkeys(c.server_key() for c in out))}
+    return sorted(out, key=lambda c: order[c.server_key()])  # stable: the file's order within a server
