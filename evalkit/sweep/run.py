@@ -1,5 +1,5 @@
 """Run a sweep: one run dir per combination under ``DIR/runs/<name>/``, then ``sweep.csv``, ``sweep.md`` and
-``compare.html`` over all of them.
+``compare.html`` over all of them (:func:`collect`, which also tabulates runs that Kubernetes Jobs wrote).
 
 A server starts once per distinct server config (its log in ``DIR/servers/<config>/server.log``) and every
 combination of that config runs against it through :class:`~evalkit.runner.Runner`, which records the server's
@@ -29,14 +29,16 @@ Echo = Callable[[str], None]
 
 @dataclass
 class SweepResult:
-    """The rows of the sweep table (one per combination), the files written and the combinations whose run
-    failed more requests than allowed (``failed``: name -> one-line reason)."""
+    """The rows of the sweep table (one per finished combination), the files written, the combinations whose run
+    failed more requests than allowed (``failed``: name -> one-line reason) and those with no finished run
+    (``missing``)."""
 
     rows: list[dict[str, Any]]
     files: dict[str, Path]
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
 
 
 def run_dir_of(out_dir: Path, combo: Combination) -> Path:
@@ -109,10 +111,22 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, echo: Echo | None = None, quiet
         finally:
             if server is not None:
                 server.stop()
+    return collect(spec, out_dir, result)
+
+
+def collect(spec: SweepSpec, out_dir: Path, result: SweepResult | None = None) -> SweepResult:
+    """Tabulate the finished combinations under ``out_dir/runs/`` (whoever ran them: this process, or Jobs
+    writing a shared volume) into sweep.csv, sweep.md and compare.html; runs nothing. Combinations without a
+    finished run are listed in ``missing``."""
+    result = result or SweepResult(rows=[], files={})
+    combos = plan(spec)
     for combo in combos:
         read = read_run(run_dir_of(out_dir, combo))
         if read is not None:
             result.rows.append(table_row(combo, read[1], spec.tasks))
+        else:
+            result.missing.append(combo.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
     result.files = write_outputs(result.rows, combos, spec, out_dir)
     return result
 
