@@ -263,6 +263,8 @@ def sweep(
         if output is None:
             raise EvalkitError("evalkit sweep needs -o DIR (the sweep folder), or --k8s DIR to write manifests")
         if collect:
+            if not (output / "runs").is_dir():
+                raise EvalkitError(f"{output} holds no runs/ folder; pass -o the sweep folder the runs were written to")
             result = collect_runs(spec, output)
         else:
             result = run_sweep(spec, output, echo=lambda line: typer.echo(line, err=True))

@@ -168,3 +168,5 @@ def test_k8s_needs_image_and_pvc(tmp_path: Path) -> None:
     assert code == 2 and "--k8s needs --image" in out and len(out.strip().splitlines()) == 1
     code, out = cli("sweep", server_spec(tmp_path))
     assert code == 2 and "needs -o DIR" in out
+    code, out = cli("sweep", server_spec(tmp_path), "-o", tmp_path / "nothing", "--collect")
+    assert code == 2 and "holds no runs/ folder" in out and not (tmp_path / "nothing").exists()
