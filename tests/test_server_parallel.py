@@ -24,6 +24,7 @@ from evalkit.errors import ConfigError
 from evalkit.server.parallel import MULTICAST_OFF, layout_warnings, local_gpus
 from evalkit.server.vllm_process import ServerConfig, VLLMServer, build_argv
 from evalkit.sweep import load_spec, plan
+from tests.vllm_env import serve_parser
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = str(REPO / "evalkit" / "testing" / "fake_vllm_process.py")
@@ -252,23 +253,7 @@ def test_sweep_refuses_a_headless_config(tmp_path: Path) -> None:
 def vllm_parser() -> Any:
     if not HAS_VLLM:
         pytest.skip("vLLM is not installed in this environment; run scripts/setup_vllm_cpu.sh")
-    try:
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args  # vLLM 0.32
-    except ImportError:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # older
-    try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
-
-    parser = make_arg_parser(FlexibleArgumentParser())
-
-    def parse(args: list[str]) -> Any:
-        ns = parser.parse_args(args)
-        validate_parsed_serve_args(ns)
-        return ns
-
-    return parse
+    return serve_parser()
 
 
 @pytest.mark.slow
