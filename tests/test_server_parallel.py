@@ -301,3 +301,14 @@ def test_docs_evalkit_commands_parse_and_validate() -> None:
         keys = set(ServerConfig.model_fields) & set(params)
         server = {k: params[k] for k in keys if params[k] is not None} | {"model": params["serve"]}
         assert ServerConfig.model_validate(server).data_parallel_size in (None, 16)
+
+
+@pytest.mark.slow
+def test_start_warns_when_expert_parallel_cannot_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c = ServerConfig(
+        model="fake-model", command=[sys.executable, FAKE], enable_expert_parallel=True, startup_timeout_s=30
+    )
+    with VLLMServer(c, tmp_path, poll_interval_s=0.05):
+        pass
+    err = capsys.readouterr().err
+    assert "evalkit: warning: enable_expert_parallel has no effect" in err and err.count("\n") == 1
