@@ -241,6 +241,15 @@ def test_tp_vs_dp_ep_sweep_example_plans_three_layouts(monkeypatch: pytest.Monke
     assert all(c.settings["concurrency"] == c.concurrency for c in combos)
 
 
+def test_sweep_refuses_a_config_whose_gpus_do_not_fit_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text('tasks: [gsm8k]\nserver: {model: m, gpus: "0,1,2,3"}\nconfigs: {tp8: {tensor_parallel_size: 8}}\n')
+    res = CliRunner().invoke(app, ["sweep", str(path), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2 and res.output.strip().count("\n") == 0
+    assert f"sweep file {path}: configs.tp8: gpus '0,1,2,3' names 4 GPU(s) but tensor 8" in " ".join(res.output.split())
+    assert not (tmp_path / "out").exists()
+
+
 def test_sweep_refuses_a_headless_config(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("tasks: [gsm8k]\nserver: {model: m}\nconfigs: {n1: {extra_args: [--headless]}}\n")
