@@ -7,8 +7,9 @@ data-parallel ranks``), refuses layouts vLLM would refuse later (or that would l
 server that never comes) with one-line errors, and gives the environment that keeps NVLink multicast off for a
 server spanning several GPUs.
 
+    >>> from evalkit.server.vllm_process import ServerConfig
     >>> cfg = ServerConfig(model="m", tensor_parallel_size=2, data_parallel_size=4, gpus="0,1,2,3,4,5,6,7")
-    >>> local_gpus(cfg), multicast_env(cfg, {})["NCCL_NVLS_ENABLE"]     # doctest: +SKIP
+    >>> local_gpus(cfg), multicast_env(cfg, {})["NCCL_NVLS_ENABLE"]
     (8, '0')
 """
 

@@ -373,8 +373,8 @@ class VLLMServer:
 
     def env_overrides(self) -> dict[str, str]:
         """Environment given to vLLM on top of evalkit's own (not redacted: use :func:`redact_env`): the
-        server's ``env``, NVLink multicast off when it spans several GPUs (unless ``env`` says otherwise), the
-        switches and GPUs of the config."""
+        server's ``env``, NVLink multicast off when it spans several GPUs (unless ``env`` or the inherited
+        environment sets those variables), the switches and GPUs of the config."""
         env = multicast_env(self.cfg, os.environ) | self.cfg.env
         if self.cfg.batch_invariant:
             env["VLLM_BATCH_INVARIANT"] = "1"
