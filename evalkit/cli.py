@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -76,45 +75,51 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
-    from evalkit.config import load_config
+    from evalkit import api
     from evalkit.console import LiveProgress, console, print_summary
-    from evalkit.runner import Runner
+    from evalkit.contracts import summary_json
 
     try:
-        server: dict[str, Any] | None = None
-        server_fields = dict(
-            served_model_name=served_model_name, tensor_parallel_size=tensor_parallel_size,
-            data_parallel_size=data_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-            enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs,
-            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, dtype=dtype,
-            tokenizer_mode=tokenizer_mode, reasoning_parser=reasoning_parser, tool_call_parser=tool_call_parser,
-            enforce_eager=enforce_eager, batch_invariant=batch_invariant, gpus=gpus, port=port, launcher=launcher,
-            startup_timeout_s=startup_timeout, extra_args=server_arg or None, env=_parse_env(server_env),
-        )
-        given = {k: v for k, v in server_fields.items() if v is not None}
-        if serve is not None:
-            server = {"model": serve, **given}
-        elif given:
-            server = given  # completes a server: section of --config, or is refused there
-        cli: dict[str, Any] = dict(
-            tasks=tasks or None, endpoint=endpoint, model=model, api_key_file=api_key_file,
-            endpoint_kind=endpoint_kind, concurrency=concurrency, max_concurrency=max_concurrency, auto_start=auto_start,
-            limit=limit,
-            num_fewshot=num_fewshot, num_samples=num_samples, temperature=temperature, top_p=top_p,
-            max_tokens=max_tokens, max_length=max_length, seed=seed, chat_template_kwargs=chat_template_kwargs,
-            output_dir=output_dir, tasks_dir=tasks_dir or None, fresh=fresh or None,
-            max_error_rate=max_error_rate, report=False if no_report else None, idle_timeout_s=idle_timeout,
-            max_attempts=max_attempts, server=server,
-        )
-        cfg = load_config(cli, config)
+        settings, config_file = _run_settings(dict(locals()))
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
-            result = Runner(cfg, progress=progress, argv=sys.argv).run()
-        print_summary(result["summary"], result["run_dir"])
+            result = api.run(config=config_file, progress=progress, argv=sys.argv, **settings)
+        print_summary(summary_json(result.summary), str(result.run_dir))
     except EvalkitError as e:
         _fail(e)
     except KeyboardInterrupt:
         console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
         raise typer.Exit(130) from None
+
+
+def _run_settings(p: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    """The run command's parameters as run settings (None: not given) and the --config file."""
+    server_fields = dict(
+        served_model_name=p["served_model_name"], tensor_parallel_size=p["tensor_parallel_size"],
+        data_parallel_size=p["data_parallel_size"], pipeline_parallel_size=p["pipeline_parallel_size"],
+        enable_expert_parallel=p["enable_expert_parallel"], max_num_seqs=p["max_num_seqs"],
+        gpu_memory_utilization=p["gpu_memory_utilization"], max_model_len=p["max_model_len"], dtype=p["dtype"],
+        tokenizer_mode=p["tokenizer_mode"], reasoning_parser=p["reasoning_parser"],
+        tool_call_parser=p["tool_call_parser"], enforce_eager=p["enforce_eager"],
+        batch_invariant=p["batch_invariant"], gpus=p["gpus"], port=p["port"], launcher=p["launcher"],
+        startup_timeout_s=p["startup_timeout"], extra_args=p["server_arg"] or None, env=_parse_env(p["server_env"]),
+    )
+    given = {k: v for k, v in server_fields.items() if v is not None}
+    server: dict[str, Any] | None = None
+    if p["serve"] is not None:
+        server = {"model": p["serve"], **given}
+    elif given:
+        server = given  # completes a server: section of --config, or is refused there
+    settings: dict[str, Any] = dict(
+        endpoint=p["endpoint"], model=p["model"], api_key_file=p["api_key_file"],
+        endpoint_kind=p["endpoint_kind"], concurrency=p["concurrency"], max_concurrency=p["max_concurrency"],
+        auto_start=p["auto_start"], limit=p["limit"], num_fewshot=p["num_fewshot"], num_samples=p["num_samples"],
+        temperature=p["temperature"], top_p=p["top_p"], max_tokens=p["max_tokens"], max_length=p["max_length"],
+        seed=p["seed"], chat_template_kwargs=p["chat_template_kwargs"], output_dir=p["output_dir"],
+        tasks_dir=p["tasks_dir"] or None, fresh=p["fresh"] or None, max_error_rate=p["max_error_rate"],
+        report=False if p["no_report"] else None, idle_timeout_s=p["idle_timeout"], max_attempts=p["max_attempts"],
+        server=server,
+    )
+    return {"tasks": p["tasks"] or None, **settings}, p["config"]
 
 
 def _parse_env(items: list[str] | None) -> dict[str, str] | None:
@@ -180,21 +185,12 @@ def report(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Output HTML file, or a folder to write report.html / compare.html into.")] = None,
 ) -> None:
     """Render report.html from run dirs alone (no network)."""
-    from evalkit.report import render_compare, render_run
+    from evalkit import api
 
-    for d in run_dirs:
-        if not (d / "summary.json").exists() and not (d / "samples.jsonl").exists():
-            _fail(EvalkitError(f"{d} is not a run dir (no summary.json or samples.jsonl); pass the folder of a run"))
-    single = len(run_dirs) == 1
-    name = "report.html" if single else "compare.html"
-    target = output / name if output is not None and output.is_dir() else output
     try:
-        path = render_run(run_dirs[0], target) if single else render_compare(run_dirs, target or Path(name))
-    except OSError as e:
-        where = target or run_dirs[0] / name
-        blocked = e.filename is not None and Path(e.filename) in Path(where).parents  # a folder on the way
-        why = f"{e.strerror}: {e.filename}" if blocked else e.strerror or e
-        _fail(EvalkitError(f"cannot write the report to {where} ({why}); pass -o a writable file path"))
+        path = api.report(run_dirs, output)
+    except EvalkitError as e:
+        _fail(e)
     typer.echo(str(path))
 
 
@@ -223,17 +219,13 @@ def gate(
     2 when the runs cannot be compared or the input is bad."""
     from rich.console import Console
 
-    from evalkit.gate.command import print_outcome, run_gate
+    from evalkit import api
+    from evalkit.gate.command import print_outcome
 
-    if len(runs) > 2:
-        _fail(EvalkitError(f"evalkit gate takes BASELINE CANDIDATE or CANDIDATE alone, got {len(runs)} run dirs"))
-    baseline, candidate = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])
     try:
-        outcome = run_gate(baseline, candidate, policy, output, force=force)
+        outcome = api.gate(*runs, policy=policy, output=output, force=force)
     except EvalkitError as e:
         _fail(e)
-    except OSError as e:
-        _fail(EvalkitError(f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"))
     print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
     raise typer.Exit(outcome.exit_code)
 
@@ -264,9 +256,9 @@ def sweep(
 
 
 def main() -> None:
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from evalkit.api import offline_environment
+
+    offline_environment()
     try:
         rc = app(standalone_mode=False)
     except typer.Abort:
