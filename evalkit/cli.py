@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -10,9 +11,26 @@ import typer
 
 from evalkit.errors import EvalkitError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Accuracy and speed of an LLM serving config.")
+app = typer.Typer(no_args_is_help=True, help="Accuracy and speed of an LLM serving config.")
 tasks_app = typer.Typer(no_args_is_help=True, help="List and inspect tasks.")
 app.add_typer(tasks_app, name="tasks")
+config_app = typer.Typer(no_args_is_help=True, help="The effective configuration of a run.")
+app.add_typer(config_app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from evalkit import __version__
+
+        typer.echo(f"evalkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Accuracy and speed of an LLM serving config. Shell completion: evalkit --install-completion."""
 
 
 def _fail(err: EvalkitError) -> NoReturn:
@@ -120,6 +138,31 @@ def _run_settings(p: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         server=server,
     )
     return {"tasks": p["tasks"] or None, **settings}, p["config"]
+
+
+def config_show(**params: Any) -> None:
+    """Each run setting's effective value and its source (command line, file PATH, env EVALKIT_X or default),
+    secrets redacted. Takes the options of evalkit run, e.g. evalkit config show gsm8k -c run.yaml --limit 50."""
+    from evalkit.config_show import explain_config
+
+    try:
+        settings, config_file = _run_settings(params)
+        lines = explain_config(settings, config_file)
+    except EvalkitError as e:
+        _fail(e)
+    name_w = max(len(s.name) for s in lines)
+    value_w = min(48, max(len(s.value) for s in lines))
+    for s in lines:
+        typer.echo(f"{s.name:<{name_w}}  {s.value:<{value_w}}  {s.source}")
+
+
+# config show takes exactly evalkit run's options (--quiet aside): the same parameters, one way to read them
+_RUN_SIGNATURE = inspect.signature(run, eval_str=True)
+config_show.__signature__ = _RUN_SIGNATURE.replace(  # type: ignore[attr-defined]
+    parameters=[p for p in _RUN_SIGNATURE.parameters.values() if p.name != "quiet"]
+)
+config_show.__annotations__ = {k: v for k, v in run.__annotations__.items() if k != "quiet"}
+config_app.command("show", context_settings={"help_option_names": ["-h", "--help"]})(config_show)
 
 
 def _parse_env(items: list[str] | None) -> dict[str, str] | None:
