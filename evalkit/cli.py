@@ -93,12 +93,13 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
+    params = dict(locals())  # the options, before anything else is bound here
     from evalkit import api
     from evalkit.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
 
     try:
-        settings, config_file = _run_settings(dict(locals()))
+        settings, config_file = _run_settings(params)
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
             result = api.run(config=config_file, progress=progress, argv=sys.argv, **settings)
         print_summary(summary_json(result.summary), str(result.run_dir))
@@ -109,35 +110,44 @@ def run(
         raise typer.Exit(130) from None
 
 
-def _run_settings(p: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
-    """The run command's parameters as run settings (None: not given) and the --config file."""
+def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    """The run command's options as run settings (None: not given) and the --config file. Every option must be
+    taken here (an option that is not would be ignored silently: AssertionError)."""
+    p = dict(params)
+    take = p.pop
     server_fields = dict(
-        served_model_name=p["served_model_name"], tensor_parallel_size=p["tensor_parallel_size"],
-        data_parallel_size=p["data_parallel_size"], pipeline_parallel_size=p["pipeline_parallel_size"],
-        enable_expert_parallel=p["enable_expert_parallel"], max_num_seqs=p["max_num_seqs"],
-        gpu_memory_utilization=p["gpu_memory_utilization"], max_model_len=p["max_model_len"], dtype=p["dtype"],
-        tokenizer_mode=p["tokenizer_mode"], reasoning_parser=p["reasoning_parser"],
-        tool_call_parser=p["tool_call_parser"], enforce_eager=p["enforce_eager"],
-        batch_invariant=p["batch_invariant"], gpus=p["gpus"], port=p["port"], launcher=p["launcher"],
-        startup_timeout_s=p["startup_timeout"], extra_args=p["server_arg"] or None, env=_parse_env(p["server_env"]),
+        served_model_name=take("served_model_name"), tensor_parallel_size=take("tensor_parallel_size"),
+        data_parallel_size=take("data_parallel_size"), pipeline_parallel_size=take("pipeline_parallel_size"),
+        enable_expert_parallel=take("enable_expert_parallel"), max_num_seqs=take("max_num_seqs"),
+        gpu_memory_utilization=take("gpu_memory_utilization"), max_model_len=take("max_model_len"),
+        dtype=take("dtype"), tokenizer_mode=take("tokenizer_mode"), reasoning_parser=take("reasoning_parser"),
+        tool_call_parser=take("tool_call_parser"), enforce_eager=take("enforce_eager"),
+        batch_invariant=take("batch_invariant"), gpus=take("gpus"), port=take("port"), launcher=take("launcher"),
+        startup_timeout_s=take("startup_timeout"), extra_args=take("server_arg") or None,
+        env=_parse_env(take("server_env")),
     )
     given = {k: v for k, v in server_fields.items() if v is not None}
+    serve = take("serve")
     server: dict[str, Any] | None = None
-    if p["serve"] is not None:
-        server = {"model": p["serve"], **given}
+    if serve is not None:
+        server = {"model": serve, **given}
     elif given:
         server = given  # completes a server: section of --config, or is refused there
     settings: dict[str, Any] = dict(
-        endpoint=p["endpoint"], model=p["model"], api_key_file=p["api_key_file"],
-        endpoint_kind=p["endpoint_kind"], concurrency=p["concurrency"], max_concurrency=p["max_concurrency"],
-        auto_start=p["auto_start"], limit=p["limit"], num_fewshot=p["num_fewshot"], num_samples=p["num_samples"],
-        temperature=p["temperature"], top_p=p["top_p"], max_tokens=p["max_tokens"], max_length=p["max_length"],
-        seed=p["seed"], chat_template_kwargs=p["chat_template_kwargs"], output_dir=p["output_dir"],
-        tasks_dir=p["tasks_dir"] or None, fresh=p["fresh"] or None, max_error_rate=p["max_error_rate"],
-        report=False if p["no_report"] else None, idle_timeout_s=p["idle_timeout"], max_attempts=p["max_attempts"],
-        server=server,
+        tasks=take("tasks") or None, endpoint=take("endpoint"), model=take("model"),
+        api_key_file=take("api_key_file"), endpoint_kind=take("endpoint_kind"), concurrency=take("concurrency"),
+        max_concurrency=take("max_concurrency"), auto_start=take("auto_start"), limit=take("limit"),
+        num_fewshot=take("num_fewshot"), num_samples=take("num_samples"), temperature=take("temperature"),
+        top_p=take("top_p"), max_tokens=take("max_tokens"), max_length=take("max_length"), seed=take("seed"),
+        chat_template_kwargs=take("chat_template_kwargs"), output_dir=take("output_dir"),
+        tasks_dir=take("tasks_dir") or None, fresh=take("fresh") or None, max_error_rate=take("max_error_rate"),
+        report=False if take("no_report") else None, idle_timeout_s=take("idle_timeout"),
+        max_attempts=take("max_attempts"), server=server,
     )
-    return {"tasks": p["tasks"] or None, **settings}, p["config"]
+    config_file = take("config")
+    p.pop("quiet", None)  # how the command shows progress, not a setting
+    assert not p, f"evalkit run options not mapped to settings in cli._run_settings: {sorted(p)}"
+    return settings, config_file
 
 
 def config_show(**params: Any) -> None:

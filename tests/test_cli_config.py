@@ -111,3 +111,21 @@ def test_shell_completion_from_typer():
     p = run_main(env={"_EVALKIT_COMPLETE": "complete_bash", "COMP_WORDS": "evalkit run --max-con", "COMP_CWORD": "2"})
     assert p.stdout.split() == ["--max-concurrency"]
     assert "--install-completion" in run_main("--help").stdout
+
+
+def test_every_run_option_reaches_the_settings():
+    """`evalkit run` and `evalkit config show` read options through one mapping that takes every option."""
+    import inspect
+
+    from evalkit.cli import _run_settings, run
+
+    params = {name: p.default for name, p in inspect.signature(run).parameters.items()}
+    base, _ = _run_settings(params)
+    for name, default in params.items():
+        if name in ("quiet", "config"):
+            continue
+        value = True if default is False else ["X=1"] if name == "server_env" else ["v"] if name == "tasks" else 7
+        changed, _ = _run_settings({**params, name: value})
+        assert changed != base, f"--{name.replace('_', '-')} does not reach the run settings"
+    with pytest.raises(AssertionError, match="new_flag"):
+        _run_settings({**params, "new_flag": 1})
