@@ -15,18 +15,17 @@ raises :class:`~evalkit.errors.EvalkitError` with the same one-line message the 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalkit.contracts import Manifest, RunSummary
-from evalkit.gate.command import GateOutcome
-from evalkit.gate.command import gate_runs as gate
-from evalkit.report.command import write_report as report
-from evalkit.store.reader import Run, open_run
+if TYPE_CHECKING:  # imported where used: the command starts without pydantic models, scipy, lm-eval or jinja2
+    from evalkit.contracts import Manifest, RunSummary
+    from evalkit.gate.command import GateOutcome
+    from evalkit.store.reader import Run
 
-__all__ = ["GateOutcome", "Run", "RunResult", "gate", "offline_environment", "open_run", "report", "run"]
+__all__ = ["RunResult", "gate", "offline_environment", "open_run", "report", "run"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,52 @@ class RunResult:
     def open(self) -> Run:
         """The run dir read back (samples included): :func:`open_run` of ``run_dir``."""
         return open_run(self.run_dir)
+
+
+def open_run(run_dir: str | Path, *, with_samples: bool = True) -> Run:
+    """Read a run dir: :func:`evalkit.store.reader.open_run` (FileNotFoundError when it is not a directory).
+
+    Example::
+
+        run = open_run("reports/run1")
+        run.typed_summary().tasks["gsm8k"].metrics["exact_match,strict-match"].value
+    """
+    from evalkit.store.reader import open_run as read
+
+    return read(run_dir, with_samples=with_samples)
+
+
+def report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | None = None) -> Path:
+    """Render one run's ``report.html`` or the comparison of several, as ``evalkit report``:
+    :func:`evalkit.report.command.write_report`.
+
+    Example::
+
+        report(["reports/base", "reports/cand"], "compare.html")
+    """
+    from evalkit.report.command import write_report
+
+    return write_report(run_dirs, output)
+
+
+def gate(
+    *runs: str | Path,
+    policy: str | Path | None = None,
+    output: str | Path | None = None,
+    force: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> GateOutcome:
+    """The release gate on BASELINE CANDIDATE (or CANDIDATE alone), as ``evalkit gate``:
+    :func:`evalkit.gate.command.gate_runs`.
+
+    Example::
+
+        outcome = gate("reports/base", "reports/cand", policy="gate.yaml")
+        outcome.result.verdict, outcome.exit_code
+    """
+    from evalkit.gate.command import gate_runs
+
+    return gate_runs(*runs, policy=policy, output=output, force=force, env=env)
 
 
 def offline_environment() -> None:
@@ -74,6 +119,7 @@ def run(
         result.summary.tasks["gsm8k"].metrics["exact_match,strict-match"].value
     """
     from evalkit.config import load_config
+    from evalkit.contracts import Manifest, RunSummary
     from evalkit.runner import Runner
 
     offline_environment()

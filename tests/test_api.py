@@ -131,3 +131,18 @@ def test_api_quickstart_example_runs(tmp_path):
     assert "gsm8k strict-match:" in p.stdout and "aime25 avg@2:" in p.stdout and "gate: pass" in p.stdout
     for f in ("base/summary.json", "cand/report.html", "compare.html", "gate/gate.json"):
         assert (tmp_path / f).is_file(), f
+
+
+def test_import_stays_light():
+    """`import evalkit`, the API module and the command's start load no scipy, lm-eval, jinja2 or pydantic
+    models (`evalkit --version` and shell completion answer at once)."""
+    code = (
+        "import sys, evalkit, evalkit.api, evalkit.cli; evalkit.run; evalkit.open_run\n"
+        "heavy = {'scipy', 'lm_eval', 'jinja2', 'evalkit.gate', 'evalkit.report', 'evalkit.contracts',\n"
+        "         'evalkit.runner'}\n"
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
