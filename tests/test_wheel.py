@@ -8,6 +8,7 @@ the wheel, or the commands below fail.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import site
@@ -103,11 +104,12 @@ def test_wheel_holds_tasks_data_and_templates(wheel):
 
 
 def test_evalkit_comes_from_the_wheel(venv, outside):
-    p = sh(venv, outside, "python", "-c", "import evalkit, sys; print(evalkit.__file__); print(sys.path)")
+    code = "import evalkit, json, sys; print(json.dumps([evalkit.__file__, sys.path]))"
+    p = sh(venv, outside, "python", "-c", code)
     assert p.returncode == 0, p.stderr
-    where = Path(p.stdout.splitlines()[0])
-    assert venv in where.parents and REPO not in where.parents
-    assert str(REPO) not in p.stdout.splitlines()[1]
+    where, path = json.loads(p.stdout)
+    assert venv in Path(where).parents and REPO not in Path(where).parents
+    assert all(Path(e).resolve() != REPO for e in path if e), path  # "" is the folder outside the repo
 
 
 def test_version_tasks_and_config_show(venv, outside, wheel):
