@@ -6,21 +6,22 @@ BIN    := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/,)
 .PHONY: help test test-fast lint typecheck check demo
 
 help:
-	@echo "make test       the README test command: python -m pytest -m \"not gpu\" (real vLLM included)"
+	@echo "make test       the README test command (scripts/test.sh): sets up .venv if needed (CPU vLLM, dev extra),"
+	@echo "                then python -m pytest -m \"not gpu\" (real vLLM included)"
 	@echo "make test-fast  the same without the real-vLLM and slow tests"
-	@echo "make lint       ruff check evalkit tests tasks benchmarks"
+	@echo "make lint       ruff check evalkit tests tasks benchmarks examples scripts"
 	@echo "make typecheck  mypy evalkit tasks; lint-imports (layer rules)"
 	@echo "make check      lint + typecheck + test (what .ci/run checks after installing)"
 	@echo "make demo       CPU demo: set up vLLM + SmolLM2-135M, evalkit starts vLLM, GSM8K --limit 20 (scripts/demo.sh)"
 
 test:
-	$(PYTHON) -m pytest -m "not gpu"
+	VENV=$(VENV) bash scripts/test.sh
 
 test-fast:
-	$(PYTHON) -m pytest -m "not gpu and not vllm and not slow"
+	VENV=$(VENV) bash scripts/test.sh -m "not gpu and not vllm and not slow"
 
 lint:
-	$(BIN)ruff check evalkit tests tasks benchmarks
+	$(BIN)ruff check evalkit tests tasks benchmarks examples scripts
 
 typecheck:
 	$(BIN)mypy evalkit tasks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import inspect
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -11,9 +11,26 @@ import typer
 
 from evalkit.errors import EvalkitError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Accuracy and speed of an LLM serving config.")
+app = typer.Typer(no_args_is_help=True, help="Accuracy and speed of an LLM serving config.")
 tasks_app = typer.Typer(no_args_is_help=True, help="List and inspect tasks.")
 app.add_typer(tasks_app, name="tasks")
+config_app = typer.Typer(no_args_is_help=True, help="The effective configuration of a run.")
+app.add_typer(config_app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from evalkit import __version__
+
+        typer.echo(f"evalkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Accuracy and speed of an LLM serving config. Shell completion: evalkit --install-completion."""
 
 
 def _fail(err: EvalkitError) -> NoReturn:
@@ -85,49 +102,91 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
-    from evalkit.config import load_config
+    params = dict(locals())  # the options, before anything else is bound here
+    from evalkit import api
     from evalkit.console import LiveProgress, console, print_summary
-    from evalkit.runner import Runner
+    from evalkit.contracts import summary_json
 
     try:
-        server: dict[str, Any] | None = None
-        server_fields = dict(
-            served_model_name=served_model_name, tensor_parallel_size=tensor_parallel_size,
-            data_parallel_size=data_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-            enable_expert_parallel=enable_expert_parallel, data_parallel_size_local=data_parallel_size_local,
-            data_parallel_address=data_parallel_address, data_parallel_rpc_port=data_parallel_rpc_port,
-            data_parallel_backend=data_parallel_backend, distributed_executor_backend=distributed_executor_backend,
-            api_server_count=api_server_count, nnodes=nnodes, master_addr=master_addr, master_port=master_port,
-            max_num_seqs=max_num_seqs,
-            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, dtype=dtype,
-            tokenizer_mode=tokenizer_mode, reasoning_parser=reasoning_parser, tool_call_parser=tool_call_parser,
-            enforce_eager=enforce_eager, batch_invariant=batch_invariant, gpus=gpus, port=port, launcher=launcher,
-            startup_timeout_s=startup_timeout, extra_args=server_arg or None, env=_parse_env(server_env),
-        )
-        given = {k: v for k, v in server_fields.items() if v is not None}
-        if serve is not None:
-            server = {"model": serve, **given}
-        elif given:
-            server = given  # completes a server: section of --config, or is refused there
-        cli: dict[str, Any] = dict(
-            tasks=tasks or None, endpoint=endpoint, model=model, api_key_file=api_key_file,
-            endpoint_kind=endpoint_kind, concurrency=concurrency, max_concurrency=max_concurrency, auto_start=auto_start,
-            limit=limit,
-            num_fewshot=num_fewshot, num_samples=num_samples, temperature=temperature, top_p=top_p,
-            max_tokens=max_tokens, max_length=max_length, seed=seed, chat_template_kwargs=chat_template_kwargs,
-            output_dir=output_dir, tasks_dir=tasks_dir or None, fresh=fresh or None,
-            max_error_rate=max_error_rate, report=False if no_report else None, idle_timeout_s=idle_timeout,
-            max_attempts=max_attempts, server=server,
-        )
-        cfg = load_config(cli, config)
+        settings, config_file = _run_settings(params)
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
-            result = Runner(cfg, progress=progress, argv=sys.argv).run()
-        print_summary(result["summary"], result["run_dir"])
+            result = api.run(config=config_file, progress=progress, argv=sys.argv, **settings)
+        print_summary(summary_json(result.summary), str(result.run_dir))
     except EvalkitError as e:
         _fail(e)
     except KeyboardInterrupt:
         console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
         raise typer.Exit(130) from None
+
+
+def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    """The run command's options as run settings (None: not given) and the --config file. Every option must be
+    taken here (an option that is not would be ignored silently: AssertionError)."""
+    p = dict(params)
+    take = p.pop
+    server_fields = dict(
+        served_model_name=take("served_model_name"), tensor_parallel_size=take("tensor_parallel_size"),
+        data_parallel_size=take("data_parallel_size"), pipeline_parallel_size=take("pipeline_parallel_size"),
+        enable_expert_parallel=take("enable_expert_parallel"),
+        data_parallel_size_local=take("data_parallel_size_local"), data_parallel_address=take("data_parallel_address"),
+        data_parallel_rpc_port=take("data_parallel_rpc_port"), data_parallel_backend=take("data_parallel_backend"),
+        distributed_executor_backend=take("distributed_executor_backend"), api_server_count=take("api_server_count"),
+        nnodes=take("nnodes"), master_addr=take("master_addr"), master_port=take("master_port"),
+        max_num_seqs=take("max_num_seqs"),
+        gpu_memory_utilization=take("gpu_memory_utilization"), max_model_len=take("max_model_len"),
+        dtype=take("dtype"), tokenizer_mode=take("tokenizer_mode"), reasoning_parser=take("reasoning_parser"),
+        tool_call_parser=take("tool_call_parser"), enforce_eager=take("enforce_eager"),
+        batch_invariant=take("batch_invariant"), gpus=take("gpus"), port=take("port"), launcher=take("launcher"),
+        startup_timeout_s=take("startup_timeout"), extra_args=take("server_arg") or None,
+        env=_parse_env(take("server_env")),
+    )
+    given = {k: v for k, v in server_fields.items() if v is not None}
+    serve = take("serve")
+    server: dict[str, Any] | None = None
+    if serve is not None:
+        server = {"model": serve, **given}
+    elif given:
+        server = given  # completes a server: section of --config, or is refused there
+    settings: dict[str, Any] = dict(
+        tasks=take("tasks") or None, endpoint=take("endpoint"), model=take("model"),
+        api_key_file=take("api_key_file"), endpoint_kind=take("endpoint_kind"), concurrency=take("concurrency"),
+        max_concurrency=take("max_concurrency"), auto_start=take("auto_start"), limit=take("limit"),
+        num_fewshot=take("num_fewshot"), num_samples=take("num_samples"), temperature=take("temperature"),
+        top_p=take("top_p"), max_tokens=take("max_tokens"), max_length=take("max_length"), seed=take("seed"),
+        chat_template_kwargs=take("chat_template_kwargs"), output_dir=take("output_dir"),
+        tasks_dir=take("tasks_dir") or None, fresh=take("fresh") or None, max_error_rate=take("max_error_rate"),
+        report=False if take("no_report") else None, idle_timeout_s=take("idle_timeout"),
+        max_attempts=take("max_attempts"), server=server,
+    )
+    config_file = take("config")
+    p.pop("quiet", None)  # how the command shows progress, not a setting
+    assert not p, f"evalkit run options not mapped to settings in cli._run_settings: {sorted(p)}"
+    return settings, config_file
+
+
+def config_show(**params: Any) -> None:
+    """Each run setting's effective value and its source (command line, file PATH, env EVALKIT_X or default),
+    secrets redacted. Takes the options of evalkit run, e.g. evalkit config show gsm8k -c run.yaml --limit 50."""
+    from evalkit.config_show import explain_config
+
+    try:
+        settings, config_file = _run_settings(params)
+        lines = explain_config(settings, config_file)
+    except EvalkitError as e:
+        _fail(e)
+    name_w = max(len(s.name) for s in lines)
+    value_w = min(48, max(len(s.value) for s in lines))
+    for s in lines:
+        typer.echo(f"{s.name:<{name_w}}  {s.value:<{value_w}}  {s.source}")
+
+
+# config show takes exactly evalkit run's options (--quiet aside): the same parameters, one way to read them
+_RUN_SIGNATURE = inspect.signature(run, eval_str=True)
+config_show.__signature__ = _RUN_SIGNATURE.replace(  # type: ignore[attr-defined]
+    parameters=[p for p in _RUN_SIGNATURE.parameters.values() if p.name != "quiet"]
+)
+config_show.__annotations__ = {k: v for k, v in run.__annotations__.items() if k != "quiet"}
+config_app.command("show", context_settings={"help_option_names": ["-h", "--help"]})(config_show)
 
 
 def _parse_env(items: list[str] | None) -> dict[str, str] | None:
@@ -193,21 +252,12 @@ def report(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Output HTML file, or a folder to write report.html / compare.html into.")] = None,
 ) -> None:
     """Render report.html from run dirs alone (no network)."""
-    from evalkit.report import render_compare, render_run
+    from evalkit import api
 
-    for d in run_dirs:
-        if not (d / "summary.json").exists() and not (d / "samples.jsonl").exists():
-            _fail(EvalkitError(f"{d} is not a run dir (no summary.json or samples.jsonl); pass the folder of a run"))
-    single = len(run_dirs) == 1
-    name = "report.html" if single else "compare.html"
-    target = output / name if output is not None and output.is_dir() else output
     try:
-        path = render_run(run_dirs[0], target) if single else render_compare(run_dirs, target or Path(name))
-    except OSError as e:
-        where = target or run_dirs[0] / name
-        blocked = e.filename is not None and Path(e.filename) in Path(where).parents  # a folder on the way
-        why = f"{e.strerror}: {e.filename}" if blocked else e.strerror or e
-        _fail(EvalkitError(f"cannot write the report to {where} ({why}); pass -o a writable file path"))
+        path = api.report(run_dirs, output)
+    except EvalkitError as e:
+        _fail(e)
     typer.echo(str(path))
 
 
@@ -236,17 +286,13 @@ def gate(
     2 when the runs cannot be compared or the input is bad."""
     from rich.console import Console
 
-    from evalkit.gate.command import print_outcome, run_gate
+    from evalkit import api
+    from evalkit.gate.command import print_outcome
 
-    if len(runs) > 2:
-        _fail(EvalkitError(f"evalkit gate takes BASELINE CANDIDATE or CANDIDATE alone, got {len(runs)} run dirs"))
-    baseline, candidate = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])
     try:
-        outcome = run_gate(baseline, candidate, policy, output, force=force)
+        outcome = api.gate(*runs, policy=policy, output=output, force=force)
     except EvalkitError as e:
         _fail(e)
-    except OSError as e:
-        _fail(EvalkitError(f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"))
     print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
     raise typer.Exit(outcome.exit_code)
 
@@ -312,9 +358,9 @@ def _emit_k8s(spec: Any, file: Path, out: Path, image: str | None, pvc: str | No
 
 
 def main() -> None:
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from evalkit.api import offline_environment
+
+    offline_environment()
     try:
         rc = app(standalone_mode=False)
     except typer.Abort:

@@ -164,13 +164,16 @@ def _one_line(err: ValidationError, source: str) -> str:
     return f"invalid value for '{loc}' in {source}: {msg}{shown}{more}"
 
 
+def given(cli: dict[str, Any]) -> dict[str, Any]:
+    """The command-line values that were given (None, [] and an unset ``--fresh`` were not)."""
+    return {k: v for k, v in cli.items() if not (v is None or v == [] or (v is False and k in ("fresh",)))}
+
+
 def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConfig:
     """Merge CLI values (None = not given) over the config file, over EVALKIT_* env, over defaults."""
     warn_unknown_env(os.environ)
     merged: dict[str, Any] = read_config_file(config_file) if config_file else {}
-    for key, value in cli.items():
-        if value is None or value == [] or (value is False and key in ("fresh",)):
-            continue
+    for key, value in given(cli).items():
         if key == "server" and isinstance(value, dict) and isinstance(merged.get("server"), dict):
             merged["server"] = {**merged["server"], **value}
         else:

@@ -6,6 +6,8 @@ expected scores, both under a :class:`Policy` (:func:`load_policy`); :func:`writ
 gate.md and junit.xml.
 """
 
+from evalkit._callable import make_callable
+from evalkit.gate.command import gate_runs
 from evalkit.gate.engine import evaluate, evaluate_expected
 from evalkit.gate.errors import CannotCompare, GateInputError, PolicyError
 from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
@@ -39,3 +41,5 @@ __all__ = [
     "to_markdown",
     "write_outputs",
 ]
+
+make_callable(__name__, gate_runs)  # evalkit.gate(baseline, candidate) is evalkit.api.gate

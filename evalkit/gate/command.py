@@ -109,6 +109,36 @@ def run_gate(
     return GateOutcome(result, policy, policy_file, out, files, summary)
 
 
+def gate_runs(
+    *runs: str | Path,
+    policy: str | Path | None = None,
+    output: str | Path | None = None,
+    force: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> GateOutcome:
+    """``evalkit gate`` (also ``evalkit.gate(...)``): ``runs`` is BASELINE CANDIDATE, or CANDIDATE alone to check
+    it against the policy's expected scores; see :func:`run_gate`. Bad input and outputs that cannot be written
+    raise :class:`~evalkit.errors.EvalkitError` (one line).
+
+    Example::
+
+        outcome = gate_runs("reports/base", "reports/cand", policy="gate.yaml")
+        outcome.result.verdict, [r.name for r in outcome.result.failed], outcome.files["gate.json"]
+    """
+    if not 1 <= len(runs) <= 2:
+        raise GateInputError(f"evalkit gate takes BASELINE CANDIDATE or CANDIDATE alone, got {len(runs)} run dirs")
+    dirs = [Path(r) for r in runs]
+    baseline, candidate = (dirs[0], dirs[1]) if len(dirs) == 2 else (None, dirs[0])
+    try:
+        policy_file = Path(policy) if policy is not None else None
+        out_dir = Path(output) if output is not None else None
+        return run_gate(baseline, candidate, policy_file, out_dir, force=force, env=env)
+    except OSError as e:
+        raise GateInputError(
+            f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"
+        ) from None
+
+
 def _write_compare(
     baseline: Path, candidate: Path, target: Path, result: GateResult, base: RunInputs | None, cand: RunInputs
 ) -> Path:

@@ -89,3 +89,9 @@ def render_compare(
     """Write the comparison report of ``run_dirs`` to ``out`` (with the gate's ``verdict`` for two runs)."""
     write_text_atomic(Path(out), render_compare_html(list(run_dirs), pair, verdict, charts))
     return Path(out)
+
+
+from evalkit._callable import make_callable  # noqa: E402  (after render_run, which the command uses)
+from evalkit.report.command import write_report  # noqa: E402
+
+make_callable(__name__, write_report)  # evalkit.report(run_dir) is evalkit.api.report

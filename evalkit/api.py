@@ -1,0 +1,143 @@
+"""evalkit from Python: the functions the ``evalkit`` command itself calls, returning typed results.
+
+- :func:`run` evaluates tasks against a server and writes the run dir (``evalkit run``); it returns
+  :class:`RunResult`, whose ``manifest`` and ``summary`` are the :mod:`evalkit.contracts` models.
+- :func:`open_run` reads a run dir (:class:`evalkit.store.reader.Run`: ``typed_summary()``, ``records()``).
+- :func:`report` renders ``report.html`` or a comparison from run dirs alone (``evalkit report``).
+- :func:`gate` is the release gate (``evalkit gate``): a :class:`~evalkit.gate.command.GateOutcome` holding the
+  :class:`~evalkit.gate.result.GateResult` and the files written.
+
+All four are also ``evalkit.run``, ``evalkit.open_run``, ``evalkit.report`` and ``evalkit.gate``. Bad input
+raises :class:`~evalkit.errors.EvalkitError` with the same one-line message the command prints. Examples:
+``examples/api_quickstart.py`` and ``docs/api.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: the command starts without pydantic models, scipy, lm-eval or jinja2
+    from evalkit.contracts import Manifest, RunSummary
+    from evalkit.gate.command import GateOutcome
+    from evalkit.store.reader import Run
+
+__all__ = ["RunResult", "gate", "offline_environment", "open_run", "report", "run"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run` wrote: the run dir and its manifest and summary as typed records."""
+
+    run_dir: Path
+    manifest: Manifest
+    summary: RunSummary
+
+    def open(self) -> Run:
+        """The run dir read back (samples included): :func:`open_run` of ``run_dir``."""
+        return open_run(self.run_dir)
+
+
+def open_run(run_dir: str | Path, *, with_samples: bool = True) -> Run:
+    """Read a run dir: :func:`evalkit.store.reader.open_run` (FileNotFoundError when it is not a directory).
+
+    Example::
+
+        run = open_run("reports/run1")
+        run.typed_summary().tasks["gsm8k"].metrics["exact_match,strict-match"].value
+    """
+    from evalkit.store.reader import open_run as read
+
+    return read(run_dir, with_samples=with_samples)
+
+
+def report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | None = None) -> Path:
+    """Render one run's ``report.html`` or the comparison of several, as ``evalkit report``:
+    :func:`evalkit.report.command.write_report`.
+
+    Example::
+
+        report(["reports/base", "reports/cand"], "compare.html")
+    """
+    from evalkit.report.command import write_report
+
+    return write_report(run_dirs, output)
+
+
+def gate(
+    *runs: str | Path,
+    policy: str | Path | None = None,
+    output: str | Path | None = None,
+    force: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> GateOutcome:
+    """The release gate on BASELINE CANDIDATE (or CANDIDATE alone), as ``evalkit gate``:
+    :func:`evalkit.gate.command.gate_runs`.
+
+    Example::
+
+        outcome = gate("reports/base", "reports/cand", policy="gate.yaml")
+        outcome.result.verdict, outcome.exit_code
+    """
+    from evalkit.gate.command import gate_runs
+
+    return gate_runs(*runs, policy=policy, output=output, force=force, env=env)
+
+
+def offline_environment() -> None:
+    """Defaults evalkit runs with (each kept when already set): no tqdm bars, and Hugging Face offline (the
+    task data ships inside the package, so nothing needs the Hub)."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def run(
+    tasks: str | Sequence[str] | None = None,
+    *,
+    config: str | Path | None = None,
+    progress: Any = None,
+    argv: list[str] | None = None,
+    **settings: Any,
+) -> RunResult:
+    """Evaluate ``tasks`` and write the run dir, as ``evalkit run`` does.
+
+    ``settings`` are the run settings by their config-file names (``endpoint``, ``limit``, ``concurrency``,
+    ``output_dir``, ``server={"model": ...}``, …; ``evalkit config show`` lists them); a value of None counts as
+    not given. Precedence as on the command line: these > ``config`` file > ``EVALKIT_*`` environment >
+    defaults. ``progress``: an :class:`evalkit.console.Progress`; ``argv``: the command recorded in the
+    manifest (default: this call). Raises :class:`~evalkit.errors.EvalkitError` on bad input, and
+    :class:`~evalkit.errors.RunError` (after everything is written) when more requests failed than
+    ``max_error_rate`` allows.
+
+    Example::
+
+        result = run("gsm8k", endpoint="http://127.0.0.1:8000/v1", limit=50, output_dir="reports/run1")
+        result.summary.tasks["gsm8k"].metrics["exact_match,strict-match"].value
+    """
+    from evalkit.config import load_config
+    from evalkit.contracts import Manifest, RunSummary
+    from evalkit.runner import Runner
+
+    offline_environment()
+    names = [tasks] if isinstance(tasks, str) else list(tasks or [])
+    cfg = load_config({"tasks": names, **settings}, Path(config) if config is not None else None)
+    if argv is None:
+        argv = _call_argv(names, config, settings)
+    out = Runner(cfg, progress=progress, argv=argv).run()
+    return RunResult(
+        run_dir=Path(out["run_dir"]),
+        manifest=Manifest.model_validate(out["manifest"]),
+        summary=RunSummary.model_validate(out["summary"]),
+    )
+
+
+def _call_argv(names: list[str], config: str | Path | None, settings: dict[str, Any]) -> list[str]:
+    """This call as the manifest's command: ``evalkit.run gsm8k endpoint=URL limit=50`` (the runner redacts
+    secrets in it; a mapping or list setting, which may hold secrets in its values, shows as ``server=…``)."""
+    given = {"config": config, **settings}
+    shown = [f"{k}={v if isinstance(v, str | int | float | Path) else '…'}" for k, v in given.items() if v is not None]
+    return ["evalkit.run", *names, *shown]

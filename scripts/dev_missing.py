@@ -1,0 +1,40 @@
+"""Print the distributions scripts/test.sh needs that this interpreter lacks: evalkit and the ``dev`` extra of
+pyproject.toml (names only; versions are pip's business). Nothing printed: all there.
+
+Usage: python scripts/dev_missing.py [PYPROJECT]
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import sys
+from pathlib import Path
+
+
+def dev_requirements(pyproject: Path) -> list[str]:
+    """The ``dev`` extra (``pytest`` alone on Python 3.10, which has no tomllib)."""
+    try:
+        import tomllib
+    except ImportError:
+        return ["pytest"]
+    with pyproject.open("rb") as f:
+        return list(tomllib.load(f)["project"]["optional-dependencies"]["dev"])
+
+
+def missing(requirements: list[str]) -> list[str]:
+    out = []
+    for req in requirements:
+        m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+        name = m.group(0) if m else req
+        try:
+            md.version(name)
+        except md.PackageNotFoundError:
+            out.append(name)
+    return out
+
+
+if __name__ == "__main__":
+    root = Path(__file__).resolve().parent.parent
+    pyproject = Path(sys.argv[1]) if len(sys.argv) > 1 else root / "pyproject.toml"
+    print(" ".join(missing(["evalkit", *dev_requirements(pyproject)])))

@@ -1,0 +1,46 @@
+"""The test command works on a fresh clone and after `make demo`: scripts/test.sh installs what is missing, and
+README, Makefile and .ci/run all run that one command."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_dev_missing_names_evalkit_and_the_dev_extra_in_a_bare_venv(tmp_path):
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True, timeout=120)
+    p = subprocess.run(
+        [str(tmp_path / "v" / "bin" / "python"), str(REPO / "scripts" / "dev_missing.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert {"evalkit", "pytest", "ruff", "mypy", "build", "hatchling"} <= set(p.stdout.split())
+
+
+def test_dev_missing_reads_the_dev_extra_of_pyproject(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project.optional-dependencies]\ndev = ["pytest>=8", "no-such-dist-xyz[extra]>=1"]\n')
+    p = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "dev_missing.py"), str(pyproject)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "no-such-dist-xyz" in p.stdout.split() and "pytest" not in p.stdout.split()
+
+
+def test_readme_makefile_and_ci_run_the_same_test_command():
+    readme = (REPO / "README.md").read_text()
+    tests = readme[readme.index("\n## Tests") :]
+    assert re.search(r"^make test\b", tests, re.M), "README's Tests section names make test"
+    assert "make test" in readme[: readme.index("\n## ", readme.index("\n## ") + 1)], "make test near the top"
+    assert re.search(r"^test:\n\tVENV=\$\(VENV\) bash scripts/test\.sh$", (REPO / "Makefile").read_text(), re.M)
+    assert re.search(r"^bash scripts/test\.sh\b", (REPO / ".ci" / "run").read_text(), re.M)
+    script = (REPO / "scripts" / "test.sh").read_text()
+    assert 'exec "$PY" -m pytest -m "not gpu" "$@"' in script and "scripts/dev_missing.py" in script
