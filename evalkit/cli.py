@@ -28,7 +28,7 @@ _OPT = "server (with --serve)"
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def run(
     tasks: Annotated[list[str] | None, typer.Argument(help="Task names, e.g. gsm8k aime25.")] = None,
-    endpoint: Annotated[str | None, typer.Option(help="Server URL: http://host:port, …/v1 or …/v1/completions.")] = None,
+    endpoint: Annotated[list[str] | None, typer.Option(help="Server URL: http://host:port, …/v1 or …/v1/completions. Repeat it to shard the eval over several servers of the same model (--concurrency is the total).")] = None,
     model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file.")] = None,
     api_key_file: Annotated[Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")] = None,
@@ -97,7 +97,7 @@ def run(
         elif given:
             server = given  # completes a server: section of --config, or is refused there
         cli: dict[str, Any] = dict(
-            tasks=tasks or None, endpoint=endpoint, model=model, api_key_file=api_key_file,
+            tasks=tasks or None, endpoint=endpoint or None, model=model, api_key_file=api_key_file,
             endpoint_kind=endpoint_kind, concurrency=concurrency, max_concurrency=max_concurrency, auto_start=auto_start,
             limit=limit,
             num_fewshot=num_fewshot, num_samples=num_samples, temperature=temperature, top_p=top_p,
