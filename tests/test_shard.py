@@ -100,6 +100,19 @@ def test_a_retry_goes_to_another_endpoint(tmp_path: Path) -> None:
         assert [r.status for r in a.requests if r.path.endswith("/completions")] == [503]
 
 
+def test_an_endpoint_failing_every_request_leaves_the_eval_to_the_other(tmp_path: Path) -> None:
+    with TestServer() as good, TestServer() as bad:
+        bad.faults.extend([{"status": 503}] * 100)
+        out = tmp_path / "run"
+        code, err = invoke(run_args([good.url, bad.url], out, "--no-report", limit=10))
+        assert code == 0, err  # every request answered: a retry never goes back to the failing endpoint
+        recs = records(out)
+        assert len(recs) == 10 and all(r["endpoint"] == display_url(good.url) for r in recs)
+        failed = [r for r in bad.requests if r.path.endswith("/completions")]
+        assert failed and all(r.status == 503 for r in failed)
+        assert sum(r["attempts"] - 1 for r in recs) == len(failed)  # each failure cost its request one attempt
+
+
 def test_dispatch_takes_the_least_outstanding_then_round_robin() -> None:
     client = Client(["http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"], "m")
     assert [client._dispatch(None) for _ in range(3)] == [0, 1, 2]  # ties: round robin
