@@ -45,7 +45,7 @@ _OPT = "server (with --serve)"
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def run(
     tasks: Annotated[list[str] | None, typer.Argument(help="Task names, e.g. gsm8k aime25.")] = None,
-    endpoint: Annotated[str | None, typer.Option(help="Server URL: http://host:port, …/v1 or …/v1/completions.")] = None,
+    endpoint: Annotated[list[str] | None, typer.Option(help="Server URL: http://host:port, …/v1 or …/v1/completions. Repeat it to shard the eval over several servers of the same model (--concurrency is the total).")] = None,
     model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file.")] = None,
     api_key_file: Annotated[Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")] = None,
@@ -148,7 +148,7 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     elif given:
         server = given  # completes a server: section of --config, or is refused there
     settings: dict[str, Any] = dict(
-        tasks=take("tasks") or None, endpoint=take("endpoint"), model=take("model"),
+        tasks=take("tasks") or None, endpoint=take("endpoint") or None, model=take("model"),
         api_key_file=take("api_key_file"), endpoint_kind=take("endpoint_kind"), concurrency=take("concurrency"),
         max_concurrency=take("max_concurrency"), auto_start=take("auto_start"), limit=take("limit"),
         num_fewshot=take("num_fewshot"), num_samples=take("num_samples"), temperature=take("temperature"),

@@ -37,7 +37,7 @@ class RunConfig(BaseSettings):
     )
 
     tasks: list[str] = Field(default_factory=list)
-    endpoint: str | None = None
+    endpoint: str | list[str] | None = None  # several: one eval sharded over them (same model on each)
     model: str | None = None
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
@@ -94,6 +94,24 @@ class RunConfig(BaseSettings):
             if not isinstance(v, dict):
                 raise ValueError("must be a JSON object, e.g. '{\"enable_thinking\": true}'")
         return v
+
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _endpoint(cls, v: Any) -> Any:
+        if isinstance(v, list | tuple):
+            if not v:
+                return None
+            if not all(isinstance(u, str) and u.strip() for u in v):
+                raise ValueError("must be a URL or a list of URLs")
+            return v[0] if len(v) == 1 else list(v)
+        return v
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The endpoint URLs as given (one, several, or none)."""
+        if self.endpoint is None:
+            return []
+        return [self.endpoint] if isinstance(self.endpoint, str) else list(self.endpoint)
 
     def resolved_api_key(self) -> str | None:
         """The first line of api_key_file when one is given (command line/file beat the environment), else

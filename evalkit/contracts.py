@@ -3,7 +3,10 @@
 
 - ``manifest.json``  -> :class:`Manifest` (what was run, where, with which versions)
 - ``samples.jsonl``  -> one :class:`SampleRecord` per request, appended as each request completes
-- ``summary.json``   -> :class:`RunSummary` (``{"schema_version": 1, "tasks": {name: TaskSummary}}``)
+- ``summary.json``   -> :class:`RunSummary` (``{"schema_version": 2, "tasks": {name: TaskSummary}}``)
+
+A run sharded over several endpoints adds ``endpoint`` to each sample, ``endpoints`` to the manifest and to each
+task's summary; the fields are absent (not null) in a run against one endpoint, so its files read as before.
 
 Requests and responses are frozen/plain dataclasses: millions are made per run on the event loop, where pydantic
 validation would cost client CPU that the speed numbers measure. What is written to or read from disk is pydantic.
@@ -18,7 +21,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the optional fields of a run sharded over several endpoints (absent otherwise)
 
 Status = Literal["ok", "truncated", "no_answer", "empty", "api_error"]
 """ok: scored normally; truncated: finish_reason=length (still scored, flagged);
@@ -27,6 +30,14 @@ api_error: the request failed after retries (never scored)."""
 STATUSES: tuple[Status, ...] = get_args(Status)
 
 EndpointKind = Literal["completions", "chat"]
+
+
+UNRECORDED = "unrecorded"  # a sharded run's per-endpoint key for samples stored without an endpoint
+
+
+def _is_none(value: Any) -> bool:
+    """Fields of sharded runs are left out of the files (not written as null) where unused."""
+    return value is None
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,7 @@ class Response:
     e2e_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
     start_s: float | None = None
+    endpoint: str | None = None  # the URL (no credentials) that answered, when the run has several endpoints
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,8 @@ class SampleRecord(BaseModel):
     e2e_ms: float | None = None
     itl_ms: list[float] = Field(default_factory=list)
     start_s: float | None = None
+    # the endpoint (URL without credentials) that answered; only in a run sharded over several endpoints
+    endpoint: str | None = Field(default=None, exclude_if=_is_none)
 
 
 @dataclass
@@ -198,6 +212,17 @@ class Speed(BaseModel):
     client_bound: bool | None = None
 
 
+class EndpointSummary(BaseModel):
+    """One endpoint of a sharded run in its task's summary: the requests it answered and their speed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str  # URL without credentials, as in the samples' ``endpoint``; "unrecorded": samples without one
+    counts: dict[str, int]  # "total" (samples whose latest record names this endpoint) and one per Status
+    speed: Speed  # over this endpoint's answered requests, wall time from its first send to its last answer
+    server: dict[str, Any] | None = None  # its /metrics deltas over the task (None: not scraped or not served)
+
+
 class TaskSummary(BaseModel):
     """One task's entry in ``summary.json``: accuracy, request outcomes, speed and what the server and GPUs did."""
 
@@ -212,6 +237,8 @@ class TaskSummary(BaseModel):
     detail: dict[str, Any]  # task-specific (per-problem tables, token statistics...)
     server: dict[str, Any] | None = None  # /metrics deltas over the task (evalkit.server.metrics)
     gpu: dict[str, Any] | None = None  # GPU sampling over the task (evalkit.server.gpu)
+    # a run sharded over several endpoints: per endpoint (``speed`` above is all of them together)
+    endpoints: list[EndpointSummary] | None = Field(default=None, exclude_if=_is_none)
 
 
 class RunSummary(BaseModel):
@@ -255,7 +282,9 @@ class Manifest(BaseModel):
     created_at: str  # ISO 8601, UTC
     finished_at: str | None = None
     command: list[str]  # argv, secrets redacted
-    endpoint: Endpoint
+    endpoint: Endpoint  # with several endpoints: the first
+    # a run sharded over several endpoints: each one's URL without credentials, in the order given
+    endpoints: list[str] | None = Field(default=None, exclude_if=_is_none)
     model: str
     concurrency: int | Literal["auto"]
     concurrency_cap: dict[str, int] | None = None  # set when the open-file limit allowed fewer in flight

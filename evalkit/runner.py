@@ -8,9 +8,11 @@ layer modules it calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,11 +37,12 @@ from evalkit.contracts import (
     manifest_json,
     summary_json,
 )
-from evalkit.errors import ConfigError, RunError, ServerError
+from evalkit.errors import ConfigError, EndpointError, RunError, ServerError
 from evalkit.redact import redact_argv
 from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
 from evalkit.requests.client import Client, ClientOptions
 from evalkit.requests.endpoint import (
+    ServedModel,
     credentials,
     display_url,
     list_models,
@@ -48,7 +51,7 @@ from evalkit.requests.endpoint import (
     server_root,
 )
 from evalkit.requests.scheduler import execute, fit_open_files
-from evalkit.scoring.summary import task_summary
+from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.server.gpu import GpuSampler
 from evalkit.server.metrics import MetricsSampler, delta, scrape
 from evalkit.store.files import write_error
@@ -148,6 +151,7 @@ class Runner:
         self.registry = Registry(cfg.tasks_dir)
         self.server: Any = server
         self._owns_server = server is None
+        self._urls: list[str] = []  # the endpoints' base URLs (several: the run is sharded over them)
 
     # -- setup -------------------------------------------------------------------------------------------
     def _tasks(self) -> list[Task]:
@@ -155,16 +159,41 @@ class Runner:
             raise ConfigError("no task given; e.g. evalkit run gsm8k --endpoint URL (evalkit tasks list)")
         return [self.registry.get(name) for name in self.cfg.tasks]
 
-    def _endpoint(self, run_dir_hint: Path | None) -> str:
+    def _endpoints(self, run_dir_hint: Path | None) -> list[str]:
+        """The base URLs to send to: the one server evalkit starts, or every ``--endpoint`` (normalised)."""
         if self.cfg.server is not None:
             if self.cfg.endpoint:
                 raise ConfigError("give either --endpoint or --serve, not both")
-            return self._start_server(run_dir_hint)
+            return [self._start_server(run_dir_hint)]
         if not self.cfg.endpoint:
             raise ConfigError(
                 "no endpoint: pass --endpoint URL (a running server) or --serve MODEL (evalkit starts vLLM)"
             )
-        return normalize_base_url(self.cfg.endpoint)
+        urls = [normalize_base_url(u) for u in self.cfg.endpoints]
+        shown = [display_url(u) for u in urls]
+        for i, url in enumerate(shown):
+            if url in shown[:i]:
+                raise ConfigError(f"--endpoint {url} is given twice; give each server once")
+        return urls
+
+    def _served(self, urls: list[str], api_key: str | None) -> ServedModel:
+        """The model every endpoint serves (its smallest ``max_model_len``); a one-line error naming the first
+        endpoint that is unreachable or does not serve it."""
+        wanted = self.cfg.model or (self.cfg.server.expected_model_name if self.cfg.server else None)
+        served = resolve_model(list_models(urls[0], api_key, timeout_s=self.cfg.connect_timeout_s), wanted, urls[0])
+        lens = [served.max_model_len]
+        for url in urls[1:]:
+            models = list_models(url, api_key, timeout_s=self.cfg.connect_timeout_s)
+            same = next((m for m in models if m.id == served.id), None)
+            if same is None:
+                raise EndpointError(
+                    f"endpoint {display_url(url)} does not serve model '{served.id}' (served there: "
+                    f"{', '.join(m.id for m in models) or 'none'}) but {display_url(urls[0])} does; every --endpoint "
+                    "must serve the same model: drop that endpoint or start it with this model"
+                )
+            lens.append(same.max_model_len)
+        known = [n for n in lens if n is not None]
+        return ServedModel(served.id, min(known) if known else None)
 
     def _start_server(self, run_dir: Path | None) -> str:
         from evalkit.server.vllm_process import ServerStartError, VLLMServer
@@ -208,15 +237,14 @@ class Runner:
                 out_dir = default_output_dir(self.cfg, self.cfg.server.expected_model_name)
             if out_dir is not None:  # owned before a server start (its log goes there): a bad or busy output dir
                 store = RunStore(out_dir).lock()  # fails in seconds, not minutes, and before anything is changed
-            base_url = self._endpoint(out_dir)
+            self._urls = urls = self._endpoints(out_dir)
+            base_url = urls[0]  # prompts are tokenised and clamped there (every endpoint serves the same model)
             if self.cfg.server is not None:
                 self._lap("server_start")
             api_key = self.cfg.resolved_api_key()
             if self.cfg.server is not None and self.cfg.server.api_key is not None:
                 api_key = self.cfg.server.api_key.get_secret_value()
-            models = list_models(base_url, api_key, timeout_s=self.cfg.connect_timeout_s)
-            wanted = self.cfg.model or (self.cfg.server.expected_model_name if self.cfg.server else None)
-            served = resolve_model(models, wanted, base_url)
+            served = self._served(urls, api_key)
             if store is None:
                 store = RunStore(default_output_dir(self.cfg, served.id)).lock()
             self._in_flight = fit_open_files(self.cfg.concurrency, self.cfg.max_concurrency)
@@ -259,6 +287,7 @@ class Runner:
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             command=redact_argv([Path(self.argv[0]).name, *self.argv[1:]]),
             endpoint=Endpoint(base_url=display_url(base_url), kind=kind),
+            endpoints=[display_url(u) for u in self._urls] if len(self._urls) > 1 else None,
             model=model,
             concurrency=self.cfg.concurrency,
             concurrency_cap=self._in_flight.cap,
@@ -388,37 +417,49 @@ class Runner:
         extra: dict[str, Any] = {}
         if self.cfg.max_length is not None:
             extra["truncate_prompt_tokens"] = max(1, self.cfg.max_length - (p.settings.max_tokens or 0))
-        root = server_root(base_url)
-        auth = credentials(base_url, api_key)[1]
-        before = scrape(root, headers=auth)
+        roots = [server_root(u) for u in self._urls]
+        auths = [credentials(u, api_key)[1] for u in self._urls]
+        before = [scrape(root, headers=auth) for root, auth in zip(roots, auths, strict=True)]
         self._lap(f"{task.name}.before_requests")
-        with MetricsSampler(root, interval_s=1.0, model_name=model) as gauges, GpuSampler(1.0) as gpu:
+        with contextlib.ExitStack() as stack:
+            gauges = [stack.enter_context(MetricsSampler(r, interval_s=1.0, model_name=model)) for r in roots]
+            gpu = stack.enter_context(GpuSampler(1.0))
             stats = asyncio.run(self._send(
-                todo(), max(0, total - done), base_url, api_key, model, p.kind, options, extra, on_done
+                todo(), max(0, total - done), self._urls, api_key, model, p.kind, options, extra, on_done
             ))
         self._lap(f"{task.name}.requests")
-        after = scrape(root, headers=auth)
+        after = [scrape(root, headers=auth) for root, auth in zip(roots, auths, strict=True)]
+        servers = [delta(b, a, model, gauges=g.summary()) for b, a, g in zip(before, after, gauges, strict=True)]
         # the scoring process summarises first and lets go of its copy of the records (after the last task it
         # exits) before this process reads its own: two copies of a big run's store are never in memory at once
         scored = self._scoring.summarize(task.name, store.dir).result()
         if last:
             self._scoring.close()
-        records, itl = load_for_summary(store, task.name, keep_text=False)
+        sharded = len(self._urls) > 1
+        itl_by: dict[str, array] | None = {} if sharded else None
+        records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by)
         out = task_summary(task.version, scored, records, stats, itl)
-        out.server = delta(before, after, model, gauges=gauges.summary())
+        out.server = servers[0]
+        if sharded:  # the summary's own server section is the first endpoint's, and says so
+            shown = [display_url(u) for u in self._urls]
+            out.server = {**servers[0], "endpoint": shown[0]}
+            out.endpoints = endpoint_summaries(records, itl_by or {}, dict(zip(shown, servers, strict=True)))
         out.gpu = gpu.summary()
         self._lap(f"{task.name}.scoring_summary")
         return out
 
     async def _send(
-        self, todo: AsyncIterator[Request], total: int, base_url: str, api_key: str | None, model: str, kind: str,
-        options: ClientOptions, extra: dict[str, Any], on_done: Callable[[Request, Response], Awaitable[None]],
+        self, todo: AsyncIterator[Request], total: int, urls: list[str], api_key: str | None, model: str,
+        kind: str, options: ClientOptions, extra: dict[str, Any],
+        on_done: Callable[[Request, Response], Awaitable[None]],
     ) -> SchedulerStats:
-        async with Client(base_url, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
+        """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
+        all of them together, and the client gives each to the least loaded endpoint."""
+        async with Client(urls, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
             return await execute(
                 todo, client, on_done, total=total,
                 concurrency=self._in_flight.concurrency, max_concurrency=self._in_flight.max_concurrency,
-                auto_start=self.cfg.auto_start, metrics_url=server_root(base_url) + "/metrics",
+                auto_start=self.cfg.auto_start, metrics_url=[server_root(u) + "/metrics" for u in urls],
             )
 
     def _render_report(self, store: RunStore) -> None:

@@ -7,7 +7,7 @@ import sys
 import orjson
 import pytest
 
-from evalkit.contracts import MetricValue, SampleRecord, Speed
+from evalkit.contracts import SCHEMA_VERSION, MetricValue, SampleRecord, Speed
 from evalkit.testing.server import Behaviour, TestServer
 
 
@@ -40,7 +40,7 @@ def test_run_gsm8k_writes_a_store_matching_the_schema(tmp_path, test_server):
     assert all(set(r.correct) == {"strict-match", "flexible-extract"} for r in records)
     assert all(r.ttft_ms and r.e2e_ms and r.output_tokens for r in records)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["schema_version"] == 1
+    assert summary["schema_version"] == SCHEMA_VERSION == 2
     t = summary["tasks"]["gsm8k"]
     strict = MetricValue.model_validate(t["metrics"]["exact_match,strict-match"])
     assert strict.n == 20

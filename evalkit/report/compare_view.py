@@ -22,7 +22,7 @@ from evalkit.report.common import (
     now_iso,
 )
 from evalkit.report.flips import CompareRunHead, FlipsView, flips_view
-from evalkit.report.provenance import argv_str, endpoint_host, gpu_summary, parse_argv
+from evalkit.report.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
 from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.report.verdict_view import VerdictView
 from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
@@ -41,7 +41,7 @@ def run_config(run: Run) -> dict[str, str]:
     endpoint = as_dict(m.get("endpoint"))
     server = as_dict(m.get("server"))
     # a server evalkit started listens on a free port: its URL and --port are noise, not config
-    host = None if server else endpoint_host(endpoint.get("base_url"))
+    host = None if server else endpoints_str(m)
     put("endpoint", " ".join(x for x in (as_str(endpoint.get("kind")), host) if x) or None)
     put("concurrency", m.get("concurrency"))
     put("vllm", server.get("vllm_version") or as_dict(m.get("versions")).get("vllm"))

@@ -87,6 +87,14 @@ class TaskProvenance:
     clamp: str | None
 
 
+def endpoints_str(manifest: dict[str, Any]) -> str | None:
+    """The endpoint, or the endpoints of a sharded run (space-separated), without credentials."""
+    shards = [endpoint_host(u) for u in as_list(manifest.get("endpoints"))]
+    if shards:
+        return " ".join(h or "?" for h in shards)
+    return endpoint_host(as_dict(manifest.get("endpoint")).get("base_url"))
+
+
 def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
     m = run.manifest
     endpoint = as_dict(m.get("endpoint"))
@@ -94,7 +102,7 @@ def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
     server = as_dict(m.get("server"))
     rows: list[KV] = [
         KV("Model", as_str(m.get("model"))),
-        KV("Endpoint", endpoint_host(endpoint.get("base_url")), mono=True),
+        KV("Endpoint", endpoints_str(m), mono=True),
         KV("API", as_str(endpoint.get("kind"))),
         KV("Concurrency", as_str(m.get("concurrency"))),
         KV("Started", as_str(m.get("created_at"))),

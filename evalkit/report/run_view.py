@@ -14,6 +14,7 @@ from evalkit.report.common import (
     MetricView,
     fmt_int,
     fmt_ms,
+    fmt_num,
     fmt_pct,
     metric_views,
     now_iso,
@@ -103,6 +104,52 @@ def concurrency_str(speed: dict[str, Any], trace: list[Any], manifest_concurrenc
 
 
 @dataclass
+class EndpointRow:
+    """One endpoint of a sharded run in the report's per-endpoint speed table."""
+
+    endpoint: str
+    requests: str
+    errors: str
+    output_tok_s: str
+    requests_s: str
+    ttft_p50: str
+    tpot_p50: str
+    e2e_p50: str
+    wall: str
+
+
+def endpoint_rows(t: dict[str, Any]) -> list[EndpointRow]:
+    """The task summary's ``endpoints`` (a sharded run) as table rows; none for a run against one endpoint."""
+    rows = []
+    for e in as_list(t.get("endpoints")):
+        e = as_dict(e)
+        speed, counts = as_dict(e.get("speed")), as_dict(e.get("counts"))
+        wall = as_num(speed.get("wall_s"))
+        rows.append(EndpointRow(
+            endpoint=as_str(e.get("endpoint")) or "?",
+            requests=fmt_int(counts.get("total")),
+            errors=fmt_int(counts.get("api_error")),
+            output_tok_s=fmt_num(speed.get("output_tokens_per_s")),
+            requests_s=fmt_num(speed.get("requests_per_s"), 3),
+            ttft_p50=fmt_ms(as_dict(speed.get("ttft_ms")).get("p50")),
+            tpot_p50=fmt_ms(as_dict(speed.get("tpot_ms")).get("p50")),
+            e2e_p50=fmt_ms(as_dict(speed.get("e2e_ms")).get("p50")),
+            wall=f"{wall:,.1f} s" if wall is not None else "—",
+        ))
+    return rows
+
+
+def _server_speed(t: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+    """The client speed to set beside the server's histograms: in a sharded run the summary's ``server`` is
+    one endpoint's (it names it), so that endpoint's client speed; else the task's."""
+    name = server.get("endpoint")
+    for e in as_list(t.get("endpoints")):
+        if name is not None and as_dict(e).get("endpoint") == name:
+            return as_dict(as_dict(e).get("speed"))
+    return as_dict(t.get("speed"))
+
+
+@dataclass
 class TaskView:
     name: str
     anchor: str
@@ -113,6 +160,8 @@ class TaskView:
     cards: list[SpeedCard]
     speed_rows: list[PctRow]
     speed_extra: list[KV]
+    endpoints: list[EndpointRow]
+    server_endpoint: str | None  # a sharded run: whose /metrics the server section shows
     server_available: bool | None
     latency: list[LatencyRow]
     latency_bounded: bool
@@ -150,7 +199,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     ]
     available = server.get("available")
     shown = bool(server) and available is not False
-    lat = latency_rows(server, speed) if shown else []
+    lat = latency_rows(server, _server_speed(t, server)) if shown else []
     return TaskView(
         name=name,
         anchor=f"task-{index}",
@@ -161,6 +210,8 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
         cards=speed_cards(speed),
         speed_rows=srows,
         speed_extra=sextra,
+        endpoints=endpoint_rows(t),
+        server_endpoint=as_str(server.get("endpoint")),
         server_available=available if isinstance(available, bool) else None,
         latency=lat,
         latency_bounded=any(r.bounded for r in lat),

@@ -23,19 +23,19 @@ COUNTERS = {  # vLLM's /metrics series auto reads, summed over engines (data par
 }
 
 
-async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | None) -> dict[str, float]:
-    """From vLLM's /metrics, summed over engines: ``waiting`` and ``running`` (requests queued and running) and
-    ``generated`` (output tokens so far); keys absent when not served."""
-    if not metrics_url:
+async def _server_counts(session: aiohttp.ClientSession, metrics_url: str | list[str] | None) -> dict[str, float]:
+    """From vLLM's /metrics, summed over engines and over endpoints (a sharded run gives one URL per endpoint):
+    ``waiting`` and ``running`` (requests queued and running) and ``generated`` (output tokens so far); a key is
+    absent unless every endpoint serves it (a sum over some of them would not be the run's)."""
+    urls = [metrics_url] if isinstance(metrics_url, str) else list(metrics_url or ())
+    if not urls:
         return {}
-    snap = await scrape_async(session, metrics_url, only=tuple(COUNTERS))
-    if snap is None:
-        return {}
+    snaps = await asyncio.gather(*(scrape_async(session, url, only=tuple(COUNTERS)) for url in urls))
     out: dict[str, float] = {}
     for name, key in COUNTERS.items():
-        value = snap.value(name)
-        if value is not None:
-            out[key] = value
+        values = [snap.value(name) if snap is not None else None for snap in snaps]
+        if all(v is not None for v in values):
+            out[key] = sum(v for v in values if v is not None)
     return out
 
 
@@ -71,7 +71,7 @@ class AutoConcurrency:
     """
 
     def __init__(
-        self, start: int, cap: int, metrics_url: str | None, gain: float = 0.10, min_window_s: float = 0.5,
+        self, start: int, cap: int, metrics_url: str | list[str] | None, gain: float = 0.10, min_window_s: float = 0.5,
         max_window_s: float = 6.0, queue_share: float = 0.25, starved_share: float = 0.05,
     ):
         self.limit = min(start, cap)

@@ -21,6 +21,7 @@ import asyncio
 import errno
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from tenacity import (
 )
 
 from evalkit.contracts import Request, Response
-from evalkit.requests.endpoint import credentials, redirect_error
+from evalkit.requests.endpoint import credentials, display_url, redirect_error
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 OUT_OF_DESCRIPTORS = (
@@ -151,7 +152,12 @@ def _retry_after(headers: Any) -> float | None:
 
 
 class Client:
-    """Async streaming client for an OpenAI-compatible server (completions or chat).
+    """Async streaming client for an OpenAI-compatible server (completions or chat), over one endpoint or
+    several serving the same model (a sharded run).
+
+    With several endpoints each attempt goes to the one with the fewest requests outstanding (ties: round
+    robin), and a retry goes to another one where there is one: a request in its backoff stays counted against
+    the endpoint that failed it, so a failing endpoint gets fewer new requests while the others take the load.
 
     Example::
 
@@ -161,7 +167,7 @@ class Client:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         kind: str = "completions",
@@ -169,17 +175,40 @@ class Client:
         options: ClientOptions | None = None,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
-        base_url, auth = credentials(base_url, api_key)  # user:password@ or the API key -> Authorization
-        self.url = base_url.rstrip("/") + ("/chat/completions" if kind == "chat" else "/completions")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        path = "/chat/completions" if kind == "chat" else "/completions"
+        self.endpoints = [display_url(u) for u in urls]  # what records name: no credentials
+        self._targets: list[tuple[str, dict[str, str]]] = []
+        for u in urls:
+            bare, auth = credentials(u, api_key)  # user:password@ or the API key -> Authorization
+            headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **auth}
+            self._targets.append((bare.rstrip("/") + path, headers))
+        self.url, self._headers = self._targets[0]
+        self.outstanding = [0] * len(urls)  # attempts in flight or in backoff, per endpoint
+        self._turn = 0  # round robin among the least loaded
         self.model = model
         self.kind = kind
         self.options = options or ClientOptions()
         self.extra_body = dict(extra_body or {})
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **auth}
         self._session: aiohttp.ClientSession | None = None
         self.t0 = time.perf_counter()
         self.chunks_received = 0  # text-carrying chunks so far, for throughput-driven concurrency
         self.first_tokens = 0  # requests (attempts) that got their first generated text so far
+
+    def _dispatch(self, failed: int | None) -> int:
+        """The endpoint for the next attempt: the least outstanding (ties: the next in round robin), another
+        than ``failed`` (the one the previous attempt failed on) where there is one; moves the request's count
+        from ``failed`` to it."""
+        n = len(self.outstanding)
+        choices = [i for i in range(n) if i != failed] or [failed or 0]
+        least = min(self.outstanding[i] for i in choices)
+        order = [(self._turn + k) % n for k in range(n)]
+        pick = next(i for i in order if i in choices and self.outstanding[i] == least)
+        self._turn = (pick + 1) % n
+        if failed is not None:
+            self.outstanding[failed] -= 1
+        self.outstanding[pick] += 1
+        return pick
 
     async def __aenter__(self) -> Client:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -217,8 +246,9 @@ class Client:
         return body
 
     # -- one attempt -------------------------------------------------------------------------------------
-    async def _once(self, req: Request, body: bytes) -> Response:
+    async def _once(self, req: Request, body: bytes, endpoint: int = 0) -> Response:
         assert self._session is not None, "use 'async with Client(...)'"
+        url, headers = self._targets[endpoint]
         o = self.options
         timeout = aiohttp.ClientTimeout(
             total=o.total_timeout(req.gen.max_tokens), sock_connect=o.connect_timeout_s, sock_read=o.idle_timeout_s
@@ -234,11 +264,11 @@ class Client:
         usage: Any = None
         try:
             async with self._session.post(
-                self.url, data=body, headers=self._headers, timeout=timeout, allow_redirects=False
+                url, data=body, headers=headers, timeout=timeout, allow_redirects=False
             ) as resp:
                 if 300 <= resp.status < 400:  # never followed: it may take the key elsewhere, or the POST as a GET
                     where = resp.headers.get("Location")
-                    raise RequestRejected(redirect_error(resp.status, where, self.url), resp.status)
+                    raise RequestRejected(redirect_error(resp.status, where, url), resp.status)
                 if resp.status != 200:
                     raw = await resp.read()
                     msg = _error_message(resp.status, raw)
@@ -352,9 +382,12 @@ class Client:
         return random.uniform(cap / 2, cap)
 
     async def generate(self, req: Request) -> Response:
-        """Send one request with retries; failures come back as a Response with ``error`` set."""
+        """Send one request with retries; failures come back as a Response with ``error`` set. With several
+        endpoints the Response names the one that answered (or the last one tried)."""
         body = orjson.dumps(self.payload(req))
         attempts = 0
+        endpoint: int | None = None
+        sharded = len(self._targets) > 1
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type(RequestFailed),
@@ -364,9 +397,15 @@ class Client:
             ):
                 with attempt:
                     attempts += 1
-                    resp = await self._once(req, body)
+                    endpoint = self._dispatch(endpoint) if sharded else 0
+                    resp = await self._once(req, body, endpoint)
                     resp.attempts = attempts
+                    resp.endpoint = self.endpoints[endpoint] if sharded else None
                     return resp
         except (RequestFailed, RequestRejected) as e:
-            return Response(text=None, error=str(e), http_status=e.status, attempts=attempts)
+            where = self.endpoints[endpoint] if sharded and endpoint is not None else None
+            return Response(text=None, error=str(e), http_status=e.status, attempts=attempts, endpoint=where)
+        finally:
+            if sharded and endpoint is not None:
+                self.outstanding[endpoint] -= 1
         raise AssertionError("unreachable")

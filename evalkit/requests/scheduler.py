@@ -93,12 +93,16 @@ async def execute(
     total: int | None = None,
     concurrency: int | str = 64,
     max_concurrency: int = 512,
-    metrics_url: str | None = None,
+    metrics_url: str | list[str] | None = None,
     auto_start: int = 128,
     backlog: int = 1024,
 ) -> SchedulerStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order).
+
+    ``concurrency`` bounds the requests in flight over all of the client's endpoints together (a sharded run:
+    the client gives each request to its least loaded endpoint); "auto" reads ``metrics_url``, one URL per
+    endpoint, summed.
 
     ``requests`` may be an async iterable (prompts still being built): each is sent as soon as it comes and a slot
     is free. "auto" needs ``total``, how many will come (for a plain iterable it counts them itself).

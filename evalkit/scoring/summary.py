@@ -5,11 +5,46 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from evalkit.contracts import STATUSES, MetricValue, SampleRecord, SchedulerStats, TaskSummary
+from evalkit.contracts import (
+    STATUSES,
+    UNRECORDED,
+    EndpointSummary,
+    MetricValue,
+    SampleRecord,
+    SchedulerStats,
+    TaskSummary,
+)
 from evalkit.scoring.speed import percentile, speed_summary
 
 LOOP_LAG_BOUND_MS = 20.0  # event-loop lag p99 above this: the client, not the server, may have set the pace
 CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the same
+
+
+def _counts(records: list[SampleRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {"total": len(records)}
+    for status in STATUSES:
+        counts[status] = sum(1 for r in records if r.status == status)
+    return counts
+
+
+def endpoint_summaries(
+    records: list[SampleRecord], itl: dict[str, array], servers: dict[str, dict[str, Any] | None]
+) -> list[EndpointSummary]:
+    """Per endpoint of a sharded run: its requests (by the records' ``endpoint``), their outcomes and speed,
+    and its ``/metrics`` deltas (``servers``: endpoint -> delta). The endpoints of ``servers`` come first, in
+    their order, then any only the records name (an earlier run of a resumed dir), then ``UNRECORDED``."""
+    groups: dict[str, list[SampleRecord]] = {name: [] for name in servers}
+    for r in records:
+        groups.setdefault(r.endpoint or UNRECORDED, []).append(r)
+    if UNRECORDED in groups:
+        groups[UNRECORDED] = groups.pop(UNRECORDED)
+    return [
+        EndpointSummary(
+            endpoint=name, counts=_counts(group),
+            speed=speed_summary(group, itl=itl.get(name, array("f"))), server=servers.get(name),
+        )
+        for name, group in groups.items()
+    ]
 
 
 def task_summary(
@@ -22,9 +57,7 @@ def task_summary(
     """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process), ``records``
     every request's latest record, ``itl`` all inter-token latencies of the task."""
     metrics, detail = scored
-    counts: dict[str, int] = {"total": len(records)}
-    for status in STATUSES:
-        counts[status] = sum(1 for r in records if r.status == status)
+    counts = _counts(records)
     speed = speed_summary(records, itl=itl)
     speed.concurrency = stats.final_concurrency
     speed.client_cpu_s = round(stats.cpu_s, 3)

@@ -52,6 +52,7 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
         e2e_ms=resp.e2e_ms,
         itl_ms=resp.itl_ms,
         start_s=resp.start_s,
+        endpoint=resp.endpoint,
     )
     if resp.error is not None or score is None:
         return SampleRecord(**base, status="api_error", error=resp.error)

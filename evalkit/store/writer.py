@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from evalkit.contracts import Manifest, RunSummary, SampleRecord, manifest_json, summary_json
+from evalkit.contracts import UNRECORDED, Manifest, RunSummary, SampleRecord, manifest_json, summary_json
 from evalkit.errors import ConfigError
 from evalkit.store.files import (
     CORRUPT,
@@ -306,11 +306,14 @@ def _holder(fd: int) -> str:
 
 
 def load_for_summary(
-    store: RunStore, task: str, keep_text: bool, keep_itl: bool = True
+    store: RunStore, task: str, keep_text: bool, keep_itl: bool = True,
+    itl_by_endpoint: dict[str, array] | None = None,
 ) -> tuple[list[SampleRecord], array]:
     """The task's latest records, streamed from samples.jsonl and slimmed for summarising: prompts (and
     responses unless ``keep_text``) dropped, every ITL moved into one float32 array (left empty unless
-    ``keep_itl``). Keeps a 20,000-sample run with 1,000-token answers within a few hundred MB."""
+    ``keep_itl``). Keeps a 20,000-sample run with 1,000-token answers within a few hundred MB.
+    ``itl_by_endpoint`` (a sharded run), when given, is filled with the ITLs of each endpoint's answers too
+    (keyed by the records' ``endpoint``, ``UNRECORDED`` for records without one)."""
     itl = array("f")
     by_key: dict[str, SampleRecord] = {}
     for d in iter_sample_dicts(store.samples_path):
@@ -318,6 +321,8 @@ def load_for_summary(
             continue
         if keep_itl:
             itl.extend(d.get("itl_ms") or ())  # only answered requests have ITLs, and those are never re-sent
+        if itl_by_endpoint is not None:
+            itl_by_endpoint.setdefault(d.get("endpoint") or UNRECORDED, array("f")).extend(d.get("itl_ms") or ())
         d["itl_ms"], d["prompt"], d["messages"] = [], "", None
         if not keep_text:
             d["response"] = d["reasoning"] = None
