@@ -168,6 +168,7 @@ class Client:
         api_key: str | None = None,
         options: ClientOptions | None = None,
         extra_body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         base_url, auth = credentials(base_url, api_key)  # user:password@ or the API key -> Authorization
         self.url = base_url.rstrip("/") + ("/chat/completions" if kind == "chat" else "/completions")
@@ -175,7 +176,7 @@ class Client:
         self.kind = kind
         self.options = options or ClientOptions()
         self.extra_body = dict(extra_body or {})
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **auth}
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {}), **auth}
         self._session: aiohttp.ClientSession | None = None
         self.t0 = time.perf_counter()
         self.chunks_received = 0  # text-carrying chunks so far, for throughput-driven concurrency
