@@ -350,3 +350,20 @@ def test_cli_refuses_a_bad_interval_in_one_line(tmp_path: Path) -> None:
     )
     assert res.exit_code == 2
     assert res.stderr.strip() == "evalkit: error: --every 'soon' is not a duration; pass e.g. 10m, 30s, 0.5s or 1h"
+
+
+def test_a_document_selection_builds_only_those_documents() -> None:
+    from evalkit.tasks.base import TaskSettings
+    from evalkit.tasks.registry import Registry
+
+    reg = Registry([])
+    aime = reg.get("aime25")
+    reqs = aime.build_requests(TaskSettings(docs=(3, 5), num_samples=2, max_tokens=16))
+    assert [(r.doc_id, r.sample_index) for r in reqs] == [(3, 0), (3, 1), (5, 0), (5, 1)]
+    gsm = reg.get("gsm8k")
+    settings = TaskSettings(docs=(7, 2, 5000), max_tokens=16)
+    assert [r.doc_id for r in gsm.build_requests(settings)] == [2, 7]
+    assert gsm.count_requests(settings) == 2
+    streamed: list[int] = []
+    gsm.stream_requests(settings, lambda r: streamed.append(r.doc_id))
+    assert streamed == [2, 7]
