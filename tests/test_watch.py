@@ -330,7 +330,7 @@ def test_cli_watch_and_its_report(tmp_path: Path) -> None:
     assert "Verdict changes" in html and "window accuracy" in html
     data = json.loads(html.split('id="report-data">', 1)[1].split("</script>", 1)[0])
     acc = next(c for c in data["charts"] if c["id"] == "accuracy")
-    assert len(acc["series"][0]["points"]) == 3
+    assert len(acc["series"][1]["points"]) == 3
 
 
 def test_cli_refuses_a_bad_interval_in_one_line(tmp_path: Path) -> None:

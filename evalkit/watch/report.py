@@ -1,7 +1,7 @@
 """``evalkit watch report DIR``: the history of a watch as one self-contained HTML page (the report's template
 machinery: inline CSS and Chart.js, a restrictive Content-Security-Policy, no network).
 
-Charts use the report's ``line`` kind with hours since the first tick on x: the window's accuracy with its 95%
+Charts use the report's ``line`` kind with the time since the first tick on x: the window's accuracy with its 95%
 interval and the baseline on the same documents (failed verdicts drawn over it), TTFT/TPOT p50 and tokens/s.
 """
 
@@ -19,10 +19,15 @@ from evalkit.report.html import render_template
 from evalkit.store.files import write_text_atomic
 from evalkit.watch.history import HISTORY, SETTINGS, TickRecord, read_history
 
+UNITS = (("minutes", 60.0, 3 * 3600.0), ("hours", 3600.0, 3 * 86400.0), ("days", 86400.0, float("inf")))
 
-def _hours(records: list[TickRecord]) -> list[float]:
+
+def _elapsed(records: list[TickRecord]) -> tuple[list[float], str]:
+    """Time since the first tick for each tick, in minutes, hours or days (whichever suits the span)."""
     times = [datetime.fromisoformat(r.finished_at or r.started_at) for r in records]
-    return [round((t - times[0]).total_seconds() / 3600.0, 4) for t in times] if times else []
+    secs = [(t - times[0]).total_seconds() for t in times] if times else []
+    name, scale, _ = next(u for u in UNITS if (secs[-1] if secs else 0.0) < u[2])
+    return [round(x / scale, 4) for x in secs], f"{name} since the first tick"
 
 
 def _acc(a: Any) -> str:
@@ -36,20 +41,16 @@ def _series(label: str, xs: list[float], ys: list[Any]) -> dict[str, Any]:
 
 
 def _charts(records: list[TickRecord], metric: str) -> list[dict[str, Any]]:
-    xs = _hours(records)
+    xs, x_label = _elapsed(records)
     win = [r.window.get("accuracy") or {} for r in records]
     base = [r.window.get("baseline") or {} for r in records]
-    x_label = "hours since the first tick"
-    accuracy = [
+    failed = [w.get("value") if r.verdict == "fail" else None for r, w in zip(records, win, strict=True)]
+    accuracy = [  # Chart.js draws the first series on top: the failed verdicts over the accuracy line
+        _series("verdict failed", xs, failed),
         _series(f"canary {metric} (window)", xs, [w.get("value") for w in win]),
         _series("95% CI lower", xs, [w.get("lo") for w in win]),
         _series("95% CI upper", xs, [w.get("hi") for w in win]),
         _series("baseline, same documents", xs, [b.get("value") for b in base]),
-        _series(
-            "verdict failed",
-            xs,
-            [w.get("value") if r.verdict == "fail" else None for r, w in zip(records, win, strict=True)],
-        ),
     ]
     latency = [
         _series("TTFT p50 (ms)", xs, [r.speed.get("ttft_ms_p50") for r in records]),
