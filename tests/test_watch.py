@@ -367,3 +367,17 @@ def test_a_document_selection_builds_only_those_documents() -> None:
     streamed: list[int] = []
     gsm.stream_requests(settings, lambda r: streamed.append(r.doc_id))
     assert streamed == [2, 7]
+
+
+def test_a_slower_endpoint_fails_the_ttft_rule(tmp_path: Path) -> None:
+    policy = tmp_path / "speed.yaml"
+    policy.write_text("speed: {output_tokens_per_s: null, tpot_p50_ms: null, ttft_p50_ms: {alpha: 0.01}}\n")
+    b = Behaviour(correct_ratio=0.8, ttft_s=0.02, switch_after=60, switch_to={"ttft_s": 0.2})
+    with TestServer(b) as srv:
+        s = settings(
+            srv.url, tmp_path / "w", per_tick=20, baseline_ticks=2, window=2, ticks=5, policy=policy, concurrency=8
+        )
+        history = Watch(s).run()
+    verdicts = [r.verdict for r in history]
+    assert verdicts[:3] == ["baseline", "baseline", "pass"] and verdicts[4] == "fail"  # tick 5: a window all slow
+    assert history[4].failed_rules == ["gsm8k: TTFT p50"]

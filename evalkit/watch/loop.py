@@ -188,8 +188,9 @@ class Watch:
             Runner(
                 self.tick_config(tick, docs), argv=["evalkit", "watch", "tick", str(tick)], scoring=self._worker
             ).run()
-        except WorkerError as e:
-            self._worker.close() if self._worker is not None else None
+        except WorkerError as e:  # the scoring process died: the next tick starts another
+            if self._worker is not None:
+                self._worker.close()
             self._worker = None
             rec.error = str(e)
         except EvalkitError as e:
