@@ -195,6 +195,8 @@ class Watch:
             rec.error = str(e)
         except EvalkitError as e:
             rec.error = str(e)
+        except Exception as e:  # anything else a tick meets is recorded with it; the watch goes on
+            rec.error = f"{type(e).__name__}: {e}"
         rec.finished_at = _now()
         inputs = tick_inputs(d, s.task)
         if inputs is None or inputs.counts.total == 0:
