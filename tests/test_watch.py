@@ -186,6 +186,7 @@ def test_metrics_exposition_parses_and_names_every_figure(tmp_path: Path) -> Non
     assert samples[("evalkit_canary_accuracy_ci_upper", "exact_match,strict-match")] >= acc
     assert samples[("evalkit_canary_ttft_seconds_count", None)] >= 15
     assert samples[("evalkit_watch_ticks_total", None)] >= 3
+    assert samples[("evalkit_watch_ticks_failed_total", None)] == 0  # there from the start: a first failure shows
 
 
 def test_an_endpoint_outage_is_recorded_tick_by_tick_and_the_watch_carries_on(tmp_path: Path) -> None:

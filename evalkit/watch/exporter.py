@@ -102,6 +102,12 @@ class WatchMetrics:
             self._server.server_close()
 
     # -- updates -------------------------------------------------------------------------------------------
+    def start(self, task: str) -> None:
+        """The tick counters at 0 from the start, so that the first failure is an increase Prometheus sees."""
+        self.ticks.labels(task)
+        self.ticks_failed.labels(task)
+        self.requests.labels(task, "api_error")
+
     def tick_done(self, task: str, failed: bool, at: float) -> None:
         self.ticks.labels(task).inc()
         if failed:

@@ -146,6 +146,7 @@ class Watch:
             check_settings(s.out, self.s.identity())
             order = self._order()
             history = read_history(s.out)
+            self.metrics.start(s.task)
             if s.metrics_port is not None:
                 self.metrics_port = self.metrics.serve(s.metrics_port, s.metrics_addr)
                 self.echo(f"metrics on http://{s.metrics_addr}:{self.metrics_port}/metrics")
