@@ -64,6 +64,10 @@ class RunConfig(BaseSettings):
     max_attempts: int = Field(default=5, ge=1)
     max_retry_s: float = Field(default=600.0, gt=0)
     server: ServerConfig | None = None
+    docs: list[int] | None = None  # only these document ids (evalkit watch: one slice of the task per tick)
+    request_rate: float | None = Field(default=None, gt=0)  # at most this many requests sent per second
+    user: str | None = None  # the OpenAI ``user`` field sent with every request
+    headers: dict[str, str] = Field(default_factory=dict)  # extra HTTP headers sent with every request
 
     @field_validator("concurrency", mode="before")
     @classmethod

@@ -95,6 +95,7 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         seed=cfg.seed,
         chat_template_kwargs=cfg.chat_template_kwargs,
         endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
+        docs=None if cfg.docs is None else tuple(cfg.docs),
     )
 
 
@@ -126,6 +127,16 @@ class TaskRun:
             yield self.source
 
 
+def _settings_record(settings: TaskSettings) -> dict[str, Any]:
+    """The task settings as the manifest records them (``docs`` only when a selection was made)."""
+    out = dict(settings.__dict__)
+    if out.get("docs") is None:
+        out.pop("docs", None)
+    else:
+        out["docs"] = list(out["docs"])
+    return out
+
+
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
@@ -141,10 +152,12 @@ class Runner:
     """
 
     def __init__(
-        self, cfg: RunConfig, progress: Progress | None = None, argv: list[str] | None = None, server: Any = None
+        self, cfg: RunConfig, progress: Progress | None = None, argv: list[str] | None = None, server: Any = None,
+        scoring: Worker | None = None,
     ) -> None:
         """``server``: a VLLMServer the caller started and stops, serving ``cfg.endpoint`` (its provenance goes
-        into the manifest); without it, ``cfg.server`` makes the run start and stop its own."""
+        into the manifest); without it, ``cfg.server`` makes the run start and stop its own. ``scoring``: a
+        scoring Worker the caller owns and closes (runs one after another share it); else the run starts its own."""
         self.cfg = cfg
         self.progress = progress
         self.argv = argv or sys.argv
@@ -152,6 +165,7 @@ class Runner:
         self.server: Any = server
         self._owns_server = server is None
         self._urls: list[str] = []  # the endpoints' base URLs (several: the run is sharded over them)
+        self._given_scoring = scoring
 
     # -- setup -------------------------------------------------------------------------------------------
     def _tasks(self) -> list[Task]:
@@ -225,7 +239,7 @@ class Runner:
         # scoring runs in a process of its own (evalkit/worker.py), so that it never holds the GIL the event loop
         # timing the requests needs; each task's scorer loads there from now on, beside server start, prompts and
         # the first requests (answers that come before it is ready wait for it; a failure to load surfaces there)
-        self._scoring = Worker(self.cfg.tasks_dir)
+        self._scoring = self._given_scoring or Worker(self.cfg.tasks_dir)
         for task in tasks:
             self._scoring.load(task.name)
         # records are built and appended (fsync included) in one thread, off the event loop
@@ -254,7 +268,8 @@ class Runner:
             self._store_pool.shutdown(cancel_futures=True)
             if self._builder is not None:
                 self._builder.close(wait=False)  # a no-op once the run has waited for it
-            self._scoring.close()
+            if self._given_scoring is None:
+                self._scoring.close()
             if self.server is not None and self._owns_server:
                 self.server.stop()
             if store is not None:
@@ -295,7 +310,7 @@ class Runner:
             tasks={
                 p.task.name: ManifestTask(
                     version=p.task.version, description=p.task.description, data_sha256=p.task.data_sha256,
-                    settings=dict(p.settings.__dict__), requests=p.total, prompts_streamed=p.streamed,
+                    settings=_settings_record(p.settings), requests=p.total, prompts_streamed=p.streamed,
                     max_tokens_clamp=p.clamp,  # for streamed prompts: final once the task has run
                 )
                 for p in plans
@@ -393,6 +408,18 @@ class Runner:
             if self.progress:
                 self.progress(task.name, done, total, rec)
 
+        rate = self.cfg.request_rate
+        next_send = time.monotonic()
+
+        async def paced() -> None:
+            """Wait for the request's turn under ``--request-rate`` (requests per second)."""
+            nonlocal next_send
+            if rate is not None:
+                now = time.monotonic()
+                if next_send > now:
+                    await asyncio.sleep(next_send - now)
+                next_send = max(now, next_send) + 1.0 / rate
+
         async def todo() -> AsyncIterator[Request]:
             """The requests not answered yet (a resumed run skips the rest), as they come."""
             sha = task.data_sha256
@@ -405,6 +432,7 @@ class Runner:
                     key = request_key(model, p.kind, task.name, task.version, sha, req)
                     if key not in p.done_keys:
                         keys[id(req)] = key
+                        await paced()
                         yield req
                 seen += len(batch)
                 if seen >= total:  # with --limit, lm-eval goes on building the rest (for the cache): not waited for
@@ -417,6 +445,8 @@ class Runner:
         extra: dict[str, Any] = {}
         if self.cfg.max_length is not None:
             extra["truncate_prompt_tokens"] = max(1, self.cfg.max_length - (p.settings.max_tokens or 0))
+        if self.cfg.user is not None:
+            extra["user"] = self.cfg.user
         roots = [server_root(u) for u in self._urls]
         auths = [credentials(u, api_key)[1] for u in self._urls]
         before = [scrape(root, headers=auth) for root, auth in zip(roots, auths, strict=True)]
@@ -433,7 +463,7 @@ class Runner:
         # the scoring process summarises first and lets go of its copy of the records (after the last task it
         # exits) before this process reads its own: two copies of a big run's store are never in memory at once
         scored = self._scoring.summarize(task.name, store.dir).result()
-        if last:
+        if last and self._given_scoring is None:
             self._scoring.close()
         sharded = len(self._urls) > 1
         itl_by: dict[str, array] | None = {} if sharded else None
@@ -455,7 +485,8 @@ class Runner:
     ) -> SchedulerStats:
         """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
         all of them together, and the client gives each to the least loaded endpoint."""
-        async with Client(urls, model, kind=kind, api_key=api_key, options=options, extra_body=extra) as client:
+        async with Client(urls, model, kind=kind, api_key=api_key, options=options, extra_body=extra,
+                          headers=self.cfg.headers) as client:
             return await execute(
                 todo, client, on_done, total=total,
                 concurrency=self._in_flight.concurrency, max_concurrency=self._in_flight.max_concurrency,

@@ -174,6 +174,7 @@ class Client:
         api_key: str | None = None,
         options: ClientOptions | None = None,
         extra_body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         path = "/chat/completions" if kind == "chat" else "/completions"
@@ -181,8 +182,8 @@ class Client:
         self._targets: list[tuple[str, dict[str, str]]] = []
         for u in urls:
             bare, auth = credentials(u, api_key)  # user:password@ or the API key -> Authorization
-            headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **auth}
-            self._targets.append((bare.rstrip("/") + path, headers))
+            sent = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {}), **auth}
+            self._targets.append((bare.rstrip("/") + path, sent))
         self.url, self._headers = self._targets[0]
         self.outstanding = [0] * len(urls)  # attempts in flight or in backoff, per endpoint
         self._turn = 0  # round robin among the least loaded

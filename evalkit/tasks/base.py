@@ -33,6 +33,11 @@ class TaskSettings:
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     endpoint_kind: EndpointKind | None = None
+    docs: tuple[int, ...] | None = None  # only these document ids (``limit`` then caps how many of them)
+
+    def wants(self, doc_id: int) -> bool:
+        """Whether document ``doc_id`` is in the run's selection (every document when ``docs`` is None)."""
+        return self.docs is None or doc_id in self.docs
 
 
 def sha256_file(path: Path) -> str:

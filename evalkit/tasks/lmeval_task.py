@@ -261,10 +261,12 @@ class LmEvalTask(Task):
     def count_requests(self, settings: TaskSettings) -> int:
         cached = self._read_cache(settings.num_fewshot)
         n = len(cached) if cached is not None else len(self._build_task(settings.num_fewshot).eval_docs)
+        if settings.docs is not None:
+            n = len({d for d in settings.docs if 0 <= d < n})
         return n if settings.limit is None else min(n, settings.limit)
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
-        built = self._built(settings.num_fewshot)
+        built = [b for b in self._built(settings.num_fewshot) if settings.wants(b["doc_id"])]
         if settings.limit is not None:
             built = built[: settings.limit]
         return [self._request(b, settings) for b in built]
@@ -274,7 +276,7 @@ class LmEvalTask(Task):
 
         def on_entry(b: dict[str, Any]) -> None:
             nonlocal sent
-            if settings.limit is None or sent < settings.limit:
+            if settings.wants(b["doc_id"]) and (settings.limit is None or sent < settings.limit):
                 emit(self._request(b, settings))
                 sent += 1
 

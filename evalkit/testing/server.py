@@ -44,6 +44,9 @@ or ``{}`` = behave normally for that request)::
                                              (only ": ping" comments for "stall_s" seconds, default 3600);
                                              see evalkit.testing.hostile.HOSTILE_MODES
 
+Drift: ``Behaviour(switch_after=N, switch_to={"correct_ratio": 0.4})`` answers the first N generation requests
+as configured and every later one with those fields changed (a deployment that starts answering worse).
+
 Credentials and redirects: ``Behaviour(api_key=K)`` wants ``Bearer K`` on ``/v1``, ``basic_auth="user:pw"``
 HTTP Basic auth; ``redirect={"status": 307, "to": other.base_url, "paths": ["/metrics"]}`` answers those paths
 (all when ``paths`` is absent) with a redirect to the same path at ``to``. ``srv.seen`` lists every request

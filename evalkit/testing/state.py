@@ -40,6 +40,8 @@ class Behaviour:
     batch_knee: int | None = None  # beyond this many running requests, chunks slow in proportion: flat throughput
     knee_power: float = 1.0  # ... as (running / knee) ** knee_power: above 1, throughput falls past the knee
     fast: bool = False  # no sleeps, responses cached by request body: for CPU benchmarks of clients
+    switch_after: int | None = None  # after this many generation requests arrived, apply ``switch_to`` (once)
+    switch_to: dict[str, Any] | None = None  # Behaviour fields, e.g. {"correct_ratio": 0.4}: a server that drifts
 
     def update(self, **changes: Any) -> None:
         names = {f.name for f in fields(self)}
@@ -125,6 +127,7 @@ class ServerState:
         self.metrics = Metrics()
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
+        self.generation_requests = 0  # since start (reset() does not zero it: switch_after counts from start)
         self.seen: list[tuple[str, str, dict[str, str]]] = []  # every request: method, path, headers
         self.inflight = 0
         self.max_concurrency_seen = 0
@@ -138,8 +141,13 @@ class ServerState:
     def record(self, rec: RecordedRequest) -> None:
         with self._lock:
             self._requests.append(rec)
+            self.generation_requests += 1
             self.inflight += 1
             self.max_concurrency_seen = max(self.max_concurrency_seen, self.inflight)
+            b = self.behaviour
+            if b.switch_after is not None and self.generation_requests > b.switch_after:
+                changes, b.switch_after, b.switch_to = b.switch_to or {}, None, None
+                b.update(**changes)  # this request already sees the new behaviour
 
     def done(self) -> None:
         with self._lock:

@@ -1,0 +1,318 @@
+"""``evalkit watch``: a small eval against a live endpoint every interval, judged for drift against a baseline.
+
+Each tick runs one slice of the task (a seeded rotation of the documents) through the :class:`~evalkit.runner.Runner`
+into a run dir of its own, at a low concurrency and request rate, every request marked as a canary (the
+``user`` field and an ``X-Evalkit-Canary: 1`` header). The window of the last ticks is judged against the
+baseline by the gate (:mod:`evalkit.watch.window`), the tick and its verdict are appended to the history, and
+``/metrics`` and the alert webhook are updated. A tick that fails (endpoint down) is recorded as failed and the
+watch goes on; a restart carries on after the last recorded tick.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evalkit.config import RunConfig, load_config
+from evalkit.errors import ConfigError, EvalkitError
+from evalkit.gate import CannotCompare, GateResult, RunInputs, from_run_dir, load_policy
+from evalkit.gate.policy import Policy
+from evalkit.runner import Runner
+from evalkit.server.gpu import gpu_info
+from evalkit.store.reader import as_dict, as_num, open_run
+from evalkit.tasks.base import TaskSettings
+from evalkit.tasks.registry import Registry
+from evalkit.watch.exporter import WatchMetrics
+from evalkit.watch.history import (
+    TickRecord,
+    append_history,
+    check_settings,
+    lock,
+    read_history,
+    rotation,
+    slice_for,
+    tick_dir,
+)
+from evalkit.watch.webhook import Webhook
+from evalkit.watch.window import Accuracy, judge, merge, tick_inputs, watch_policy
+from evalkit.worker import Worker, WorkerError
+
+CANARY_USER = "evalkit-canary"
+CANARY_HEADER = "X-Evalkit-Canary"
+
+
+@dataclass
+class WatchSettings:
+    """What ``evalkit watch`` was asked. ``run``: further RunConfig settings for every tick (model,
+    max_tokens, temperature, num_fewshot, tasks_dir, api_key_file, ...). ``ticks``: stop after this many
+    ticks in all (None: run until stopped)."""
+
+    task: str
+    endpoint: str
+    out: Path
+    every_s: float
+    per_tick: int
+    window: int = 6
+    baseline: Path | None = None
+    baseline_ticks: int = 3
+    seed: int = 0
+    concurrency: int = 2
+    request_rate: float | None = 2.0
+    ticks: int | None = None
+    policy: Path | None = None
+    alert_webhook: str | None = None
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
+    run: dict[str, Any] = field(default_factory=dict)
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a restart must keep (they decide which documents each tick holds)."""
+        return {
+            "task": self.task,
+            "per_tick": self.per_tick,
+            "window": self.window,
+            "seed": self.seed,
+            "baseline": None if self.baseline is None else str(self.baseline.resolve()),
+            "baseline_ticks": None if self.baseline is not None else self.baseline_ticks,
+        }
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Watch:
+    """Runs the ticks; :meth:`run` until ``settings.ticks`` or :meth:`stop`. ``echo``: one line per tick."""
+
+    def __init__(self, s: WatchSettings, echo: Any = None) -> None:
+        self.s = s
+        self.echo = echo or (lambda line: None)
+        self.metrics = WatchMetrics()
+        self.metrics_port: int | None = None
+        self._stop = threading.Event()
+        self._worker: Worker | None = None
+        self._baseline: RunInputs | None = None
+        self.policy: Policy = load_policy(s.policy) if s.policy is not None else watch_policy()
+        self.tick_config(1, [0])  # bad settings are refused now, in one line, not at every tick
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- setup -----------------------------------------------------------------------------------------------
+    def tick_config(self, tick: int, docs: list[int]) -> RunConfig:
+        s = self.s
+        cli = {
+            **s.run,
+            "tasks": [s.task],
+            "endpoint": s.endpoint,
+            "docs": docs,
+            "output_dir": tick_dir(s.out, tick),
+            "concurrency": s.concurrency,
+            "request_rate": s.request_rate,
+            "user": CANARY_USER,
+            "headers": {CANARY_HEADER: "1"},
+            "report": False,
+            "max_error_rate": 1.0,
+            "max_attempts": s.run.get("max_attempts") or 2,
+            "max_retry_s": min(max(s.every_s, 5.0), 120.0),
+        }
+        return load_config(cli)
+
+    def _order(self) -> list[int]:
+        """The documents the ticks rotate through: the baseline's, or (no baseline) those the first
+        ``baseline_ticks`` ticks cover, which later ticks cover again."""
+        s = self.s
+        if s.baseline is not None:
+            self._baseline = from_run_dir(s.baseline)
+            base = self._baseline.tasks.get(s.task)
+            if base is None:
+                raise ConfigError(f"the baseline {s.baseline} holds no {s.task} run; pass a baseline of that task")
+            docs = {d for m in base.metrics.values() for d in m.items}
+            return rotation(sorted(docs), s.seed)
+        task = Registry(self.tick_config(1, [0]).tasks_dir).get(s.task)
+        n = task.count_requests(TaskSettings(num_samples=1, max_tokens=1))
+        return rotation(rotation(list(range(n)), s.seed)[: s.baseline_ticks * s.per_tick], s.seed)
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def run(self) -> list[TickRecord]:
+        """Tick until done; returns the history."""
+        s = self.s
+        held = lock(s.out)
+        try:
+            check_settings(s.out, self.s.identity())
+            order = self._order()
+            history = read_history(s.out)
+            self.metrics.start(s.task)
+            if s.metrics_port is not None:
+                self.metrics_port = self.metrics.serve(s.metrics_port, s.metrics_addr)
+                self.echo(f"metrics on http://{s.metrics_addr}:{self.metrics_port}/metrics")
+            hook = Webhook(s.alert_webhook) if s.alert_webhook else None
+            previous = next((r.verdict for r in reversed(history) if r.verdict in ("pass", "fail")), None)
+            tick = history[-1].tick + 1 if history else 1
+            try:
+                while not self._stop.is_set() and (s.ticks is None or tick <= s.ticks):
+                    began = time.monotonic()
+                    rec = self.tick(tick, slice_for(order, tick, s.per_tick), history)
+                    history.append(rec)
+                    append_history(s.out, rec)
+                    self.echo(_line(rec))
+                    if hook is not None and rec.verdict in ("pass", "fail") and rec.verdict != previous:
+                        hook.post(_message(s, rec, previous))
+                    previous = rec.verdict if rec.verdict in ("pass", "fail") else previous
+                    tick += 1
+                    if s.ticks is None or tick <= s.ticks:
+                        self._stop.wait(max(0.0, began + s.every_s - time.monotonic()))
+            finally:
+                if hook is not None:
+                    hook.close()
+            return history
+        finally:
+            if self._worker is not None:
+                self._worker.close()
+            self.metrics.close()
+            held.close()
+
+    def tick(self, tick: int, docs: list[int], history: list[TickRecord]) -> TickRecord:
+        """Run one tick and judge the window it ends."""
+        s = self.s
+        d = tick_dir(s.out, tick)
+        rec = TickRecord(
+            tick=tick, dir=str(d.relative_to(s.out)), started_at=_now(), finished_at="", status="ok", docs=docs
+        )
+        try:
+            if self._worker is None:
+                self._worker = Worker(self.tick_config(tick, docs).tasks_dir)
+            Runner(
+                self.tick_config(tick, docs), argv=["evalkit", "watch", "tick", str(tick)], scoring=self._worker
+            ).run()
+        except WorkerError as e:  # the scoring process died: the next tick starts another
+            if self._worker is not None:
+                self._worker.close()
+            self._worker = None
+            rec.error = str(e)
+        except EvalkitError as e:
+            rec.error = str(e)
+        except Exception as e:  # anything else a tick meets is recorded with it; the watch goes on
+            rec.error = f"{type(e).__name__}: {e}"
+        rec.finished_at = _now()
+        inputs = tick_inputs(d, s.task)
+        if inputs is None or inputs.counts.total == 0:
+            rec.status = "failed"
+            rec.error = rec.error or "the tick stored no answers"
+            self.metrics.tick_done(s.task, True, time.time())
+            return rec
+        self._record_tick(rec, d)
+        self._verdict(rec, [*history, rec])
+        return rec
+
+    def _record_tick(self, rec: TickRecord, d: Path) -> None:
+        s = self.s
+        run = open_run(d)
+        task = as_dict(run.summary_tasks.get(s.task))
+        rec.counts = {k: int(v) for k, v in as_dict(task.get("counts")).items() if isinstance(v, int)}
+        rec.accuracy = {k: as_num(as_dict(m).get("value")) for k, m in as_dict(task.get("metrics")).items()}
+        speed = as_dict(task.get("speed"))
+        rec.speed = {f"{k}_p50": as_num(as_dict(speed.get(k)).get("p50")) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+        rec.speed["output_tokens_per_s"] = as_num(speed.get("output_tokens_per_s"))
+        server, gpu = as_dict(task.get("server")), as_dict(task.get("gpu"))
+        rec.server = {
+            k: server.get(k)
+            for k in ("kv_cache_usage_peak", "num_requests_running_peak", "num_requests_waiting_peak", "preemptions")
+            if k in server
+        }
+        rec.server["gpus"] = gpu.get("gpus") or []
+        totals = {str(g["index"]): g["memory_total_mib"] for g in gpu_info() or [] if g.get("memory_total_mib")}
+        m = self.metrics
+        m.tick_done(s.task, False, time.time())
+        m.requests_seen(s.task, (x for x in run.samples if x.get("task") == s.task), rec.speed["output_tokens_per_s"])
+        m.server_figures(s.task, server, gpu, totals)
+
+    def _baseline_inputs(self, history: list[TickRecord]) -> RunInputs | None:
+        s = self.s
+        if self._baseline is not None:
+            return self._baseline
+        first = [r for r in history if r.tick <= s.baseline_ticks and r.status == "ok"]
+        if history[-1].tick < s.baseline_ticks or not first:
+            return None
+        ticks = [t for r in first if (t := tick_inputs(s.out / r.dir, s.task)) is not None]
+        self._baseline = merge("baseline (first ticks)", s.task, ticks)
+        return self._baseline
+
+    def _verdict(self, rec: TickRecord, history: list[TickRecord]) -> None:
+        s = self.s
+        if s.baseline is None and rec.tick <= s.baseline_ticks:
+            rec.verdict = "baseline"
+            if rec.tick == s.baseline_ticks:
+                self._baseline_inputs(history)
+            return
+        base = self._baseline_inputs(history)
+        floor = s.baseline_ticks if s.baseline is None else 0
+        recent = [r for r in history if r.status == "ok" and r.tick > floor][-s.window :]
+        ticks = [t for r in recent if (t := tick_inputs(s.out / r.dir, s.task)) is not None]
+        if base is None or not ticks:
+            return
+        limit = base.tasks[s.task].identity.limit
+        window = merge(f"ticks {recent[0].tick}-{recent[-1].tick}", s.task, ticks, limit=limit)
+        try:
+            result = judge(base, window, self.policy)
+        except CannotCompare as e:
+            raise ConfigError(f"the baseline cannot be compared with the watch's ticks: {e}") from None
+        self._store_verdict(rec, result, base, window, [r.tick for r in recent])
+
+    def _store_verdict(
+        self, rec: TickRecord, result: GateResult, base: RunInputs, window: RunInputs, ticks: list[int]
+    ) -> None:
+        task = self.s.task
+        acc_rules = [r for r in result.rules if r.kind == "accuracy" and r.p_value is not None]
+        rec.verdict = result.verdict
+        rec.p_value = acc_rules[0].p_value if acc_rules else None
+        rec.failed_rules = [r.name for r in result.failed]
+        rec.rules = [
+            {"name": r.name, "verdict": r.verdict, "observed": r.observed, "p_value": r.p_value, "note": r.note}
+            for r in result.rules
+        ]
+        cand, baseline = window.tasks[task], base.tasks[task]
+        metric = next((m for m in cand.metrics if m in baseline.metrics), None)
+        rec.window = {"ticks": ticks, "requests": cand.counts.total, "counts": cand.counts.__dict__}
+        if metric is not None:
+            docs = set(cand.metrics[metric].items)
+            acc, base_acc = Accuracy.of(cand.metrics[metric], docs), Accuracy.of(baseline.metrics[metric], docs)
+            rec.window.update(
+                metric=metric,
+                items=len(docs),
+                accuracy=acc.__dict__ if acc else None,
+                baseline=base_acc.__dict__ if base_acc else None,
+            )
+            self.metrics.window(task, metric, acc, base_acc, cand.counts.__dict__)
+        self.metrics.verdict_made(
+            task, result.verdict == "pass", rec.p_value, {r.name: r.verdict == "fail" for r in result.rules}
+        )
+
+
+def _line(rec: TickRecord) -> str:
+    if rec.status == "failed":
+        return f"tick {rec.tick}: failed: {rec.error}"
+    acc = rec.window.get("accuracy") or {}
+    shown = f" window accuracy {acc['value']:.3f} [{acc['lo']:.3f}, {acc['hi']:.3f}]" if acc else ""
+    p = f" p={rec.p_value:.3g}" if rec.p_value is not None else ""
+    failed = f" failed: {', '.join(rec.failed_rules)}" if rec.failed_rules else ""
+    return f"tick {rec.tick}: {rec.counts.get('total', 0)} requests, verdict {rec.verdict}{p}{shown}{failed}"
+
+
+def _message(s: WatchSettings, rec: TickRecord, previous: str | None) -> dict[str, Any]:
+    return {
+        "source": "evalkit-watch",
+        "task": s.task,
+        "verdict": rec.verdict,
+        "previous": previous,
+        "tick": rec.tick,
+        "at": rec.finished_at,
+        "p_value": rec.p_value,
+        "failed_rules": rec.failed_rules,
+        "window": rec.window,
+        "watch_dir": str(s.out),
+    }
