@@ -65,6 +65,7 @@ def run(
     tokenizer_mode: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
     reasoning_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
     tool_call_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
+    enable_auto_tool_choice: Annotated[bool | None, typer.Option("--enable-auto-tool-choice", help="Let the model call tools (tool-calls tasks need it; with --tool-call-parser).", rich_help_panel=_OPT)] = None,
     enforce_eager: Annotated[bool | None, typer.Option("--enforce-eager", rich_help_panel=_OPT)] = None,
     batch_invariant: Annotated[bool | None, typer.Option("--batch-invariant", help="VLLM_BATCH_INVARIANT=1: answers independent of batching (for gate runs).", rich_help_panel=_OPT)] = None,
     gpus: Annotated[str | None, typer.Option(help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1.", rich_help_panel=_OPT)] = None,
@@ -88,7 +89,7 @@ def run(
             enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, dtype=dtype,
             tokenizer_mode=tokenizer_mode, reasoning_parser=reasoning_parser, tool_call_parser=tool_call_parser,
-            enforce_eager=enforce_eager, batch_invariant=batch_invariant, gpus=gpus, port=port, launcher=launcher,
+            enable_auto_tool_choice=enable_auto_tool_choice, enforce_eager=enforce_eager, batch_invariant=batch_invariant, gpus=gpus, port=port, launcher=launcher,
             startup_timeout_s=startup_timeout, extra_args=server_arg or None, env=_parse_env(server_env),
         )
         given = {k: v for k, v in server_fields.items() if v is not None}

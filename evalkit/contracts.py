@@ -16,15 +16,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION = 1
 
-Status = Literal["ok", "truncated", "no_answer", "empty", "api_error"]
+Status = Literal[
+    "ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments"
+]
 """ok: scored normally; truncated: finish_reason=length (still scored, flagged);
-no_answer: nothing extractable from the final answer text; empty: the server returned no text;
-api_error: the request failed after retries (never scored)."""
+no_answer: nothing extractable from the final answer text (tool tasks: text but no call where one was expected);
+empty: the server returned no text (and no call); api_error: the request failed after retries (never scored).
+Tool-calling tasks only (scored as wrong where a call was expected, flagged): tool_text: a call written as text that
+the server did not parse (its tool-call parser is off or wrong); tool_calls_empty: finish_reason tool_calls with an
+empty or missing list of calls; bad_arguments: a call's arguments are not a JSON object."""
 STATUSES: tuple[Status, ...] = get_args(Status)
+BASE_STATUSES: tuple[Status, ...] = STATUSES[:5]
+"""The statuses any task can produce: a summary's ``counts`` always lists them, the others only when they occur."""
 
 EndpointKind = Literal["completions", "chat"]
 
@@ -63,6 +70,8 @@ class Request:
     gen: GenParams
     target: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None  # chat only: OpenAI ``tools`` (function definitions)
+    tool_choice: str | None = None  # "auto", "required" or "none" (sent with ``tools``)
 
 
 @dataclass
@@ -84,6 +93,9 @@ class Response:
     e2e_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
     start_s: float | None = None
+    # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
+    # chunk carried a ``tool_calls`` field, [] when the server sent an empty list
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,8 +114,8 @@ class Score:
 class Timing(BaseModel):
     """Per-request speed, defined as in vLLM's ``vllm/benchmarks/serve.py``.
 
-    ttft_ms: request sent -> first chunk that carries generated text (content or reasoning).
-    itl_ms: gaps between successive content-carrying chunks (one entry per chunk after the first).
+    ttft_ms: request sent -> first chunk that carries generated text (content, reasoning or a tool-call fragment).
+    itl_ms: gaps between successive such chunks (one entry per chunk after the first).
     tpot_ms: (e2e - ttft) / (output_tokens - 1); None when output_tokens < 2.
     e2e_ms: request sent -> stream finished.
     """
@@ -146,6 +158,18 @@ class SampleRecord(BaseModel):
     e2e_ms: float | None = None
     itl_ms: list[float] = Field(default_factory=list)
     start_s: float | None = None
+    # tool-calling tasks: the calls as the server sent them (``[{"id", "name", "arguments"}]``; [] an empty list);
+    # left out of the line when None
+    tool_calls: list[dict[str, Any]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_tool_calls(self, handler: SerializerFunctionWrapHandler):
+        """Records of tasks without tools keep the line they always had: no ``tool_calls`` key. (No return
+        annotation: pydantic would take the schema from it.)"""
+        data = handler(self)
+        if data.get("tool_calls") is None:
+            data.pop("tool_calls", None)
+        return data
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from evalkit.contracts import STATUSES, MetricValue, SampleRecord, SchedulerStats, TaskSummary
+from evalkit.contracts import BASE_STATUSES, STATUSES, MetricValue, SampleRecord, SchedulerStats, TaskSummary
 from evalkit.scoring.speed import percentile, speed_summary
 
 LOOP_LAG_BOUND_MS = 20.0  # event-loop lag p99 above this: the client, not the server, may have set the pace
@@ -24,7 +24,9 @@ def task_summary(
     metrics, detail = scored
     counts: dict[str, int] = {"total": len(records)}
     for status in STATUSES:
-        counts[status] = sum(1 for r in records if r.status == status)
+        k = sum(1 for r in records if r.status == status)
+        if k or status in BASE_STATUSES:
+            counts[status] = k
     speed = speed_summary(records, itl=itl)
     speed.concurrency = stats.final_concurrency
     speed.client_cpu_s = round(stats.cpu_s, 3)

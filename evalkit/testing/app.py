@@ -306,7 +306,7 @@ async def _run(
 
 def _fast_key(state: ServerState, raw: bytes, chat: bool, fault: dict[str, Any] | None) -> tuple[Any, ...]:
     b = state.behaviour
-    settings = (b.correct_ratio, b.reasoning, b.reasoning_field, b.tokens_per_chunk, b.max_model_len)
+    settings = (b.correct_ratio, b.reasoning, b.reasoning_field, b.tokens_per_chunk, b.max_model_len, b.tool_variant)
     return (raw, chat, repr(sorted((fault or {}).items())), settings, tuple(b.models), id(b.answer_fn))
 
 

@@ -40,6 +40,8 @@ class Behaviour:
     batch_knee: int | None = None  # beyond this many running requests, chunks slow in proportion: flat throughput
     knee_power: float = 1.0  # ... as (running / knee) ** knee_power: above 1, throughput falls past the knee
     fast: bool = False  # no sleeps, responses cached by request body: for CPU benchmarks of clients
+    auto_tool_choice: bool = True  # False: a request with tools is refused with 400, as vLLM without the flag
+    tool_variant: str = "right"  # how requests with tools are answered (evalkit.testing.tools.VARIANTS, or "mix")
 
     def update(self, **changes: Any) -> None:
         names = {f.name for f in fields(self)}
