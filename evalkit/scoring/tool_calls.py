@@ -6,7 +6,8 @@ Statuses (the server's or the format's problems, each flagged apart and never hi
 - ``tool_calls_empty``: ``finish_reason`` is ``tool_calls`` but the list of calls is empty or missing;
 - ``bad_arguments``: a call's ``arguments`` is not a JSON object;
 - ``tool_text``: no call was parsed but the text looks like one (markup such as ``<tool_call>``, a JSON object
-  with ``name`` and ``arguments``, or ``offered_function(`` ): the server's tool-call parser is off or wrong;
+  with ``name`` and ``arguments``, or an answer that opens with ``offered_function(``): the server's tool-call
+  parser is off or wrong;
 - ``truncated`` (``finish_reason`` length), ``empty`` (no call, no text), ``no_answer`` (text but no call where
   one was expected), else ``ok``.
 
@@ -35,6 +36,7 @@ _MARKUP = (
     "<tool_call>", "</tool_call>", "<function=", "<|python_tag|>", "[TOOL_CALLS]", "<tool_calls>",
     "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜DSML｜", "functools[",
 )  # fmt: skip
+_OPENING = r"\s*(?:```[\w]*\s*)?\[?\s*"  # what may come before a call written as the whole answer
 _JSON_CALL = re.compile(r"\"name\"\s*:\s*\"[^\"]+\"\s*,\s*\"(?:arguments|parameters)\"\s*:", re.S)
 _ERROR_KINDS = (
     ("wrong_func_name", "wrong_function"),
@@ -47,10 +49,12 @@ _ERROR_KINDS = (
 
 
 def looks_like_call(text: str, names: list[str]) -> bool:
-    """Whether ``text`` holds what a tool-call parser should have turned into a call."""
+    """Whether ``text`` holds what a tool-call parser should have turned into a call: tool-call markup or a JSON
+    object with ``name`` and ``arguments`` anywhere, or an answer that opens with ``offered_function(`` (bare,
+    in brackets or in a code fence; prose that shows code calling the function further on is not a call)."""
     if any(m in text for m in _MARKUP) or _JSON_CALL.search(text):
         return True
-    return any(re.search(re.escape(n) + r"\s*\(", text) for n in names)
+    return any(re.match(_OPENING + re.escape(n) + r"\s*\(", text) for n in names)
 
 
 def decode(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]] | None, str | None]:
