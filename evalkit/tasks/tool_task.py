@@ -15,7 +15,7 @@ of messages; one turn), ``function`` (BFCL function documents)), BFCL's possible
 Each question goes to the chat endpoint with the functions as OpenAI ``tools``, converted as BFCL converts them
 for function-calling models (``.`` in names becomes ``_``; BFCL types to JSON Schema types, a ``float`` becomes
 a ``number`` with ``format: float`` and " This is a float type value." appended to its description). Scoring
-and statuses: :mod:`evalkit.scoring.tool_calls`. Metric ``accuracy``: share of answered requests (not
+and statuses: :mod:`evalkit.scoring.tool_calls`. Metric ``accuracy,ast``: share of answered requests (not
 ``api_error``) whose calls BFCL's checker accepts, 95% CI; ``detail`` counts the verdicts and statuses.
 """
 
@@ -40,6 +40,7 @@ from evalkit.tasks.data import read_jsonl
 BUILTIN_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 1024}
 TOOL_CHOICES = ("auto", "required", "none")
 NO_CALL = "(no call)"  # the target of an irrelevance question
+METRIC = f"accuracy,{KEY}"  # lm-eval's "metric,filter" naming: accuracy of the AST checker's verdicts
 _SETTINGS_KEYS = {f.name for f in fields(TaskSettings)}
 # BFCL's GORILLA_TO_OPENAPI (bfcl_eval/constants/type_mappings.py), the types its Python data uses
 OPENAPI_TYPES = {
@@ -135,7 +136,7 @@ class ToolCallTask(Task):
         return dict(self._defaults)
 
     def metric_names(self) -> list[str]:
-        return ["accuracy"]
+        return [METRIC]
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
         if (settings.endpoint_kind or "chat") != "chat":
@@ -186,11 +187,11 @@ class ToolCallTask(Task):
         recs = [r for r in records if r.task == self.name]
         scored = [r for r in recs if r.status != "api_error"]
         right = sum(1 for r in scored if r.correct.get(KEY) is True)
-        metrics = {"accuracy": MetricValue(value=None, n=0)}
+        metrics = {METRIC: MetricValue(value=None, n=0)}
         if scored:
             p = right / len(scored)
             se = (p * (1 - p) / len(scored)) ** 0.5
-            metrics["accuracy"] = MetricValue(
+            metrics[METRIC] = MetricValue(
                 value=p, stderr=se, ci95=wilson_interval(right, len(scored)), n=len(scored)
             )
         statuses = Counter(r.status for r in recs)
