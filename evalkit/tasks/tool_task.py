@@ -191,9 +191,7 @@ class ToolCallTask(Task):
         if scored:
             p = right / len(scored)
             se = (p * (1 - p) / len(scored)) ** 0.5
-            metrics[METRIC] = MetricValue(
-                value=p, stderr=se, ci95=wilson_interval(right, len(scored)), n=len(scored)
-            )
+            metrics[METRIC] = MetricValue(value=p, stderr=se, ci95=wilson_interval(right, len(scored)), n=len(scored))
         statuses = Counter(r.status for r in recs)
         verdicts = Counter((r.extraction or "").split(":", 1)[0] for r in scored)
         detail: dict[str, Any] = {
