@@ -248,3 +248,17 @@ def test_serve_flags_for_tool_calling() -> None:
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
     with pytest.raises(ValueError, match="needs tool_call_parser"):
         ServerConfig(model="m", enable_auto_tool_choice=True)
+
+
+def test_the_gate_fails_a_candidate_whose_parser_drops_calls(tmp_path) -> None:
+    from evalkit.gate.command import run_gate
+
+    with TestServer(Behaviour(tool_variant="right")) as srv:
+        run(srv, tmp_path / "base", ["bfcl-simple"], limit=30)
+        srv.behaviour.tool_variant = "text"  # the same answers, written as text: a server without a parser
+        run(srv, tmp_path / "cand", ["bfcl-simple"], limit=30)
+    policy = tmp_path / "gate.yaml"
+    policy.write_text("rates: {max_tool_text_rate: 0}\n")
+    outcome = run_gate(tmp_path / "base" / "run", tmp_path / "cand" / "run", policy, tmp_path / "gate", env={})
+    rule = next(r for r in outcome.result.rules if r.name == "bfcl-simple: unparsed tool-call rate")
+    assert rule.verdict == "fail" and outcome.exit_code == 1
