@@ -262,3 +262,12 @@ def test_the_gate_fails_a_candidate_whose_parser_drops_calls(tmp_path) -> None:
     outcome = run_gate(tmp_path / "base" / "run", tmp_path / "cand" / "run", policy, tmp_path / "gate", env={})
     rule = next(r for r in outcome.result.rules if r.name == "bfcl-simple: unparsed tool-call rate")
     assert rule.verdict == "fail" and outcome.exit_code == 1
+
+
+def test_max_tokens_is_clamped_to_the_context_left_beside_the_tools(tmp_path) -> None:
+    with TestServer(Behaviour(max_model_len=400)) as srv:  # the tools alone take ~100 tokens of it
+        out = run(srv, tmp_path, ["bfcl-simple"], limit=3, max_tokens=330)
+        sent = [r.body["max_tokens"] for r in srv.requests]
+    assert out["summary"]["tasks"]["bfcl-simple"]["counts"]["api_error"] == 0
+    assert min(sent) < 330
+    assert out["manifest"]["tasks"]["bfcl-simple"]["max_tokens_clamp"]["prompt_length_from"] == "tokenize"

@@ -433,7 +433,9 @@ async def _tokenize(request: web.Request) -> web.Response:
         return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
     if isinstance(body.get("messages"), list):
         msgs = [m for m in body["messages"] if isinstance(m, dict)]
-        text = render_chat(msgs) if body.get("add_generation_prompt", True) else render_chat(msgs)[: -len(GEN)]
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+        text = render_chat(msgs, tools)
+        text = text if body.get("add_generation_prompt", True) else text[: -len(GEN)]
     elif isinstance(body.get("prompt"), str):
         text = body["prompt"]
     else:

@@ -53,7 +53,8 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise ApiError(400, "`messages` must be a non-empty list of message objects")
         prompts = [last_user_text(messages)]
-        prompt_tokens = [TOKEN_RE.findall(render_chat(messages))]
+        tools_given = body.get("tools") if isinstance(body.get("tools"), list) else None
+        prompt_tokens = [TOKEN_RE.findall(render_chat(messages, tools_given))]
     else:
         raw = body.get("prompt")
         if isinstance(raw, str):
