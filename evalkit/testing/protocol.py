@@ -123,8 +123,14 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
                 ans = tool_answer(prompt, body, b.tool_variant)
                 plans.append(
                     plan_tool_choice(
-                        index, ans.text, ans.calls, reasoning=ans.reasoning or reasoning, max_tokens=max_tokens,
-                        finish=ans.finish, tokens_per_chunk=b.tokens_per_chunk, call_id=uuid.uuid4().hex[:8],
+                        index,
+                        ans.text,
+                        ans.calls,
+                        reasoning=ans.reasoning or reasoning,
+                        max_tokens=max_tokens,
+                        finish=ans.finish,
+                        tokens_per_chunk=b.tokens_per_chunk,
+                        call_id=uuid.uuid4().hex[:8],
                     )
                 )
                 continue
