@@ -23,11 +23,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 2  # 2: the optional fields of a run sharded over several endpoints (absent otherwise)
 
-Status = Literal["ok", "truncated", "no_answer", "empty", "api_error"]
+Status = Literal[
+    "ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments"
+]
 """ok: scored normally; truncated: finish_reason=length (still scored, flagged);
-no_answer: nothing extractable from the final answer text; empty: the server returned no text;
-api_error: the request failed after retries (never scored)."""
+no_answer: nothing extractable from the final answer text (tool tasks: text but no call where one was expected);
+empty: the server returned no text (and no call); api_error: the request failed after retries (never scored).
+Tool-calling tasks only (scored as wrong where a call was expected, flagged): tool_text: a call written as text that
+the server did not parse (its tool-call parser is off or wrong); tool_calls_empty: finish_reason tool_calls with an
+empty or missing list of calls; bad_arguments: a call's arguments are not a JSON object."""
 STATUSES: tuple[Status, ...] = get_args(Status)
+BASE_STATUSES: tuple[Status, ...] = STATUSES[:5]
+"""The statuses any task can produce: a summary's ``counts`` always lists them, the others only when they occur."""
 
 EndpointKind = Literal["completions", "chat"]
 
@@ -74,6 +81,8 @@ class Request:
     gen: GenParams
     target: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None  # chat only: OpenAI ``tools`` (function definitions)
+    tool_choice: str | None = None  # "auto", "required" or "none" (sent with ``tools``)
 
 
 @dataclass
@@ -96,6 +105,9 @@ class Response:
     itl_ms: list[float] = field(default_factory=list)
     start_s: float | None = None
     endpoint: str | None = None  # the URL (no credentials) that answered, when the run has several endpoints
+    # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
+    # chunk carried a ``tool_calls`` field, [] when the server sent an empty list
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,8 +126,8 @@ class Score:
 class Timing(BaseModel):
     """Per-request speed, defined as in vLLM's ``vllm/benchmarks/serve.py``.
 
-    ttft_ms: request sent -> first chunk that carries generated text (content or reasoning).
-    itl_ms: gaps between successive content-carrying chunks (one entry per chunk after the first).
+    ttft_ms: request sent -> first chunk that carries generated text (content, reasoning or a tool-call fragment).
+    itl_ms: gaps between successive such chunks (one entry per chunk after the first).
     tpot_ms: (e2e - ttft) / (output_tokens - 1); None when output_tokens < 2.
     e2e_ms: request sent -> stream finished.
     """
@@ -160,6 +172,9 @@ class SampleRecord(BaseModel):
     start_s: float | None = None
     # the endpoint (URL without credentials) that answered; only in a run sharded over several endpoints
     endpoint: str | None = Field(default=None, exclude_if=_is_none)
+    # tool-calling tasks: the calls as the server sent them (``[{"id", "name", "arguments"}]``; [] an empty list);
+    # left out of the line when None, so records of tasks without tools keep the line they always had
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
 
 
 @dataclass

@@ -166,6 +166,7 @@ class Runner:
         self._owns_server = server is None
         self._urls: list[str] = []  # the endpoints' base URLs (several: the run is sharded over them)
         self._given_scoring = scoring
+        self._first_error: dict[str, str] = {}  # task -> the first failure's message (for the run's error line)
 
     # -- setup -------------------------------------------------------------------------------------------
     def _tasks(self) -> list[Task]:
@@ -397,6 +398,8 @@ class Runner:
 
         async def on_done(req: Request, resp: Response) -> None:
             nonlocal done
+            if resp.error is not None:
+                self._first_error.setdefault(task.name, resp.error)
             key = keys.pop(id(req))
             score = None
             if resp.error is None:  # failed requests are recorded as such, never scored
@@ -510,9 +513,10 @@ class Runner:
         for name, t in summary.tasks.items():
             c = t.counts
             if c["total"] and c["api_error"] / c["total"] > self.cfg.max_error_rate:
+                first = self._first_error.get(name)
                 raise RunError(
                     f"{name}: {c['api_error']} of {c['total']} requests failed (error rate above --max-error-rate "
-                    f"{self.cfg.max_error_rate}); results so far are in the run dir; "
-                    "re-run the same command to retry them"
+                    f"{self.cfg.max_error_rate}){f'; first error: {first}' if first else ''}; results so far are in "
+                    "the run dir; re-run the same command to retry them"
                 )
 

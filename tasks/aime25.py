@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from evalkit.contracts import (
-    STATUSES,
+    BASE_STATUSES,
     EndpointKind,
     GenParams,
     MetricValue,
@@ -249,11 +249,11 @@ class Aime25Task(Task):
             "requests": total,
             "scored": len(scored),
             "status_counts": {
-                s: status_counts.get(s, 0) for s in STATUSES
+                s: status_counts.get(s, 0) for s in BASE_STATUSES
             },
             "rates": {
                 s: (status_counts.get(s, 0) / total if total else None)
-                for s in STATUSES[1:]
+                for s in BASE_STATUSES[1:]
             },
             "rates_denominator": total,
             "verify_timeouts": verify_timeouts,

@@ -235,7 +235,7 @@ CONFIG_CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
     ),
     "unknown task, nothing close": (
         lambda tmp, url: (["run", "mmlu", "--endpoint", url], None),
-        ("unknown task 'mmlu'", "known tasks: aime25, gsm8k"),
+        ("unknown task 'mmlu'", "known tasks: aime25, bfcl-irrelevance,"),
     ),
     "endpoint not http": (
         lambda tmp, url: (["run", "gsm8k", "--endpoint", "ftp://example.org/v1"], None),

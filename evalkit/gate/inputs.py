@@ -86,6 +86,9 @@ class StatusCounts:
     no_answer: int = 0
     empty: int = 0
     api_error: int = 0
+    tool_text: int = 0
+    tool_calls_empty: int = 0
+    bad_arguments: int = 0
 
     def rate(self, status: str) -> float | None:
         """Share of all requests with ``status``; None when the task has no requests."""

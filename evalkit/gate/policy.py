@@ -104,6 +104,8 @@ class RatesPolicy(_Strict):
     max_error_rate: float | None = Field(default=0.0, ge=0, le=1)
     max_truncated_rate: float | None = Field(default=None, ge=0, le=1)
     max_empty_rate: float | None = Field(default=None, ge=0, le=1)
+    max_tool_text_rate: float | None = Field(default=None, ge=0, le=1)  # tool calls the server did not parse
+    max_tool_calls_empty_rate: float | None = Field(default=None, ge=0, le=1)  # finish tool_calls, no calls
 
 
 class ExpectedScore(_Strict):

@@ -27,6 +27,8 @@ RATES = {
     "max_error_rate": ("api_error", "error rate"),
     "max_truncated_rate": ("truncated", "truncation rate"),
     "max_empty_rate": ("empty", "empty-answer rate"),
+    "max_tool_text_rate": ("tool_text", "unparsed tool-call rate"),
+    "max_tool_calls_empty_rate": ("tool_calls_empty", "empty tool_calls rate"),
 }
 
 

@@ -31,6 +31,9 @@ def _accuracy_without(samples: list[dict[str, Any]], status: str) -> str:
     return f"{fmt_pct(sum(scored) / len(scored))} of the other {len(scored):,}"
 
 
+ALWAYS_SHOWN = ("tool_text", "tool_calls_empty", "bad_arguments")  # server or parser faults: shown at any share
+
+
 def status_banner(
     name: str, status: str, k: int, total: int | None, settings: dict[str, Any], samples: list[dict[str, Any]]
 ) -> Banner:
@@ -66,6 +69,26 @@ def status_banner(
             "they are and mostly wrong, because the answer comes last"
             + (f"; the primary metric is {rest} responses" if rest else "")
             + ". Raise --max-tokens if the model needs the room."
+        )
+    elif status == "tool_text":
+        text = (
+            f"{name}: {share} answers wrote a tool call as text that the server did not parse (tool_text): the "
+            "server's tool-call parser is likely off or wrong for this model. Start vLLM with "
+            "--enable-auto-tool-choice and a --tool-call-parser that fits the model's chat template. They are "
+            "scored as BFCL scores them (no call)" + (f"; the primary metric is {rest} answers" if rest else "") + "."
+        )
+    elif status == "tool_calls_empty":
+        text = (
+            f"{name}: {share} answers ended with finish_reason tool_calls but an empty or missing list of calls "
+            "(tool_calls_empty): a server or parser fault (reported with DeepSeek's tool parser), not the model's "
+            "choice. They are scored as no call" + (f"; the primary metric is {rest} answers" if rest else "") + "."
+        )
+    elif status == "bad_arguments":
+        text = (
+            f"{name}: {share} tool calls had arguments that are not a JSON object (bad_arguments). They are scored "
+            "as BFCL scores them (undecodable: wrong where a call was expected)"
+            + (f"; the primary metric is {rest} answers" if rest else "")
+            + "."
         )
     else:
         text = f"{name}: {share} requests have status {status}."
@@ -169,9 +192,9 @@ def run_banners(run: Run) -> list[Banner]:
         total = as_int(counts.get("total"))
         samples = [s for s in run.samples if s.get("task") == name]
         settings = as_dict(run.manifest_tasks.get(name, {}).get("settings"))
-        for status in ("api_error", "empty", "no_answer", "truncated"):
+        for status in ("api_error", "empty", "no_answer", "truncated", *ALWAYS_SHOWN):
             k = as_int(counts.get(status)) or 0
-            if k > 0 and (status == "api_error" or not total or k / total >= STATUS_SHARE):
+            if k > 0 and (status in ("api_error", *ALWAYS_SHOWN) or not total or k / total >= STATUS_SHARE):
                 out.append(status_banner(name, status, k, total, settings, samples))
         timed = [s for s in samples if as_num(s.get("start_s")) is not None]
         if timed:

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 import aiohttp
+import orjson
 
 from evalkit.contracts import Request
 from evalkit.requests.endpoint import credentials, server_root
@@ -26,6 +27,8 @@ async def _count_tokens(
     if kind == "chat":
         body["messages"] = list(req.messages) if req.messages else [{"role": "user", "content": req.prompt}]
         body["add_generation_prompt"] = True
+        if req.tools is not None:  # the chat template renders the tools into the prompt
+            body["tools"] = list(req.tools)
     else:
         body["prompt"] = req.prompt
     try:
@@ -40,12 +43,13 @@ async def _count_tokens(
 
 
 def _key(req: Request) -> str:
-    return repr((req.prompt, req.messages))
+    return repr((req.prompt, req.messages, req.tools))
 
 
 def _byte_bound(req: Request) -> int:
     text = "".join(m.get("content", "") for m in req.messages) if req.messages else req.prompt
-    return len(text.encode("utf-8")) + TEMPLATE_MARGIN
+    tools = len(orjson.dumps(req.tools)) if req.tools is not None else 0
+    return len(text.encode("utf-8")) + tools + TEMPLATE_MARGIN
 
 
 async def clamp_max_tokens(

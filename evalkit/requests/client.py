@@ -1,7 +1,8 @@
 """The one HTTP client: sends a request, streams the answer, times it, retries it.
 
 Timing follows vLLM's ``vllm/benchmarks/serve.py``: ``time.perf_counter()`` from just before the request is
-sent; TTFT at the first chunk that carries generated text; ITL between such chunks; TPOT =
+sent; TTFT at the first chunk that carries generated text (content, reasoning, or a piece of a tool call: its
+name or arguments, which is where a tool-calling answer's tokens arrive); ITL between such chunks; TPOT =
 (latency - TTFT) / (output_tokens - 1) with output tokens from the final ``usage`` chunk
 (``stream_options.include_usage``).
 
@@ -38,8 +39,13 @@ from tenacity import (
 
 from evalkit.contracts import Request, Response
 from evalkit.requests.endpoint import credentials, display_url, redirect_error
+from evalkit.requests.tool_stream import ToolCallAssembler
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+TOOLS_REFUSED = (
+    "the server refused a request with `tools`: start vLLM with --enable-auto-tool-choice and a --tool-call-parser "
+    "that fits the model (evalkit --serve takes both)"
+)
 OUT_OF_DESCRIPTORS = (
     "client error: evalkit's process ran out of file descriptors (Too many open files), not a server failure; "
     "raise its limit (ulimit -n) or lower --concurrency"
@@ -243,6 +249,9 @@ class Client:
             body["stop"] = list(g.stop)
         if g.chat_template_kwargs and self.kind == "chat":
             body["chat_template_kwargs"] = g.chat_template_kwargs
+        if req.tools is not None and self.kind == "chat":
+            body["tools"] = list(req.tools)
+            body["tool_choice"] = req.tool_choice or "auto"
         body.update(self.extra_body)
         return body
 
@@ -263,6 +272,7 @@ class Client:
         last = seen = st  # last text-carrying chunk, last data event
         finish: Any = None
         usage: Any = None
+        tools = ToolCallAssembler()
         try:
             async with self._session.post(
                 url, data=body, headers=headers, timeout=timeout, allow_redirects=False
@@ -275,6 +285,8 @@ class Client:
                     msg = _error_message(resp.status, raw)
                     if resp.status in RETRYABLE_STATUS:
                         raise RequestFailed(msg, resp.status, _retry_after(resp.headers))
+                    if resp.status == 400 and req.tools is not None and "tool" in msg.lower():
+                        msg = f"{msg} ({TOOLS_REFUSED})"
                     raise RequestRejected(msg, resp.status)
                 ctype = resp.headers.get("Content-Type", "")
                 if "text/event-stream" not in ctype and "application/json" not in ctype:
@@ -310,10 +322,12 @@ class Client:
                             delta = c.get("delta") or {}
                             piece = delta.get("content")
                             rpiece = delta.get("reasoning_content") or delta.get("reasoning")
+                            called = "tool_calls" in delta and tools.feed(delta["tool_calls"])
                         else:
                             piece = c.get("text")
                             rpiece = None
-                        if piece or rpiece:
+                            called = False
+                        if piece or rpiece or called:
                             self.chunks_received += 1
                             if ttft is None:
                                 ttft = seen - st
@@ -371,6 +385,7 @@ class Client:
             e2e_ms=e2e * 1000.0,
             itl_ms=itl,
             start_s=st - self.t0,
+            tool_calls=tools.calls(),
         )
 
     # -- with retries ------------------------------------------------------------------------------------

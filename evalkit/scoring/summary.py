@@ -6,6 +6,7 @@ from array import array
 from typing import Any
 
 from evalkit.contracts import (
+    BASE_STATUSES,
     STATUSES,
     UNRECORDED,
     EndpointSummary,
@@ -23,7 +24,9 @@ CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the same
 def _counts(records: list[SampleRecord]) -> dict[str, int]:
     counts: dict[str, int] = {"total": len(records)}
     for status in STATUSES:
-        counts[status] = sum(1 for r in records if r.status == status)
+        k = sum(1 for r in records if r.status == status)
+        if k or status in BASE_STATUSES:  # the tool-calling statuses only where they occur
+            counts[status] = k
     return counts
 
 

@@ -93,6 +93,10 @@ class ServerConfig(BaseModel):
     tokenizer_mode: str | None = None
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = Field(
+        default=False,
+        description="let the model choose to call tools (requests with tools need it); needs tool_call_parser",
+    )
     enforce_eager: bool = False
     batch_invariant: bool = Field(
         default=False,
@@ -132,6 +136,10 @@ class ServerConfig(BaseModel):
                 raise ValueError(f"{flag} is given both as a field and in extra_args; give it once")
         if self.command is not None and not self.command:
             raise ValueError("command must not be empty")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError(
+                "enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without it), e.g. hermes"
+            )
         check_layout(self)
         return self
 
@@ -181,7 +189,7 @@ def _flag_values(cfg: ServerConfig) -> list[tuple[str, str | None]]:
         value = getattr(cfg, name)
         if value is not None:
             pairs.append(("--" + name.replace("_", "-"), str(value)))
-    for name in ("enable_expert_parallel", "enforce_eager"):
+    for name in ("enable_expert_parallel", "enable_auto_tool_choice", "enforce_eager"):
         if getattr(cfg, name):
             pairs.append(("--" + name.replace("_", "-"), None))
     return pairs

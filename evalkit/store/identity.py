@@ -12,21 +12,21 @@ from evalkit.contracts import Request, Response, SampleRecord, Score
 
 def request_key(model: str, kind: str, task: str, version: str, data_sha: dict[str, str], req: Request) -> str:
     """Identity of a request: same key = same answer expected, so a completed key is never sent again."""
-    blob = orjson.dumps(
-        [
-            model,
-            kind,
-            task,
-            version,
-            data_sha,
-            req.prompt,
-            req.messages,
-            req.gen.as_dict(),
-            req.doc_id,
-            req.sample_index,
-        ],
-        option=orjson.OPT_SORT_KEYS,
-    )
+    parts: list[Any] = [
+        model,
+        kind,
+        task,
+        version,
+        data_sha,
+        req.prompt,
+        req.messages,
+        req.gen.as_dict(),
+        req.doc_id,
+        req.sample_index,
+    ]
+    if req.tools is not None:  # tool-calling requests only, so that other requests keep their keys
+        parts += [req.tools, req.tool_choice]
+    blob = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -53,6 +53,7 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
         itl_ms=resp.itl_ms,
         start_s=resp.start_s,
         endpoint=resp.endpoint,
+        tool_calls=resp.tool_calls,
     )
     if resp.error is not None or score is None:
         return SampleRecord(**base, status="api_error", error=resp.error)

@@ -1,8 +1,9 @@
 """Task registry: tasks are YAML files (plus an optional Python module) in task folders.
 
 Folders searched, in order: the built-in tasks shipped with evalkit, then each ``--tasks-dir``. A YAML file
-declares ``name``, ``version``, ``kind`` (``lm-eval`` or ``python``) and ``data`` (paths relative to the file);
-``kind: python`` also names ``module`` (a ``.py`` file beside it with ``make_task(spec, root)``).
+declares ``name``, ``version``, ``kind`` (``lm-eval``, ``python`` or ``tool-calls``) and ``data`` (paths relative to
+the file); ``kind: python`` also names ``module`` (a ``.py`` file beside it with ``make_task(spec, root)``);
+``kind: tool-calls`` names BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import yaml
 from evalkit.errors import TaskError
 from evalkit.tasks.base import Task
 
-KINDS = ("lm-eval", "python")
+KINDS = ("lm-eval", "python", "tool-calls")
 
 
 def builtin_tasks_dir() -> Path:
@@ -103,6 +104,10 @@ class Registry:
             from evalkit.tasks.lmeval_task import LmEvalTask
 
             return LmEvalTask(entry.spec, root)
+        if entry.kind == "tool-calls":
+            from evalkit.tasks.tool_task import ToolCallTask
+
+            return ToolCallTask(entry.spec, root)
         return _load_python_task(entry, root)
 
 

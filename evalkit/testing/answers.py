@@ -47,10 +47,12 @@ def split_tokens(text: str) -> list[str]:
 GEN = "<|assistant|>\n"  # the generation prompt that ends a rendered chat
 
 
-def render_chat(messages: list[dict[str, Any]]) -> str:
-    """The test server's "chat template": what ``usage.prompt_tokens`` is counted on for chat requests."""
+def render_chat(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> str:
+    """The test server's "chat template": what ``usage.prompt_tokens`` is counted on for chat requests (the
+    tools, when a request has them, as JSON in front of the messages)."""
+    head = f"<|tools|>\n{json.dumps(tools)}\n" if tools else ""
     parts = [f"<|{m.get('role', 'user')}|>\n{message_text(m)}\n" for m in messages]
-    return "".join(parts) + GEN
+    return head + "".join(parts) + GEN
 
 
 def message_text(message: dict[str, Any]) -> str:

@@ -306,7 +306,7 @@ async def _run(
 
 def _fast_key(state: ServerState, raw: bytes, chat: bool, fault: dict[str, Any] | None) -> tuple[Any, ...]:
     b = state.behaviour
-    settings = (b.correct_ratio, b.reasoning, b.reasoning_field, b.tokens_per_chunk, b.max_model_len)
+    settings = (b.correct_ratio, b.reasoning, b.reasoning_field, b.tokens_per_chunk, b.max_model_len, b.tool_variant)
     return (raw, chat, repr(sorted((fault or {}).items())), settings, tuple(b.models), id(b.answer_fn))
 
 
@@ -433,7 +433,9 @@ async def _tokenize(request: web.Request) -> web.Response:
         return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
     if isinstance(body.get("messages"), list):
         msgs = [m for m in body["messages"] if isinstance(m, dict)]
-        text = render_chat(msgs) if body.get("add_generation_prompt", True) else render_chat(msgs)[: -len(GEN)]
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+        text = render_chat(msgs, tools)
+        text = text if body.get("add_generation_prompt", True) else text[: -len(GEN)]
     elif isinstance(body.get("prompt"), str):
         text = body["prompt"]
     else:

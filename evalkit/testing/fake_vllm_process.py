@@ -65,6 +65,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ):
         p.add_argument(flag)
     p.add_argument("--enable-expert-parallel", action="store_true")
+    p.add_argument("--enable-auto-tool-choice", action="store_true")
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--fake-startup-delay", type=float, default=0.0)
     p.add_argument("--fake-exit-code", type=int)

@@ -5,18 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Literal
+from typing import Any, Literal
 
 from evalkit.testing.answers import endless_tokens, split_tokens
 
 
 @dataclass
 class Step:
-    """One streamed chunk of one choice: ``ntokens`` tokens whose text is ``text``."""
+    """One streamed chunk of one choice: ``ntokens`` tokens whose text is ``text``; a ``tool`` step carries one
+    ``delta.tool_calls`` fragment in ``tool`` (None: an empty ``tool_calls`` list)."""
 
-    kind: Literal["reasoning", "content"]
+    kind: Literal["reasoning", "content", "tool"]
     text: str
     ntokens: int
+    tool: dict[str, Any] | None = None
 
 
 @dataclass
@@ -28,6 +30,7 @@ class ChoicePlan:
     stop_reason: str | None  # the stop string that ended the text, if any
     completion_tokens: int  # reasoning + content tokens generated
     steps: list[Step] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] | None = None  # complete calls (non-streamed responses), OpenAI's shape
 
 
 def _group(kind: Literal["reasoning", "content"], pieces: list[str], k: int) -> list[Step]:
@@ -114,3 +117,53 @@ def plan_choice(
         completion_tokens=len(r_pieces) + len(pieces),
         steps=steps,
     )
+
+
+def plan_tool_choice(
+    index: int,
+    text: str,
+    calls: list[tuple[str, str]],
+    *,
+    reasoning: str | None,
+    max_tokens: int,
+    finish: str | None,
+    tokens_per_chunk: int = 1,
+    call_id: str = "",
+) -> ChoicePlan:
+    """A tool-calling answer as vLLM streams it: reasoning, text, then per call a fragment with its id and name
+    (one token) followed by fragments of its arguments; ``finish_reason`` ``tool_calls`` when there are calls
+    (or ``finish`` says so: then an empty ``tool_calls`` list ends the stream), ``length`` at ``max_tokens``."""
+    k = max(1, int(tokens_per_chunk))
+    plan = plan_choice(index, text, reasoning=reasoning, max_tokens=max_tokens, stops=[], tokens_per_chunk=k)
+    if plan.finish_reason == "length" or not (calls or finish):
+        return plan
+    steps = [st for st in plan.steps if st.text or st.kind == "reasoning"]
+    used = plan.completion_tokens
+    complete: list[dict[str, Any]] = []
+    cut = False
+    for i, (name, args) in enumerate(calls):
+        if used >= max_tokens:
+            cut = True
+            break
+        cid = f"chatcmpl-tool-{call_id}{index}{i}"
+        head = {"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
+        steps.append(Step("tool", name, 1, head))
+        used += 1
+        pieces = split_tokens(args)
+        room = max_tokens - used
+        if len(pieces) > room:
+            pieces, cut = pieces[:room], True
+        for j in range(0, len(pieces), k):
+            part = "".join(pieces[j : j + k])
+            steps.append(Step("tool", part, len(pieces[j : j + k]), {"index": i, "function": {"arguments": part}}))
+        used += len(pieces)
+        complete.append({"id": cid, "type": "function", "function": {"name": name, "arguments": "".join(pieces)}})
+        if cut:
+            break
+    if not calls:
+        steps.append(Step("tool", "", 0, None))
+    plan.steps = steps or [Step("content", "", 0)]
+    plan.finish_reason = "length" if cut else "tool_calls"
+    plan.completion_tokens = used
+    plan.tool_calls = complete
+    return plan

@@ -12,8 +12,9 @@ import orjson
 
 from evalkit.testing import hostile
 from evalkit.testing.answers import TOKEN_RE, default_answer, last_user_text, render_chat
-from evalkit.testing.generation import ChoicePlan, plan_choice
+from evalkit.testing.generation import ChoicePlan, plan_choice, plan_tool_choice
 from evalkit.testing.state import ServerState
+from evalkit.testing.tools import REFUSED, tool_answer
 
 
 class ApiError(Exception):
@@ -52,7 +53,8 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise ApiError(400, "`messages` must be a non-empty list of message objects")
         prompts = [last_user_text(messages)]
-        prompt_tokens = [TOKEN_RE.findall(render_chat(messages))]
+        tools_given = body.get("tools") if isinstance(body.get("tools"), list) else None
+        prompt_tokens = [TOKEN_RE.findall(render_chat(messages, tools_given))]
     else:
         raw = body.get("prompt")
         if isinstance(raw, str):
@@ -105,6 +107,9 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
     opts = body.get("stream_options") or {}
     ctk = body.get("chat_template_kwargs") or {}
     reasoning = b.reasoning if chat and ctk.get("enable_thinking", True) is not False else None
+    tools = chat and bool(body.get("tools")) and body.get("tool_choice", "auto") != "none"
+    if tools and not b.auto_tool_choice:
+        raise ApiError(400, REFUSED)
 
     plans: list[ChoicePlan] = []
     for pi, prompt in enumerate(prompts):
@@ -114,6 +119,21 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
             state.arrivals[prompt] += 1
         for i in range(n):
             index = pi * n + i
+            if tools:
+                ans = tool_answer(prompt, body, b.tool_variant)
+                plans.append(
+                    plan_tool_choice(
+                        index,
+                        ans.text,
+                        ans.calls,
+                        reasoning=ans.reasoning or reasoning,
+                        max_tokens=max_tokens,
+                        finish=ans.finish,
+                        tokens_per_chunk=b.tokens_per_chunk,
+                        call_id=uuid.uuid4().hex[:8],
+                    )
+                )
+                continue
             if b.answer_fn is not None:
                 text = b.answer_fn(prompt, body, index)
             else:
@@ -192,7 +212,9 @@ class Encoder:
         final = j == len(plan.steps) - 1
         choice: dict[str, Any] = {"index": plan.index}
         text: str | None = None if (self.null and st.kind == "content") else st.text
-        if self.job.chat:
+        if self.job.chat and st.kind == "tool":
+            choice["delta"] = {"tool_calls": [st.tool] if st.tool is not None else []}
+        elif self.job.chat:
             key = self.field if st.kind == "reasoning" else "content"
             choice["delta"] = {key: text}
         else:
@@ -218,7 +240,7 @@ class Encoder:
                 msg["annotations"] = None
                 msg["audio"] = None
                 msg["function_call"] = None
-                msg["tool_calls"] = []
+                msg["tool_calls"] = p.tool_calls or []
                 msg[self.field] = p.reasoning
                 c["message"] = msg
             else:

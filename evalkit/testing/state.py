@@ -42,6 +42,8 @@ class Behaviour:
     fast: bool = False  # no sleeps, responses cached by request body: for CPU benchmarks of clients
     switch_after: int | None = None  # after this many generation requests arrived, apply ``switch_to`` (once)
     switch_to: dict[str, Any] | None = None  # Behaviour fields, e.g. {"correct_ratio": 0.4}: a server that drifts
+    auto_tool_choice: bool = True  # False: a request with tools is refused with 400, as vLLM without the flag
+    tool_variant: str = "right"  # how requests with tools are answered (evalkit.testing.tools.VARIANTS, or "mix")
 
     def update(self, **changes: Any) -> None:
         names = {f.name for f in fields(self)}
