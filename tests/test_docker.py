@@ -80,7 +80,7 @@ def test_a_broken_compose_file_fails(tmp_path: Path, broken: tuple[str, str]) ->
 def test_compose_waits_for_a_healthy_vllm_and_writes_reports_to_the_host() -> None:
     services = compose()["services"]
     for server, job, profile in (("vllm", "evalkit", "gpu"), ("vllm-cpu", "evalkit-cpu", "cpu")):
-        assert services[server]["profiles"] == services[job]["profiles"] == [profile]
+        assert services[job]["profiles"] == [profile] and profile in services[server]["profiles"]
         assert "/health" in " ".join(services[server]["healthcheck"]["test"])
         assert services[job]["depends_on"] == {server: {"condition": "service_healthy"}}
         assert f"http://{server}:8000/v1" in services[job]["command"]
@@ -115,3 +115,25 @@ def test_what_the_build_copies_exists_and_reaches_the_context(path: Path) -> Non
             for src in line.split()[1:-1]:
                 assert (ROOT / src).exists(), f"{path.name}: COPY {src}: no such file in the repository"
                 assert src.rstrip("/") in allowed, f"{path.name}: COPY {src}: excluded by .dockerignore"
+
+
+def test_the_monitoring_profile_wires_the_watch_prometheus_and_grafana() -> None:
+    """The monitoring profile starts the gpu vLLM, evalkit watch against it, and Prometheus/Grafana mounting
+    docker/monitoring/; Prometheus scrapes the watch's port and vLLM under their compose service names."""
+    services = compose()["services"]
+    profile = {name for name, svc in services.items() if "monitoring" in svc.get("profiles", [])}
+    assert profile == {"vllm", "evalkit-watch", "prometheus", "grafana"}
+    watch = services["evalkit-watch"]
+    assert watch["command"][0] == "watch" and watch["depends_on"] == {"vllm": {"condition": "service_healthy"}}
+    port = watch["command"][watch["command"].index("--metrics-port") + 1]
+    assert watch["command"][watch["command"].index("--metrics-addr") + 1] == "0.0.0.0"
+    for svc in ("prometheus", "grafana"):
+        for volume in services[svc]["volumes"]:
+            src = volume.split(":")[0]
+            if src.startswith("./"):
+                assert (DOCKER / src).exists(), f"{svc} mounts {src}: no such file"
+    prom = yaml.safe_load((DOCKER / "monitoring" / "prometheus.yml").read_text())
+    targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    assert targets == {f"evalkit-watch:{port}", "vllm:8000"}
+    mounted = {v.split(":")[1] for v in services["prometheus"]["volumes"] if v.startswith("./")}
+    assert set(prom["rule_files"]) <= mounted
