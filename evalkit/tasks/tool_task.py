@@ -99,7 +99,8 @@ class ToolCallTask(Task):
         self.description = str(spec.get("description", ""))
         self.category = str(spec.get("category", ""))
         if self.category not in CATEGORIES:
-            raise TaskError(f"{self.name}: category must be one of {', '.join(CATEGORIES)}, got {self.category!r}")
+            known = ", ".join((*CATEGORIES, "multi_turn"))
+            raise TaskError(f"{self.name}: category must be one of {known}, got {self.category!r}")
         self.tool_choice = str(spec.get("tool_choice", "auto"))
         if self.tool_choice not in TOOL_CHOICES:
             raise TaskError(f"{self.name}: tool_choice must be one of {', '.join(TOOL_CHOICES)}")
