@@ -36,6 +36,12 @@ MODULES = {
     "TravelAPI": "travel_booking",
     "VehicleControlAPI": "vehicle_control",
 }
+# BFCL's MULTI_TURN_FUNC_DOC_FILE_MAPPING (bfcl_eval/constants/executable_backend_config.py)
+FUNC_DOCS = {
+    "GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json", "TicketAPI": "ticket_api.json", "TradingBot": "trading_bot.json",
+    "TravelAPI": "travel_booking.json", "VehicleControlAPI": "vehicle_control.json",
+}  # fmt: skip
 STATELESS = ("MathAPI",)
 REFUSED = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
 

@@ -28,18 +28,12 @@ from typing import Any
 
 from evalkit.contracts import Conversation, GenParams, Request, Response, Score, ToolExecutor
 from evalkit.errors import DataError, TaskError
-from evalkit.scoring.bfcl_exec import MODULES, Backends
+from evalkit.scoring.bfcl_exec import FUNC_DOCS, MODULES, Backends
 from evalkit.scoring.bfcl_multi_turn import KEY, score_conversation
 from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.data import read_jsonl
 from evalkit.tasks.tool_task import _SETTINGS_KEYS, BUILTIN_DEFAULTS, TOOL_CHOICES, ToolCallTask, to_tools
 
-# BFCL's MULTI_TURN_FUNC_DOC_FILE_MAPPING (bfcl_eval/constants/executable_backend_config.py)
-FUNC_DOCS = {
-    "GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
-    "TwitterAPI": "posting_api.json", "TicketAPI": "ticket_api.json", "TradingBot": "trading_bot.json",
-    "TravelAPI": "travel_booking.json", "VehicleControlAPI": "vehicle_control.json",
-}  # fmt: skip
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
 
 

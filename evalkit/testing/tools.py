@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from evalkit.scoring.bfcl_exec import named_arguments, parse_call
 from evalkit.testing.answers import data_dir, message_text, stable_bucket, unknown_text
 
 VARIANTS = (
@@ -102,6 +101,9 @@ def script_step(body: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]],
     truth = next((t for texts, t in entries if texts[: len(seen)] == seen), None)
     if truth is None:
         return None
+    # imported here: scripts/bfcl_agreement.py imports this module where evalkit's dependencies are not installed
+    from evalkit.scoring.bfcl_exec import named_arguments, parse_call
+
     fns = _tool_names(body)
     calls = [named_arguments(parse_call(c), fns) for c in truth[len(seen) - 1]]
     return calls, sum(1 for m in msgs[users[-1] :] if m.get("role") == "assistant")
