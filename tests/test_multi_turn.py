@@ -184,3 +184,19 @@ def test_keep_reasoning_is_recorded_and_a_failed_request_fails_the_sample(tmp_pa
     assert failed["status"] == "api_error"
     assert failed["error"].startswith("turn 1, request 2: HTTP 400: context too long")
     assert len(failed["turns"][0]) == 2  # the requests so far are kept
+
+
+def test_the_command_keeps_reasoning_when_asked(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    with TestServer(Behaviour(tool_variant="reasoning", max_model_len=WIDE)) as srv:
+        p = subprocess.run(
+            [sys.executable, "-m", "evalkit.cli", "run", TASK, "--endpoint", srv.url, "--limit", "1",
+             "--keep-reasoning", "--output-dir", str(tmp_path / "run"), "--no-report"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        last = srv.requests[-1].body
+    assert p.returncode == 0, p.stderr
+    assert open_run(tmp_path / "run").manifest["tasks"][TASK]["settings"]["drop_reasoning"] is False
+    assert all(has for _, has in assistant_reasoning(last))
