@@ -128,10 +128,10 @@ class Response:
     # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
     # chunk carried a ``tool_calls`` field, [] when the server sent an empty list
     tool_calls: list[dict[str, Any]] | None = None
-    # a conversation (Request.conversation): per user turn, its requests (steps), each
-    # ``{"text", "reasoning", "finish_reason", "tool_calls", "results", "prompt_tokens", "output_tokens", "ttft_ms",
-    # "e2e_ms"}``; None for single requests
-    turns: list[list[dict[str, Any]]] | None = None
+    # a conversation (Request.conversation): per user turn ``{"user": [its messages], "requests": [...]}``, each
+    # request (step) ``{"text", "reasoning", "finish_reason", "tool_calls", "results", "prompt_tokens",
+    # "output_tokens", "ttft_ms", "e2e_ms"}`` (``results``: the tool results sent back); None for single requests
+    turns: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,9 +199,9 @@ class SampleRecord(BaseModel):
     # tool-calling tasks: the calls as the server sent them (``[{"id", "name", "arguments"}]``; [] an empty list);
     # left out of the line when None, so records of tasks without tools keep the line they always had
     tool_calls: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
-    # multi-turn tool-calling tasks: per user turn, its requests and the tool results sent back (Response.turns);
-    # left out of the line when None
-    turns: list[list[dict[str, Any]]] | None = Field(default=None, exclude_if=_is_none)
+    # multi-turn tool-calling tasks: per user turn its messages, requests and the tool results sent back
+    # (``{"user", "requests"}``, Response.turns); left out of the line when None
+    turns: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
 
 
 @dataclass

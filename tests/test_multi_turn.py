@@ -115,6 +115,8 @@ def test_tool_results_go_back_and_earlier_turns_reasoning_is_dropped_or_kept(tas
         bodies = [r.body for r in srv.requests]
     assert resp.error is None
     assert len(resp.turns or []) == 4 and len(bodies) == 8  # each turn: the calls, then "Done." after the results
+    users = [t[-1]["content"] for t in (req.messages, *req.conversation.turns)]
+    assert [t["user"][-1]["content"] for t in resp.turns or []] == users  # the record holds every user turn
     second = bodies[1]["messages"]  # turn 1, request 2: the calls and their results went back
     assert [m["role"] for m in second] == ["user", "assistant", "tool", "tool", "tool"]
     assert [c["function"]["name"] for c in second[1]["tool_calls"]] == ["cd", "mkdir", "mv"]
@@ -133,7 +135,7 @@ def test_a_conversation_is_one_sample_with_summed_tokens_and_its_first_ttft(task
     req = task.build_requests(TaskSettings(limit=1))[0]
     with TestServer(Behaviour(max_model_len=WIDE, tokens_per_chunk=1)) as srv:
         resp = converse_once(srv, req)
-    steps = [s for turn in resp.turns or [] for s in turn]
+    steps = [s for turn in resp.turns or [] for s in turn["requests"]]
     assert resp.output_tokens == sum(s["output_tokens"] for s in steps)
     assert resp.prompt_tokens == sum(s["prompt_tokens"] for s in steps)
     assert resp.ttft_ms == steps[0]["ttft_ms"]
@@ -143,6 +145,17 @@ def test_a_conversation_is_one_sample_with_summed_tokens_and_its_first_ttft(task
 
 
 # -------------------------------------------------------------------------------------------- whole runs
+
+
+def report_messages(run_dir) -> list[list[str]]:
+    """Per sample row of the report, the labels of its message blocks."""
+    import base64
+    import gzip
+
+    from evalkit.report.sample_data import sample_section
+
+    data = json.loads(gzip.decompress(base64.b64decode(sample_section(open_run(run_dir)).data)))
+    return [[m[0] for m in row.get("m", [])] for row in data["rows"]]
 
 
 def run(srv: TestServer, tmp_path, **extra):
@@ -164,12 +177,18 @@ def test_runs_pass_fail_on_state_and_stop_at_the_step_cap(tmp_path) -> None:
     assert right["manifest"]["tasks"][TASK]["settings"]["drop_reasoning"] is True
     sample = open_run(tmp_path / "right" / "run").samples[0]
     assert sample["extraction"] == "match" and len(sample["turns"]) == 4
-    assert sample["turns"][0][0]["results"][0] == '{"current_working_directory": "document"}'
+    assert sample["turns"][0]["requests"][0]["results"][0] == '{"current_working_directory": "document"}'
+    shown = report_messages(tmp_path / "right" / "run")[0]  # the report shows the whole conversation
+    assert (
+        "turn 1 · tool" in shown
+        and "turn 2 · user" in shown
+        and shown.index("turn 2 · user") > shown.index("turn 1 · tool")
+    )
     bad = open_run(tmp_path / "wrong" / "run").samples[0]  # cd into "document (changed)" fails: mkdir lands at root
     assert bad["correct"]["multi_turn"] is False and bad["extraction"].startswith("state_mismatch: turn 1")
     cap = open_run(tmp_path / "endless" / "run").samples[0]
     assert cap["extraction"].startswith("force_terminated") and len(cap["turns"]) == 1
-    assert len(cap["turns"][0]) == 21  # BFCL's loop: stops once more than 20 requests called tools
+    assert len(cap["turns"][0]["requests"]) == 21  # BFCL's loop: stops once more than 20 requests called tools
     assert "more than 20 requests called tools" in cap["error"]
 
 
@@ -183,7 +202,7 @@ def test_keep_reasoning_is_recorded_and_a_failed_request_fails_the_sample(tmp_pa
     failed = open_run(tmp_path / "run").samples[0]
     assert failed["status"] == "api_error"
     assert failed["error"].startswith("turn 1, request 2: HTTP 400: context too long")
-    assert len(failed["turns"][0]) == 2  # the requests so far are kept
+    assert len(failed["turns"][0]["requests"]) == 2  # the requests so far are kept
 
 
 def test_the_command_keeps_reasoning_when_asked(tmp_path) -> None:

@@ -10,13 +10,13 @@ has fewer turns than its ground truth). With ``drop_reasoning`` (the default) th
 messages of earlier turns is removed from the history when a new user turn starts, as DeepSeek-V3.2's inference
 guide asks (within a turn, the reasoning of its earlier requests is sent back).
 
-One conversation is one sample: its Response sums the requests' token counts and ``attempts`` and keeps each
-request in ``turns``. Timings: ``ttft_ms`` is the first request's TTFT (when the user first sees tokens);
-``e2e_ms`` runs from the first request sent to the last answer, tool execution and the gaps between requests
-included; ``tpot_ms`` is the requests' decode time (each one's ``e2e - ttft``) over their output tokens after
-the first of each; ``itl_ms`` holds the gaps within each request (never between two requests). A request that
-fails (after the client's retries) fails the sample, with the turn and request named and the requests so far in
-``turns``.
+One conversation is one sample: its Response sums the requests' token counts and ``attempts`` and keeps, per user
+turn, its messages and each request in ``turns`` (``[{"user": [...], "requests": [...]}]``). Timings:
+``ttft_ms`` is the first request's TTFT (when the user first sees tokens); ``e2e_ms`` runs from the first request
+sent to the last answer, tool execution and the gaps between requests included; ``tpot_ms`` is the requests'
+decode time (each one's ``e2e - ttft``) over their output tokens after the first of each; ``itl_ms`` holds the
+gaps within each request (never between two requests). A request that fails (after the client's retries) fails
+the sample, with the turn and request named and the requests so far in ``turns``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _sum(values: list[int | None]) -> int | None:
     return sum(known) if known else None
 
 
-def merge(steps: list[Response], turns: list[list[dict[str, Any]]], error: str | None, note: str | None) -> Response:
+def merge(steps: list[Response], turns: list[dict[str, Any]], error: str | None, note: str | None) -> Response:
     """One Response for the conversation's requests (see the module docstring for the timings)."""
     first, last = steps[0], steps[-1]
     decode_ms = tokens = 0.0
@@ -112,7 +112,7 @@ async def converse(send: Send, req: Request, execute: ToolExecutor) -> Response:
     assert conv is not None, "converse needs a Request with a conversation"
     history: list[dict[str, Any]] = []
     steps: list[Response] = []
-    turns: list[list[dict[str, Any]]] = []
+    turns: list[dict[str, Any]] = []
     user_turns = (req.messages or (), *conv.turns)
     for t, user in enumerate(user_turns):
         if conv.drop_reasoning:
@@ -120,7 +120,7 @@ async def converse(send: Send, req: Request, execute: ToolExecutor) -> Response:
                 m.pop("reasoning_content", None)
         history.extend(dict(m) for m in user)
         turn: list[dict[str, Any]] = []
-        turns.append(turn)
+        turns.append({"user": [dict(m) for m in user], "requests": turn})
         called = 0
         while True:
             resp = await send(replace(req, messages=tuple(history)))

@@ -95,14 +95,14 @@ def check_conversation(
     return {"valid": True}
 
 
-def model_turns(turns: list[list[dict[str, Any]]]) -> tuple[list[list[list[tuple[str, dict[str, Any]]]]], str | None]:
+def model_turns(turns: list[dict[str, Any]]) -> tuple[list[list[list[tuple[str, dict[str, Any]]]]], str | None]:
     """Per turn, per step, the decoded calls of a conversation's trace (``Response.turns``), leaving out steps
     without calls or whose calls do not decode; and why the first undecodable step was left out (None: none was)."""
     out: list[list[list[tuple[str, dict[str, Any]]]]] = []
     bad_first: str | None = None
-    for steps in turns:
+    for turn in turns:
         kept = []
-        for step in steps:
+        for step in turn["requests"]:
             decoded, bad = decode(step.get("tool_calls") or [])
             if bad is not None:
                 bad_first = bad_first or bad
@@ -113,12 +113,12 @@ def model_turns(turns: list[list[dict[str, Any]]]) -> tuple[list[list[list[tuple
     return out, bad_first
 
 
-def _status(turns: list[list[dict[str, Any]]], names: list[str], bad: str | None) -> Status:
+def _status(turns: list[dict[str, Any]], names: list[str]) -> Status:
     """A problem of any request (in the order of :data:`_FLAGGED`), else ``ok`` when any call was made, else
     ``no_answer`` (text only) or ``empty``."""
     found = set()
-    for steps in turns:
-        for step in steps:
+    for turn in turns:
+        for step in turn["requests"]:
             answer, _ = split_reasoning(step.get("text"), step.get("reasoning"))
             _, step_bad = decode(step.get("tool_calls") or [])
             found.add(status_of(answer, step.get("tool_calls"), step.get("finish_reason"), step_bad, names, KEY))
@@ -131,7 +131,7 @@ def _status(turns: list[list[dict[str, Any]]], names: list[str], bad: str | None
 
 
 def score_conversation(
-    entry: dict[str, Any], ground_truth: list[list[str]], turns: list[list[dict[str, Any]]], names: list[str]
+    entry: dict[str, Any], ground_truth: list[list[str]], turns: list[dict[str, Any]], names: list[str]
 ) -> Score:
     """The score of one conversation (``Response.turns``) of BFCL multi-turn ``entry``; ``names`` the offered
     function names (to flag calls written as text)."""
@@ -139,10 +139,12 @@ def score_conversation(
     verdict = check_conversation(entry, ground_truth, decoded)
     shown = " | ".join(render_calls([{n: a} for step in steps for n, a in step]) for steps in decoded[: len(turns)])
     how = "match" if verdict["valid"] else f"{verdict['error_type']}: {verdict['error_message']}"
-    last = turns[-1][-1] if turns and turns[-1] else {}
+    if bad is not None and not verdict["valid"]:
+        how += f" (a request's calls were left out: {bad})"
+    last = turns[-1]["requests"][-1] if turns and turns[-1]["requests"] else {}
     answer, _ = split_reasoning(last.get("text"), last.get("reasoning"))
     return Score(
-        status=_status(turns, names, bad),
+        status=_status(turns, names),
         extracted={KEY: shown or None},
         correct={KEY: bool(verdict["valid"])},
         extraction=how,
