@@ -219,3 +219,19 @@ def test_the_command_keeps_reasoning_when_asked(tmp_path) -> None:
     assert p.returncode == 0, p.stderr
     assert open_run(tmp_path / "run").manifest["tasks"][TASK]["settings"]["drop_reasoning"] is False
     assert all(has for _, has in assistant_reasoning(last))
+
+
+def test_calls_whose_arguments_are_not_json_end_the_turn_unexecuted(task) -> None:
+    req = task.build_requests(TaskSettings(limit=1))[0]
+    executed: list = []
+    answers = [
+        Response(text="", tool_calls=[{"id": "a", "name": "ls", "arguments": ""}], finish_reason="tool_calls"),
+        Response(text="", tool_calls=[{"id": "b", "name": "ls", "arguments": "[1]"}], finish_reason="tool_calls"),
+    ]
+
+    async def send(r):
+        return answers[len(executed) % 2] if not executed.append(r) else None
+
+    resp = asyncio.run(converse(send, req, lambda calls: pytest.fail(f"executed {calls}")))
+    assert [len(t["requests"]) for t in resp.turns or []] == [1, 1, 1, 1]  # one request per turn, nothing run
+    assert all(t["requests"][0]["results"] is None for t in resp.turns or [])

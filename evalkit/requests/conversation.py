@@ -40,11 +40,13 @@ def _step(resp: Response, results: list[str] | None) -> dict[str, Any]:
 
 
 def _decoded(calls: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]] | None:
-    """The calls as ``(name, arguments)``; None when an ``arguments`` is not a JSON object (the turn ends)."""
+    """The calls as ``(name, arguments)``; None when an ``arguments`` is not a JSON object, ``""`` included (the
+    turn ends: BFCL's decoding fails on it, and the scorer leaves that request out)."""
     out = []
     for c in calls:
+        raw = c.get("arguments")
         try:
-            args = json.loads(c.get("arguments") or "{}")
+            args = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError:
             return None
         if not isinstance(args, dict):
