@@ -54,6 +54,7 @@ class RunConfig(BaseSettings):
     max_length: int | None = Field(default=None, ge=2)
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    drop_reasoning: bool | None = None  # multi-turn tool tasks: earlier turns' reasoning left out (task default: yes)
     output_dir: Path | None = None
     tasks_dir: list[Path] = Field(default_factory=list)
     fresh: bool = False

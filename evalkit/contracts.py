@@ -16,8 +16,9 @@ Everything downstream (report, gate, compare) reads only the run directory, thro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +71,24 @@ class GenParams:
 
 
 @dataclass(frozen=True)
+class Conversation:
+    """A multi-turn tool-calling sample: the user turns after the first (``Request.messages``), whether the
+    reasoning of earlier turns is left out of the history sent back, and how many tool-calling requests one turn
+    may make before the conversation is stopped (BFCL's ``MAXIMUM_STEP_LIMIT``: the turn stops once more than
+    ``max_steps`` requests called tools)."""
+
+    turns: tuple[tuple[dict[str, str], ...], ...]
+    drop_reasoning: bool = True
+    max_steps: int = 20
+
+
+class ToolExecutor(Protocol):
+    """Runs one step's tool calls (``(name, arguments)``) against a sample's backends; one result text each."""
+
+    def __call__(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[str]: ...
+
+
+@dataclass(frozen=True)
 class Request:
     """One request a task wants answered. ``prompt`` is the completions prompt, or for chat the text of the
     last user message; ``messages`` is set for chat requests."""
@@ -83,6 +102,7 @@ class Request:
     messages: tuple[dict[str, str], ...] | None = None
     tools: tuple[dict[str, Any], ...] | None = None  # chat only: OpenAI ``tools`` (function definitions)
     tool_choice: str | None = None  # "auto", "required" or "none" (sent with ``tools``)
+    conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.requests.conversation)
 
 
 @dataclass
@@ -108,6 +128,10 @@ class Response:
     # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
     # chunk carried a ``tool_calls`` field, [] when the server sent an empty list
     tool_calls: list[dict[str, Any]] | None = None
+    # a conversation (Request.conversation): per user turn ``{"user": [its messages], "requests": [...]}``, each
+    # request (step) ``{"text", "reasoning", "finish_reason", "tool_calls", "results", "prompt_tokens",
+    # "output_tokens", "ttft_ms", "e2e_ms"}`` (``results``: the tool results sent back); None for single requests
+    turns: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +199,9 @@ class SampleRecord(BaseModel):
     # tool-calling tasks: the calls as the server sent them (``[{"id", "name", "arguments"}]``; [] an empty list);
     # left out of the line when None, so records of tasks without tools keep the line they always had
     tool_calls: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
+    # multi-turn tool-calling tasks: per user turn its messages, requests and the tool results sent back
+    # (``{"user", "requests"}``, Response.turns); left out of the line when None
+    turns: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
 
 
 @dataclass

@@ -41,6 +41,7 @@ from evalkit.errors import ConfigError, EndpointError, RunError, ServerError
 from evalkit.redact import redact_argv
 from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
 from evalkit.requests.client import Client, ClientOptions
+from evalkit.requests.conversation import converse
 from evalkit.requests.endpoint import (
     ServedModel,
     credentials,
@@ -96,6 +97,7 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         chat_template_kwargs=cfg.chat_template_kwargs,
         endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
         docs=None if cfg.docs is None else tuple(cfg.docs),
+        drop_reasoning=pick("drop_reasoning") if "drop_reasoning" in d else None,
     )
 
 
@@ -128,8 +130,11 @@ class TaskRun:
 
 
 def _settings_record(settings: TaskSettings) -> dict[str, Any]:
-    """The task settings as the manifest records them (``docs`` only when a selection was made)."""
+    """The task settings as the manifest records them (``docs`` only when a selection was made,
+    ``drop_reasoning`` only for tasks with conversations)."""
     out = dict(settings.__dict__)
+    if out.get("drop_reasoning") is None:
+        out.pop("drop_reasoning", None)
     if out.get("docs") is None:
         out.pop("docs", None)
     else:
@@ -458,7 +463,7 @@ class Runner:
             gauges = [stack.enter_context(MetricsSampler(r, interval_s=1.0, model_name=model)) for r in roots]
             gpu = stack.enter_context(GpuSampler(1.0))
             stats = asyncio.run(self._send(
-                todo(), max(0, total - done), self._urls, api_key, model, p.kind, options, extra, on_done
+                todo(), max(0, total - done), self._urls, api_key, model, p.kind, options, extra, on_done, task
             ))
         self._lap(f"{task.name}.requests")
         after = [scrape(root, headers=auth) for root, auth in zip(roots, auths, strict=True)]
@@ -484,16 +489,25 @@ class Runner:
     async def _send(
         self, todo: AsyncIterator[Request], total: int, urls: list[str], api_key: str | None, model: str,
         kind: str, options: ClientOptions, extra: dict[str, Any],
-        on_done: Callable[[Request, Response], Awaitable[None]],
+        on_done: Callable[[Request, Response], Awaitable[None]], task: Task,
     ) -> SchedulerStats:
         """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
-        all of them together, and the client gives each to the least loaded endpoint."""
+        all of them together, and the client gives each to the least loaded endpoint. A request with a
+        conversation is one sample of several requests (requests/conversation.py), tools run by the task's
+        backends."""
         async with Client(urls, model, kind=kind, api_key=api_key, options=options, extra_body=extra,
                           headers=self.cfg.headers) as client:
+
+            async def send(req: Request) -> Response:
+                executor = task.tool_executor(req) if req.conversation is not None else None
+                if executor is None:
+                    return await client.generate(req)
+                return await converse(client.generate, req, executor)
+
             return await execute(
                 todo, client, on_done, total=total,
                 concurrency=self._in_flight.concurrency, max_concurrency=self._in_flight.max_concurrency,
-                auto_start=self.cfg.auto_start, metrics_url=[server_root(u) + "/metrics" for u in urls],
+                auto_start=self.cfg.auto_start, metrics_url=[server_root(u) + "/metrics" for u in urls], send=send,
             )
 
     def _render_report(self, store: RunStore) -> None:

@@ -101,6 +101,7 @@ def test_wheel_holds_tasks_data_and_templates(wheel):
     assert wanted - names == set()
     for f in ("gsm8k.yaml", "aime25.yaml", "aime25.py", "data/gsm8k/test.jsonl", "data/aime25/aime25.jsonl"):
         assert f"evalkit/_builtin_tasks/{f}" in names, f
+    assert "evalkit/scoring/bfcl_backends/math_api.py" in names  # BFCL's vendored backends (bfcl-multi-turn-base)
 
 
 def test_evalkit_comes_from_the_wheel(venv, outside):

@@ -108,6 +108,21 @@ class SampleSection:
     fewshot_left_out: list[str]  # tasks whose few-shot examples are not in the report
 
 
+def _conversation(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """A multi-turn sample's later user messages, each request's answer (text and calls) and the tool results
+    sent back, in order, as (label, text)."""
+    out: list[tuple[str, str]] = []
+    for n, turn in enumerate((as_dict(t) for t in as_list(s.get("turns"))), 1):
+        if n > 1:
+            out += [(f"turn {n} · user", as_str(as_dict(m).get("content")) or "") for m in as_list(turn.get("user"))]
+        for step in (as_dict(x) for x in as_list(turn.get("requests"))):
+            calls = [as_dict(c) for c in as_list(step.get("tool_calls"))]
+            said = [as_str(step.get("text")) or "", *(f"{c.get('name')}({c.get('arguments')})" for c in calls)]
+            out.append((f"turn {n} · assistant", "\n".join(x for x in said if x)))
+            out += [(f"turn {n} · tool", as_str(r) or "") for r in as_list(step.get("results"))]
+    return out
+
+
 def _row(s: dict[str, Any], ti: int, table: TextTable, fewshot: list[int], long_texts: list[str]) -> dict[str, Any]:
     metric, flag = primary_correct(s)
     extracted, correct = as_dict(s.get("extracted")), as_dict(s.get("correct"))
@@ -151,6 +166,9 @@ def _row(s: dict[str, Any], ti: int, table: TextTable, fewshot: list[int], long_
     turns = [m for m in msgs if as_str(m.get("content")) not in (None, prompt)]
     if turns:
         row["m"] = [[as_str(m.get("role")) or "?", table.add(as_str(m.get("content")) or "")] for m in turns]
+    conversation = _conversation(s)
+    if conversation:
+        row["m"] = [*row.get("m", []), *([label, table.add(text)] for label, text in conversation)]
     if target is not None and target.strip() != gold:
         row["tg"] = table.add(target)
     for key, field in (("r", "response"), ("rs", "reasoning")):

@@ -96,6 +96,7 @@ async def execute(
     metrics_url: str | list[str] | None = None,
     auto_start: int = 128,
     backlog: int = 1024,
+    send: Callable[[Request], Awaitable[Response]] | None = None,
 ) -> SchedulerStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order).
@@ -111,8 +112,12 @@ async def execute(
     server sees; at most ``backlog`` answers wait for ``on_done`` before sending pauses (memory stays bounded).
     When the run stops early (it was interrupted, or an ``on_done`` raised: then nothing more is sent and that
     error is raised), requests in flight are cancelled but answers already in finish their ``on_done``: nothing
-    already computed is dropped."""
+    already computed is dropped.
+
+    ``send`` answers one request (default: ``client.generate``; a multi-turn conversation makes several requests
+    through the client for one sample, which holds one slot)."""
     stats = SchedulerStats()
+    answer = send or client.generate
     auto = (
         AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
     )
@@ -140,7 +145,7 @@ async def execute(
     async def one(req: Request) -> None:
         try:
             try:
-                resp = await client.generate(req)
+                resp = await answer(req)
             finally:
                 await limiter.release()
             current = asyncio.current_task()

@@ -26,6 +26,9 @@ def request_key(model: str, kind: str, task: str, version: str, data_sha: dict[s
     ]
     if req.tools is not None:  # tool-calling requests only, so that other requests keep their keys
         parts += [req.tools, req.tool_choice]
+    if req.conversation is not None:  # multi-turn requests only
+        c = req.conversation
+        parts += [c.turns, c.drop_reasoning, c.max_steps]
     blob = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()
 
@@ -54,6 +57,7 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
         start_s=resp.start_s,
         endpoint=resp.endpoint,
         tool_calls=resp.tool_calls,
+        turns=resp.turns,
     )
     if resp.error is not None or score is None:
         return SampleRecord(**base, status="api_error", error=resp.error)

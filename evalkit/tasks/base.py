@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score
+from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score, ToolExecutor
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class TaskSettings:
     chat_template_kwargs: dict[str, Any] | None = None
     endpoint_kind: EndpointKind | None = None
     docs: tuple[int, ...] | None = None  # only these document ids (``limit`` then caps how many of them)
+    # multi-turn tool-calling tasks: leave earlier turns' reasoning out of the history sent back (None: other tasks)
+    drop_reasoning: bool | None = None
 
     def wants(self, doc_id: int) -> bool:
         """Whether document ``doc_id`` is in the run's selection (every document when ``docs`` is None)."""
@@ -96,6 +98,11 @@ class Task(ABC):
         """``build_requests``, one request at a time to ``emit`` as each is built, in the same order."""
         for req in self.build_requests(settings):
             emit(req)
+
+    def tool_executor(self, request: Request) -> ToolExecutor | None:
+        """For a request with a conversation (multi-turn tool calling): fresh backends that run its tool calls;
+        None (the default) for a request answered by one exchange."""
+        return None
 
     def prepare(self) -> None:  # noqa: B027 - an optional hook: most tasks need nothing loaded
         """Load what ``score`` needs (evalkit runs this in the scoring process as the run starts, beside setup

@@ -3,7 +3,8 @@
 Folders searched, in order: the built-in tasks shipped with evalkit, then each ``--tasks-dir``. A YAML file
 declares ``name``, ``version``, ``kind`` (``lm-eval``, ``python`` or ``tool-calls``) and ``data`` (paths relative to
 the file); ``kind: python`` also names ``module`` (a ``.py`` file beside it with ``make_task(spec, root)``);
-``kind: tool-calls`` names BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``).
+``kind: tool-calls`` names BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``;
+``category: multi_turn``: ``evalkit/tasks/multi_turn_task.py``).
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ class Registry:
             from evalkit.tasks.lmeval_task import LmEvalTask
 
             return LmEvalTask(entry.spec, root)
+        if entry.kind == "tool-calls" and entry.spec.get("category") == "multi_turn":
+            from evalkit.tasks.multi_turn_task import MultiTurnToolTask
+
+            return MultiTurnToolTask(entry.spec, root)
         if entry.kind == "tool-calls":
             from evalkit.tasks.tool_task import ToolCallTask
 

@@ -90,6 +90,8 @@ class ToolCallTask(Task):
     """One BFCL category as an evalkit task (see the module docstring)."""
 
     endpoint_kind = "chat"
+    key = KEY  # of the samples' ``correct`` that the metric counts
+    metric = METRIC
 
     def __init__(self, spec: dict[str, Any], root: Path) -> None:
         self.name = str(spec["name"])
@@ -97,7 +99,8 @@ class ToolCallTask(Task):
         self.description = str(spec.get("description", ""))
         self.category = str(spec.get("category", ""))
         if self.category not in CATEGORIES:
-            raise TaskError(f"{self.name}: category must be one of {', '.join(CATEGORIES)}, got {self.category!r}")
+            known = ", ".join((*CATEGORIES, "multi_turn"))
+            raise TaskError(f"{self.name}: category must be one of {known}, got {self.category!r}")
         self.tool_choice = str(spec.get("tool_choice", "auto"))
         if self.tool_choice not in TOOL_CHOICES:
             raise TaskError(f"{self.name}: tool_choice must be one of {', '.join(TOOL_CHOICES)}")
@@ -136,7 +139,7 @@ class ToolCallTask(Task):
         return dict(self._defaults)
 
     def metric_names(self) -> list[str]:
-        return [METRIC]
+        return [self.metric]
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
         if (settings.endpoint_kind or "chat") != "chat":
@@ -186,12 +189,13 @@ class ToolCallTask(Task):
     def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         recs = [r for r in records if r.task == self.name]
         scored = [r for r in recs if r.status != "api_error"]
-        right = sum(1 for r in scored if r.correct.get(KEY) is True)
-        metrics = {METRIC: MetricValue(value=None, n=0)}
+        right = sum(1 for r in scored if r.correct.get(self.key) is True)
+        metrics = {self.metric: MetricValue(value=None, n=0)}
         if scored:
             p = right / len(scored)
             se = (p * (1 - p) / len(scored)) ** 0.5
-            metrics[METRIC] = MetricValue(value=p, stderr=se, ci95=wilson_interval(right, len(scored)), n=len(scored))
+            ci = wilson_interval(right, len(scored))
+            metrics[self.metric] = MetricValue(value=p, stderr=se, ci95=ci, n=len(scored))
         statuses = Counter(r.status for r in recs)
         verdicts = Counter((r.extraction or "").split(":", 1)[0] for r in scored)
         detail: dict[str, Any] = {

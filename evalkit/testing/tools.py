@@ -13,6 +13,12 @@ variant (``Behaviour.tool_variant``):
 - ``no_call``: a plain-text answer; ``silent``: nothing at all;
 - ``mix``: one of the above per question, from a stable hash of the question.
 
+A conversation of BFCL's multi-turn data (found by its first user message in the bundled data; the turn is the
+count of user messages) is played as a script: the first request of each turn gets that turn's ground-truth calls
+(all in one answer, positional arguments named), shaped by the variant as above; a request after tool results gets
+the text ``Done.`` (the turn ends). ``endless`` (conversations only) calls the turn's first expected call at every
+request (the conversation hits its step cap). ``reasoning`` streams reasoning before each answer.
+
 An irrelevance question has no expected call: variants that call use the first offered function with its
 required arguments set to ``1``.
 """
@@ -24,13 +30,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from evalkit.testing.answers import data_dir, stable_bucket, unknown_text
+from evalkit.testing.answers import data_dir, message_text, stable_bucket, unknown_text
 
 VARIANTS = (
     "right", "wrong_argument", "unknown_function", "bad_json", "empty_list", "text", "reasoning", "parallel",
     "no_call", "silent",
 )  # fmt: skip
 REFUSED = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+SCRIPT_ONLY = ("endless",)
+DONE = "Done."
 THOUGHT = "The user asks for something a tool can do, so I call it with the values from the question."
 
 
@@ -51,6 +59,8 @@ def _questions() -> dict[str, list[dict[str, Any]] | None]:
     if folder is None or not folder.is_dir():
         return out
     for path in sorted(folder.glob("BFCL_v4_*.json")):
+        if "multi_turn" in path.name:
+            continue
         answers_path = folder / "possible_answer" / path.name
         truths: dict[str, Any] = {}
         if answers_path.is_file():
@@ -60,6 +70,43 @@ def _questions() -> dict[str, list[dict[str, Any]] | None]:
             for row in map(json.loads, filter(str.strip, f)):
                 out[str(row["question"][0][-1]["content"])] = truths.get(row["id"])
     return out
+
+
+@lru_cache(maxsize=1)
+def _conversations() -> dict[str, list[tuple[tuple[str, ...], list[list[str]]]]]:
+    """First user message text -> (each turn's user text, BFCL ground truth per turn as Python source) of the
+    multi-turn entries that open with it (two may share a first message)."""
+    root = data_dir()
+    folder = root / "bfcl" if root else None
+    out: dict[str, list[tuple[tuple[str, ...], list[list[str]]]]] = {}
+    if folder is None or not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("BFCL_v4_multi_turn_*.json")):
+        with open(folder / "possible_answer" / path.name, encoding="utf-8") as f:
+            truths = {r["id"]: r["ground_truth"] for r in map(json.loads, filter(str.strip, f))}
+        with open(path, encoding="utf-8") as f:
+            for row in map(json.loads, filter(str.strip, f)):
+                users = tuple(str(turn[-1]["content"]) for turn in row["question"])
+                out.setdefault(users[0], []).append((users, truths[row["id"]]))
+    return out
+
+
+def script_step(body: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]], int] | None:
+    """For a request of a scripted conversation: the current turn's expected calls and how many requests of
+    the turn came before (assistant messages after the last user message); None for any other request."""
+    msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
+    seen = tuple(message_text(msgs[i]) for i in users)
+    entries = _conversations().get(seen[0], []) if seen else []
+    truth = next((t for texts, t in entries if texts[: len(seen)] == seen), None)
+    if truth is None:
+        return None
+    # imported here: scripts/bfcl_agreement.py imports this module where evalkit's dependencies are not installed
+    from evalkit.scoring.bfcl_exec import named_arguments, parse_call
+
+    fns = _tool_names(body)
+    calls = [named_arguments(parse_call(c), fns) for c in truth[len(seen) - 1]]
+    return calls, sum(1 for m in msgs[users[-1] :] if m.get("role") == "assistant")
 
 
 def _materialize(value: Any) -> Any:
@@ -107,12 +154,27 @@ def tool_answer(prompt: str, body: dict[str, Any], variant: str) -> ToolAnswer:
     """What the server answers to a chat request with ``tools`` (see the module docstring)."""
     if variant == "mix":
         variant = VARIANTS[stable_bucket("tool:" + prompt) % len(VARIANTS)]
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown tool_variant {variant!r}; one of {', '.join(VARIANTS)} or mix")
-    truth = _questions().get(prompt)
-    if truth:
+    if variant not in VARIANTS + SCRIPT_ONLY:
+        raise ValueError(f"unknown tool_variant {variant!r}; one of {', '.join(VARIANTS + SCRIPT_ONLY)} or mix")
+    thought = THOUGHT if variant == "reasoning" else None
+    scripted = script_step(body)
+    truth: Any = None
+    if scripted is not None:
+        truth, step = scripted
+        if variant == "endless":
+            truth, variant = truth[:1], "right"
+        elif step:
+            return ToolAnswer(DONE, thought, [], None)
+        calls = list(truth)
+        if not calls:  # a turn whose ground truth is no call
+            return ToolAnswer(unknown_text(prompt), thought, [], None)
+    elif variant in SCRIPT_ONLY:
+        raise ValueError(f"tool_variant {variant!r} plays BFCL's multi-turn conversations only")
+    else:
+        truth = _questions().get(prompt)
+    if scripted is None and truth:
         calls = expected_calls(truth, _tool_names(body))
-    else:  # irrelevance (or an unknown question): the first tool, required arguments set to 1
+    elif scripted is None:  # irrelevance (or an unknown question): the first tool, required arguments set to 1
         fns = _tool_names(body)
         fn: dict[str, Any] = fns[0] if fns else {"name": "tool", "parameters": {}}
         calls = [(str(fn.get("name")), {k: 1 for k in fn.get("parameters", {}).get("required", [])})]
@@ -140,4 +202,4 @@ def tool_answer(prompt: str, body: dict[str, Any], variant: str) -> ToolAnswer:
     if variant == "text":
         text = "".join(f'<tool_call>\n{{"name": "{n}", "arguments": {a}}}\n</tool_call>' for n, a in encoded)
         return ToolAnswer(text, None, [], None)
-    return ToolAnswer("", THOUGHT if variant == "reasoning" else None, encoded, None)
+    return ToolAnswer("", thought, encoded, None)

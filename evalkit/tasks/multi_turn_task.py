@@ -1,0 +1,130 @@
+"""BFCL's multi-turn categories as a ``tool-calls`` task (``category: multi_turn``): conversations whose tool
+calls run against BFCL's own backends, scored by BFCL's multi-turn checker::
+
+    name: bfcl-multi-turn-base
+    kind: tool-calls
+    version: "1"
+    category: multi_turn
+    data: {test: data/bfcl/BFCL_v4_multi_turn_base.json,
+           answers: data/bfcl/possible_answer/BFCL_v4_multi_turn_base.json,
+           functions: data/bfcl/multi_turn_func_doc}    # BFCL's function documents, one file per backend class
+    max_steps: 20                                       # tool-calling requests per turn (BFCL's MAXIMUM_STEP_LIMIT)
+    defaults: {temperature: 0.0, max_tokens: 1024, drop_reasoning: true}
+
+Each entry (``id``, ``question``: one list of user messages per turn, ``initial_config``, ``involved_classes``)
+becomes one request whose :class:`evalkit.contracts.Conversation` holds the later turns; the tools are the
+function documents of the involved classes (BFCL's ``populate_test_cases_with_predefined_functions``, with its
+" Note that the provided function is in Python 3 syntax." hint), converted as the single-turn task converts them.
+The runner runs the conversation (:mod:`evalkit.requests.conversation`) with :meth:`tool_executor`'s backends;
+scoring and verdicts: :mod:`evalkit.scoring.bfcl_multi_turn`. ``drop_reasoning`` (``--drop-reasoning/--keep-reasoning``,
+config ``drop_reasoning``) is recorded in the manifest's task settings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evalkit.contracts import Conversation, GenParams, Request, Response, Score, ToolExecutor
+from evalkit.errors import DataError, TaskError
+from evalkit.scoring.bfcl_exec import FUNC_DOCS, MODULES, Backends
+from evalkit.scoring.bfcl_multi_turn import KEY, score_conversation
+from evalkit.tasks.base import TaskSettings
+from evalkit.tasks.data import read_jsonl
+from evalkit.tasks.tool_task import _SETTINGS_KEYS, BUILTIN_DEFAULTS, TOOL_CHOICES, ToolCallTask, to_tools
+
+PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
+
+
+class MultiTurnToolTask(ToolCallTask):
+    """One BFCL multi-turn category as an evalkit task (see the module docstring)."""
+
+    key = KEY
+    metric = f"accuracy,{KEY}"
+
+    def __init__(self, spec: dict[str, Any], root: Path) -> None:
+        self.name = str(spec["name"])
+        self.version = str(spec["version"])
+        self.description = str(spec.get("description", ""))
+        self.category = "multi_turn"
+        self.tool_choice = str(spec.get("tool_choice", "auto"))
+        if self.tool_choice not in TOOL_CHOICES:
+            raise TaskError(f"{self.name}: tool_choice must be one of {', '.join(TOOL_CHOICES)}")
+        self.max_steps = spec.get("max_steps", 20)
+        if type(self.max_steps) is not int or self.max_steps < 1:
+            raise TaskError(f"{self.name}: max_steps must be a positive integer, got {self.max_steps!r}")
+        data = spec.get("data") or {}
+        missing = [k for k in ("test", "answers", "functions") if k not in data]
+        if missing:
+            raise TaskError(f"{self.name}: the task file needs data: {{{', '.join(f'{k}: PATH' for k in missing)}}}")
+        docs = (Path(root) / data["functions"]).resolve()
+        self.data_files = {k: (Path(root) / data[k]).resolve() for k in ("test", "answers")}
+        self.data_files.update({f"functions/{f}": docs / f for f in sorted(FUNC_DOCS.values())})
+        self._defaults = {**BUILTIN_DEFAULTS, "drop_reasoning": True, **(spec.get("defaults") or {})}
+        unknown = sorted(set(self._defaults) - _SETTINGS_KEYS)
+        if unknown:
+            raise TaskError(f"{self.name}: unknown defaults {unknown}; allowed: {sorted(_SETTINGS_KEYS)}")
+        self.items = self._load()
+
+    def _load(self) -> list[dict[str, Any]]:
+        path = self.data_files["test"]
+        docs: dict[str, list[dict[str, Any]]] = {}
+        for cls, file in FUNC_DOCS.items():
+            doc_path = self.data_files[f"functions/{file}"]
+            if not doc_path.is_file():
+                raise DataError(f"{doc_path}: missing; restore the task's function documents from the package")
+            docs[cls] = read_jsonl(doc_path)
+        answers = {str(r.get("id")): r.get("ground_truth") for r in read_jsonl(self.data_files["answers"])}
+        items = read_jsonl(path)
+        for i, item in enumerate(items, 1):
+            q, classes = item.get("question"), item.get("involved_classes")
+            if not (isinstance(q, list) and q and all(isinstance(t, list) and t for t in q)):
+                raise DataError(f"{path}: row {i} needs one list of messages per turn in 'question'")
+            if not (isinstance(classes, list) and all(c in MODULES for c in classes)):
+                raise DataError(f"{path}: row {i} needs 'involved_classes' among {', '.join(MODULES)}")
+            truth = answers.get(str(item.get("id")))
+            if not (isinstance(truth, list) and len(truth) == len(q)):
+                raise DataError(f"{path}: row {i} ({item.get('id')}) has no ground truth of {len(q)} turns")
+            item["ground_truth"] = truth
+            item["function"] = [{**f, "description": f["description"] + PYTHON_HINT} for c in classes for f in docs[c]]
+        if not items:
+            raise DataError(f"{path}: no questions; restore the file from the package")
+        return items
+
+    def build_requests(self, settings: TaskSettings) -> list[Request]:
+        if (settings.endpoint_kind or "chat") != "chat":
+            raise TaskError(f"{self.name}: tool calling needs the chat endpoint; drop --endpoint-kind completions")
+        max_tokens = settings.max_tokens or self._defaults["max_tokens"]
+        temperature = settings.temperature if settings.temperature is not None else self._defaults["temperature"]
+        drop = self._defaults["drop_reasoning"] if settings.drop_reasoning is None else settings.drop_reasoning
+        items = self.items if settings.limit is None else self.items[: max(settings.limit, 0)]
+        out = []
+        for doc_id, item in enumerate(items):
+            turns = tuple(
+                tuple({"role": str(m["role"]), "content": str(m["content"])} for m in t) for t in item["question"]
+            )
+            conversation = Conversation(turns=turns[1:], drop_reasoning=bool(drop), max_steps=self.max_steps)
+            for i in range(max(1, settings.num_samples)):
+                gen = GenParams(
+                    max_tokens=int(max_tokens), temperature=float(temperature), top_p=settings.top_p,
+                    seed=None if settings.seed is None else settings.seed + i,
+                    chat_template_kwargs=settings.chat_template_kwargs,
+                )  # fmt: skip
+                out.append(
+                    Request(
+                        task=self.name, doc_id=doc_id, sample_index=i, prompt=turns[0][-1]["content"], gen=gen,
+                        target=json.dumps(item["ground_truth"], ensure_ascii=False), messages=turns[0],
+                        tools=to_tools(item["function"]), tool_choice=self.tool_choice, conversation=conversation,
+                    )
+                )  # fmt: skip
+        return out
+
+    def tool_executor(self, request: Request) -> ToolExecutor | None:
+        item = self.items[request.doc_id]
+        return Backends(item["initial_config"], item["involved_classes"])
+
+    def score(self, request: Request, response: Response) -> Score:
+        item = self.items[request.doc_id]
+        names = [f["name"] for f in item["function"]]
+        return score_conversation(item, item["ground_truth"], response.turns or [], names)
