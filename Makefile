@@ -9,7 +9,7 @@ help:
 	@echo "make test       the README test command (scripts/test.sh): sets up .venv if needed (CPU vLLM, dev extra),"
 	@echo "                then python -m pytest -m \"not gpu\" (real vLLM included)"
 	@echo "make test-fast  the same without the real-vLLM and slow tests"
-	@echo "make lint       ruff check evalkit tests tasks benchmarks examples scripts"
+	@echo "make lint       ruff check + ruff format --check (evalkit tests tasks benchmarks examples scripts)"
 	@echo "make typecheck  mypy evalkit tasks; lint-imports (layer rules)"
 	@echo "make check      lint + typecheck + test (what .ci/run checks after installing)"
 	@echo "make demo       CPU demo: set up vLLM + SmolLM2-135M, evalkit starts vLLM, GSM8K --limit 20 (scripts/demo.sh)"
@@ -22,6 +22,7 @@ test-fast:
 
 lint:
 	$(BIN)ruff check evalkit tests tasks benchmarks examples scripts
+	$(BIN)ruff format --check evalkit tests tasks benchmarks examples scripts
 
 typecheck:
 	$(BIN)mypy evalkit tasks

@@ -53,8 +53,16 @@ def make_requests(kind: str, n: int, max_tokens: int) -> list[Request]:
     for i in range(n):
         prompt = f"Benchmark request {i}: write at length about anything."
         messages = ({"role": "user", "content": prompt},) if kind == "chat" else None
-        out.append(Request(task="bench", doc_id=i, sample_index=0, prompt=prompt,
-                           gen=GenParams(max_tokens=max_tokens, temperature=0.0), messages=messages))
+        out.append(
+            Request(
+                task="bench",
+                doc_id=i,
+                sample_index=0,
+                prompt=prompt,
+                gen=GenParams(max_tokens=max_tokens, temperature=0.0),
+                messages=messages,
+            )
+        )
     return out
 
 
@@ -95,8 +103,9 @@ async def run_plain_orjson(base: str, kind: str, reqs: list[Request], concurrenc
         tokens += n
 
     t0, c0 = time.perf_counter(), time.process_time()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=3600)) as session:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=3600)
+    ) as session:
         await asyncio.gather(*(one(session, b) for b in bodies))
     return {"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0, "tokens": tokens}
 
@@ -167,15 +176,20 @@ async def run_sdk(base: str, kind: str, reqs: list[Request], concurrency: int) -
 
 
 IMPLS: dict[str, Impl] = {
-    "plain": run_plain, "plain-oj": run_plain_orjson, "evalkit": run_evalkit, "execute": run_execute, "sdk": run_sdk,
+    "plain": run_plain,
+    "plain-oj": run_plain_orjson,
+    "evalkit": run_evalkit,
+    "execute": run_execute,
+    "sdk": run_sdk,
 }
 
 
 # ------------------------------------------------------------------------------------------------ driver
 
 
-def measure(base: str, kind: str, names: list[str], reqs: list[Request], concurrency: int,
-            rounds: int, warmup: bool = True) -> dict[str, Any]:
+def measure(
+    base: str, kind: str, names: list[str], reqs: list[Request], concurrency: int, rounds: int, warmup: bool = True
+) -> dict[str, Any]:
     """Interleaved rounds; per implementation: totals over the rounds and per-round µs/token."""
     per: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for rnd in range(-1 if warmup else 0, rounds):
@@ -188,15 +202,21 @@ def measure(base: str, kind: str, names: list[str], reqs: list[Request], concurr
             if rnd >= 0:
                 per[name].append(r)
             tag = "warm-up" if rnd < 0 else f"round {rnd + 1}/{rounds}"
-            print(f"  [{kind} {tag}] {name:<8} {r['tokens']:>8} tok  cpu {r['cpu_s']:6.2f} s  "
-                  f"wall {r['wall_s']:6.2f} s  {r['cpu_s'] / max(1, r['tokens']) * 1e6:6.2f} µs/tok", flush=True)
+            print(
+                f"  [{kind} {tag}] {name:<8} {r['tokens']:>8} tok  cpu {r['cpu_s']:6.2f} s  "
+                f"wall {r['wall_s']:6.2f} s  {r['cpu_s'] / max(1, r['tokens']) * 1e6:6.2f} µs/tok",
+                flush=True,
+            )
     out: dict[str, Any] = {}
     for name, runs in per.items():
         tok = sum(r["tokens"] for r in runs)
         cpu = sum(r["cpu_s"] for r in runs)
         out[name] = {
-            "tokens": tok, "cpu_s": round(cpu, 3), "wall_s": round(sum(r["wall_s"] for r in runs), 3),
-            "tokens_per_cpu_s": round(tok / cpu, 1), "us_per_token": round(cpu / tok * 1e6, 3),
+            "tokens": tok,
+            "cpu_s": round(cpu, 3),
+            "wall_s": round(sum(r["wall_s"] for r in runs), 3),
+            "tokens_per_cpu_s": round(tok / cpu, 1),
+            "us_per_token": round(cpu / tok * 1e6, 3),
             "rounds_us_per_token": [round(r["cpu_s"] / r["tokens"] * 1e6, 3) for r in runs],
         }
     tokens = {n: out[n]["tokens"] for n in names}
@@ -206,8 +226,7 @@ def measure(base: str, kind: str, names: list[str], reqs: list[Request], concurr
     for name in names:
         if name == "plain":
             continue
-        rr = [a / b for a, b in zip(out[name]["rounds_us_per_token"], out["plain"]["rounds_us_per_token"],
-                                    strict=True)]
+        rr = [a / b for a, b in zip(out[name]["rounds_us_per_token"], out["plain"]["rounds_us_per_token"], strict=True)]
         out[name]["ratio_to_plain"] = round(out[name]["us_per_token"] / base_us, 3)
         out[name]["round_ratios"] = [round(x, 3) for x in rr]
         out[name]["round_ratio_median"] = round(statistics.median(rr), 3)
@@ -231,16 +250,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         a.requests, a.rounds, a.kinds = min(a.requests, 80), min(a.rounds, 2), "completions"
     names = ["plain", "plain-oj", "evalkit"] + ([] if a.no_execute else ["execute"]) + ([] if a.no_sdk else ["sdk"])
     results: dict[str, Any] = {
-        "config": {"requests": a.requests, "max_tokens": a.max_tokens, "concurrency": a.concurrency,
-                   "rounds": a.rounds, "tokens_per_chunk": a.tokens_per_chunk, "python": sys.version.split()[0]},
+        "config": {
+            "requests": a.requests,
+            "max_tokens": a.max_tokens,
+            "concurrency": a.concurrency,
+            "rounds": a.rounds,
+            "tokens_per_chunk": a.tokens_per_chunk,
+            "python": sys.version.split()[0],
+        },
         "kinds": {},
     }
-    with SubprocessServer("--fast", "--tokens-per-chunk", str(a.tokens_per_chunk), "--answer-tokens",
-                          str(a.max_tokens), "--max-model-len", str(a.max_tokens + 1024)) as srv:
+    with SubprocessServer(
+        "--fast",
+        "--tokens-per-chunk",
+        str(a.tokens_per_chunk),
+        "--answer-tokens",
+        str(a.max_tokens),
+        "--max-model-len",
+        str(a.max_tokens + 1024),
+    ) as srv:
         for kind in [k.strip() for k in a.kinds.split(",") if k.strip()]:
             reqs = make_requests(kind, a.requests, a.max_tokens)
-            print(f"{kind}: {a.requests} requests x {a.max_tokens} tokens, {a.tokens_per_chunk} token/chunk, "
-                  f"concurrency {a.concurrency}, {a.rounds} rounds (+1 warm-up)", flush=True)
+            print(
+                f"{kind}: {a.requests} requests x {a.max_tokens} tokens, {a.tokens_per_chunk} token/chunk, "
+                f"concurrency {a.concurrency}, {a.rounds} rounds (+1 warm-up)",
+                flush=True,
+            )
             results["kinds"][kind] = measure(srv.url, kind, names, reqs, a.concurrency, a.rounds)
     ok = True
     print("\n(a) client CPU per streamed token (this process only; server in a subprocess)")
@@ -250,8 +285,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r = res[name]
             ratio = r.get("ratio_to_plain", 1.0)
             rounds = " ".join(f"{x:.2f}" for x in r.get("round_ratios", []))
-            print(f"{kind:<12} {name:<8} {r['tokens_per_cpu_s']:>11,.0f} {r['us_per_token']:>8.2f} {ratio:>8.2f}  "
-                  f"{rounds}")
+            print(
+                f"{kind:<12} {name:<8} {r['tokens_per_cpu_s']:>11,.0f} {r['us_per_token']:>8.2f} {ratio:>8.2f}  "
+                f"{rounds}"
+            )
         ok = ok and res["evalkit"]["ratio_to_plain"] <= LIMIT_RATIO
     results["pass"] = ok
     print(f"evalkit/plain <= {LIMIT_RATIO}: {'PASS' if ok else 'FAIL'}")

@@ -85,8 +85,13 @@ def run_evalkit(url: str, out: Path, cache: Path, report: bool, code: Path | Non
     wall = time.perf_counter() - t0
     phase = json.loads((out / "summary.json").read_text())["tasks"]["gsm8k"]["speed"]["wall_s"]
     streamed = json.loads((out / "manifest.json").read_text())["tasks"]["gsm8k"].get("prompts_streamed")
-    return {"wall_s": wall, "request_phase_s": phase, "fixed_s": wall - phase, "first_request_s": first_request_s(out),
-            "prompts_streamed": streamed}
+    return {
+        "wall_s": wall,
+        "request_phase_s": phase,
+        "fixed_s": wall - phase,
+        "first_request_s": first_request_s(out),
+        "prompts_streamed": streamed,
+    }
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -112,16 +117,27 @@ def main() -> None:
             for name, code in codes:
                 cache = Path(tmp) / f"cache-{name}-{rnd}"
                 for label, report in cases:
-                    row = {"code": name, "round": rnd, "case": label,
-                           **run_evalkit(url, Path(tmp) / "run", cache, report, code)}
+                    row = {
+                        "code": name,
+                        "round": rnd,
+                        "case": label,
+                        **run_evalkit(url, Path(tmp) / "run", cache, report, code),
+                    }
                     rows.append(row)
                     first = row["first_request_s"]
-                    print(f"evalkit[{name}] {label:<14} whole {row['wall_s']:6.2f} s  requests "
-                          f"{row['request_phase_s']:5.2f} s  fixed {row['fixed_s']:5.2f} s  first request at "
-                          f"{'-' if first is None else f'{first:5.2f}'} s  streamed {row['prompts_streamed']}",
-                          flush=True)
-        p = subprocess.run([sys.executable, "-c", LM_EVAL_BUILD], capture_output=True, text=True, check=True,
-                           env={**os.environ, "TQDM_DISABLE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+                    print(
+                        f"evalkit[{name}] {label:<14} whole {row['wall_s']:6.2f} s  requests "
+                        f"{row['request_phase_s']:5.2f} s  fixed {row['fixed_s']:5.2f} s  first request at "
+                        f"{'-' if first is None else f'{first:5.2f}'} s  streamed {row['prompts_streamed']}",
+                        flush=True,
+                    )
+        p = subprocess.run(
+            [sys.executable, "-c", LM_EVAL_BUILD],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "TQDM_DISABLE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
+        )
         index_s, build_s = (float(x) for x in p.stdout.split())
         print(f"lm-eval own prompt building: TaskManager index {index_s:.2f} s + build_all_requests {build_s:.2f} s")
     medians: dict[str, dict[str, Any]] = {}
@@ -130,20 +146,32 @@ def main() -> None:
             sel = [r for r in rows if r["code"] == name and r["case"] == label]
             if label == "warm":  # the better of each round's two warm runs
                 sel = [min((r for r in sel if r["round"] == k), key=lambda r: r["fixed_s"]) for k in range(a.rounds)]
-            medians[f"{name}/{label}"] = {k: _median(sel, k) for k in
-                                          ("wall_s", "request_phase_s", "fixed_s", "first_request_s")}
+            medians[f"{name}/{label}"] = {
+                k: _median(sel, k) for k in ("wall_s", "request_phase_s", "fixed_s", "first_request_s")
+            }
     warm, cold = medians["this/warm"], medians["this/cold"]
-    res = {"rows": rows, "medians": medians, "lm_eval_index_s": index_s, "lm_eval_build_s": build_s,
-           "warm_fixed_s": warm["fixed_s"], "cold_fixed_s": cold["fixed_s"],
-           "cold_extra_wall_s": round(cold["wall_s"] - warm["wall_s"], 3),
-           "pass_warm": warm["fixed_s"] < 3.0, "pass_cold": cold["fixed_s"] <= index_s + build_s}
+    res = {
+        "rows": rows,
+        "medians": medians,
+        "lm_eval_index_s": index_s,
+        "lm_eval_build_s": build_s,
+        "warm_fixed_s": warm["fixed_s"],
+        "cold_fixed_s": cold["fixed_s"],
+        "cold_extra_wall_s": round(cold["wall_s"] - warm["wall_s"], 3),
+        "pass_warm": warm["fixed_s"] < 3.0,
+        "pass_cold": cold["fixed_s"] <= index_s + build_s,
+    }
     for key, m in medians.items():
-        print(f"median {key:<22} whole {m['wall_s']:6.2f} s  requests {m['request_phase_s']:5.2f} s  fixed "
-              f"{m['fixed_s']:5.2f} s  first request at {m['first_request_s']} s")
-    print(f"warm fixed costs {warm['fixed_s']:.2f} s (< 3 s: {'PASS' if res['pass_warm'] else 'FAIL'}); cold "
-          f"{cold['fixed_s']:.2f} s vs lm-eval's own {index_s + build_s:.2f} s "
-          f"({'PASS' if res['pass_cold'] else 'FAIL'}); a cold cache adds {res['cold_extra_wall_s']:.2f} s to the "
-          "whole command")
+        print(
+            f"median {key:<22} whole {m['wall_s']:6.2f} s  requests {m['request_phase_s']:5.2f} s  fixed "
+            f"{m['fixed_s']:5.2f} s  first request at {m['first_request_s']} s"
+        )
+    print(
+        f"warm fixed costs {warm['fixed_s']:.2f} s (< 3 s: {'PASS' if res['pass_warm'] else 'FAIL'}); cold "
+        f"{cold['fixed_s']:.2f} s vs lm-eval's own {index_s + build_s:.2f} s "
+        f"({'PASS' if res['pass_cold'] else 'FAIL'}); a cold cache adds {res['cold_extra_wall_s']:.2f} s to the "
+        "whole command"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     sys.exit(0 if res["pass_warm"] and res["pass_cold"] else 1)

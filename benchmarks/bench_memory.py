@@ -74,9 +74,25 @@ def _poll(pid: int, samples_path: Path, out: list[tuple[float, int, int, int]], 
 def run_cli(url: str, num_samples: int, max_tokens: int, concurrency: int, workdir: Path) -> dict[str, Any]:
     """One ``evalkit run aime25`` child; its exact peak RSS, wall time and an RSS trace."""
     run_dir = workdir / "run"
-    cmd = [sys.executable, "-m", "evalkit.cli", "run", "aime25", "--endpoint", url,
-           "--num-samples", str(num_samples), "--max-tokens", str(max_tokens), "--concurrency", str(concurrency),
-           "--no-report", "-q", "-o", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "evalkit.cli",
+        "run",
+        "aime25",
+        "--endpoint",
+        url,
+        "--num-samples",
+        str(num_samples),
+        "--max-tokens",
+        str(max_tokens),
+        "--concurrency",
+        str(concurrency),
+        "--no-report",
+        "-q",
+        "-o",
+        str(run_dir),
+    ]
     log = open(workdir / "cli.log", "w+b")  # noqa: SIM115 - closed below
     trace: list[tuple[float, int, int, int]] = []
     stop = threading.Event()
@@ -113,8 +129,10 @@ def run_cli(url: str, num_samples: int, max_tokens: int, concurrency: int, workd
         "sampled_peak_request_phase_mb": round(max(during) / 1024**2, 1) if during else None,
         "sampled_peak_after_requests_mb": round(max(after) / 1024**2, 1) if after else None,
         "sampled_peak_at_s": round(peak_t, 1) if peak_t is not None else None,
-        "trace_mb": [(round(t, 1), round(r / 1024**2, 1), round(tr / 1024**2, 1))
-                     for t, r, _, tr in trace[:: max(1, len(trace) // 40)]],
+        "trace_mb": [
+            (round(t, 1), round(r / 1024**2, 1), round(tr / 1024**2, 1))
+            for t, r, _, tr in trace[:: max(1, len(trace) // 40)]
+        ],
     }
 
 
@@ -132,28 +150,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.quick:
         a.num_samples = min(a.num_samples, 67)
     n = AIME_PROBLEMS * a.num_samples
-    print(f"(c) evalkit run aime25: {n:,} requests x {a.max_tokens} tokens, {a.tokens_per_chunk} token(s)/chunk, "
-          f"concurrency {a.concurrency}", flush=True)
-    with SubprocessServer("--fast", "--tokens-per-chunk", str(a.tokens_per_chunk), "--answer-tokens",
-                          str(a.max_tokens), "--max-model-len", str(a.max_tokens + 1024)) as srv:
+    print(
+        f"(c) evalkit run aime25: {n:,} requests x {a.max_tokens} tokens, {a.tokens_per_chunk} token(s)/chunk, "
+        f"concurrency {a.concurrency}",
+        flush=True,
+    )
+    with SubprocessServer(
+        "--fast",
+        "--tokens-per-chunk",
+        str(a.tokens_per_chunk),
+        "--answer-tokens",
+        str(a.max_tokens),
+        "--max-model-len",
+        str(a.max_tokens + 1024),
+    ) as srv:
         if a.keep:
             Path(a.keep).mkdir(parents=True, exist_ok=True)
             r = run_cli(srv.url, a.num_samples, a.max_tokens, a.concurrency, Path(a.keep))
         else:
             with tempfile.TemporaryDirectory(prefix="evalkit-bench-mem-") as tmp:
                 r = run_cli(srv.url, a.num_samples, a.max_tokens, a.concurrency, Path(tmp))
-    r["config"] = {"num_samples": a.num_samples, "requests_expected": n, "max_tokens": a.max_tokens,
-                   "concurrency": a.concurrency, "tokens_per_chunk": a.tokens_per_chunk}
+    r["config"] = {
+        "num_samples": a.num_samples,
+        "requests_expected": n,
+        "max_tokens": a.max_tokens,
+        "concurrency": a.concurrency,
+        "tokens_per_chunk": a.tokens_per_chunk,
+    }
     peak = max(r["peak_rss_mb"], r["sampled_peak_tree_mb"] or 0.0)
     r["pass"] = peak <= a.limit_mb and r["requests"] == n and r["api_errors"] == 0
     r["quick"] = n < 20_000
-    print(f"peak RSS {r['peak_rss_mb']:.0f} MB (limit {a.limit_mb:.0f}) | wall {r['wall_s']:.0f} s | "
-          f"CPU {r['cpu_s']:.0f} s | {r['requests']:,} requests, {r['api_errors']} errors | "
-          f"{r['output_tokens_per_s']:,.0f} out tok/s | samples.jsonl {r['samples_jsonl_mb']:.0f} MB")
-    print(f"sampled RSS peak: {r['sampled_peak_cli_mb']} MB the CLI alone, {r['sampled_peak_tree_mb']} MB the CLI and "
-          f"its scoring process together; the tree's: {r['sampled_peak_request_phase_mb']} MB while requests ran, "
-          f"{r['sampled_peak_after_requests_mb']} MB after the last sample was written "
-          f"(peak at {r['sampled_peak_at_s']} s of {r['wall_s']} s)")
+    print(
+        f"peak RSS {r['peak_rss_mb']:.0f} MB (limit {a.limit_mb:.0f}) | wall {r['wall_s']:.0f} s | "
+        f"CPU {r['cpu_s']:.0f} s | {r['requests']:,} requests, {r['api_errors']} errors | "
+        f"{r['output_tokens_per_s']:,.0f} out tok/s | samples.jsonl {r['samples_jsonl_mb']:.0f} MB"
+    )
+    print(
+        f"sampled RSS peak: {r['sampled_peak_cli_mb']} MB the CLI alone, {r['sampled_peak_tree_mb']} MB the CLI and "
+        f"its scoring process together; the tree's: {r['sampled_peak_request_phase_mb']} MB while requests ran, "
+        f"{r['sampled_peak_after_requests_mb']} MB after the last sample was written "
+        f"(peak at {r['sampled_peak_at_s']} s of {r['wall_s']} s)"
+    )
     note = f" (only {n:,} requests: the bound is for 20,010)" if r["quick"] else ""
     print(f"peak RSS <= {a.limit_mb:.0f} MB: {'PASS' if r['pass'] else 'FAIL'}{note}")
     if a.json:

@@ -31,8 +31,11 @@ def main() -> None:
     wall = time.perf_counter() - T0
     r = res["results"]["gsm8k"]
     out = {
-        "wall_s": wall, "after_imports_s": time.perf_counter() - t_req, "num_concurrent": a.num_concurrent,
-        "strict": r["exact_match,strict-match"], "flexible": r["exact_match,flexible-extract"],
+        "wall_s": wall,
+        "after_imports_s": time.perf_counter() - t_req,
+        "num_concurrent": a.num_concurrent,
+        "strict": r["exact_match,strict-match"],
+        "flexible": r["exact_match,flexible-extract"],
     }
     if a.samples_out:
         with open(a.samples_out, "w") as f:

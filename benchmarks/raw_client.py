@@ -50,12 +50,19 @@ async def run(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[
         events += e
 
     t0, c0 = time.perf_counter(), time.process_time()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=3600)) as session:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=3600)
+    ) as session:
         await asyncio.gather(*(one(b) for b in bodies))
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "cpu_s": time.process_time() - c0, "output_tokens": tokens, "events": events,
-            "requests": len(bodies), "concurrency": concurrency}
+    return {
+        "wall_s": wall,
+        "cpu_s": time.process_time() - c0,
+        "output_tokens": tokens,
+        "events": events,
+        "requests": len(bodies),
+        "concurrency": concurrency,
+    }
 
 
 def gsm8k_bodies(model: str, limit: int | None) -> list[dict[str, Any]]:

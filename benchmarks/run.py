@@ -59,17 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     rcs: dict[str, int] = {}
 
     if "cpu" in only:
-        rcs["cpu"] = _run("benchmarks.bench_client_cpu",
-                          [*quick, "--json", str(out / "client_cpu.json"), *shlex.split(a.cpu_args)])
+        rcs["cpu"] = _run(
+            "benchmarks.bench_client_cpu", [*quick, "--json", str(out / "client_cpu.json"), *shlex.split(a.cpu_args)]
+        )
     if "fixed" in only:
         rcs["fixed"] = _run("benchmarks.bench_fixed_costs", ["--json", str(out / "fixed.json")])
     if "memory" in only:
-        rcs["memory"] = _run("benchmarks.bench_memory",
-                             [*quick, "--json", str(out / "memory.json"), *shlex.split(a.memory_args)])
+        rcs["memory"] = _run(
+            "benchmarks.bench_memory", [*quick, "--json", str(out / "memory.json"), *shlex.split(a.memory_args)]
+        )
     if "gsm8k" in only and a.endpoint:
         limit = ["--limit", "200"] if a.quick else []
-        rcs["gsm8k"] = _run("benchmarks.bench_gsm8k", ["--endpoint", a.endpoint, *limit, "--out",
-                                                        str(out / "gsm8k.json"), *shlex.split(a.gsm8k_args)])
+        rcs["gsm8k"] = _run(
+            "benchmarks.bench_gsm8k",
+            ["--endpoint", a.endpoint, *limit, "--out", str(out / "gsm8k.json"), *shlex.split(a.gsm8k_args)],
+        )
 
     ok = all(rc == 0 for rc in rcs.values())
     print("\n================ summary ================")
@@ -87,16 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         print("(a) no result (see the output above)")
     fixed = _load(out / "fixed.json") if "fixed" in rcs else None
     if fixed:
-        print(f"(b') fixed costs, 1319 GSM8K prompts: warm {fixed['warm_fixed_s']:.2f} s (< 3), cold "
-              f"{fixed['cold_fixed_s']:.2f} s vs lm-eval's own prompt building "
-              f"{fixed['lm_eval_index_s'] + fixed['lm_eval_build_s']:.2f} s")
+        print(
+            f"(b') fixed costs, 1319 GSM8K prompts: warm {fixed['warm_fixed_s']:.2f} s (< 3), cold "
+            f"{fixed['cold_fixed_s']:.2f} s vs lm-eval's own prompt building "
+            f"{fixed['lm_eval_index_s'] + fixed['lm_eval_build_s']:.2f} s"
+        )
     mem = _load(out / "memory.json") if "memory" in rcs else None
     if mem:
         c = mem["config"]
         note = " (quick: not the 20,010-request bound)" if mem.get("quick") else ""
-        print(f"(c) peak RSS {mem['peak_rss_mb']:.0f} MB (<= 400) for {mem['requests']:,} requests x "
-              f"{c['max_tokens']} tokens, {c['tokens_per_chunk']} token(s)/chunk; wall {mem['wall_s']:.0f} s; "
-              f"{'PASS' if mem['pass'] else 'FAIL'}{note}")
+        print(
+            f"(c) peak RSS {mem['peak_rss_mb']:.0f} MB (<= 400) for {mem['requests']:,} requests x "
+            f"{c['max_tokens']} tokens, {c['tokens_per_chunk']} token(s)/chunk; wall {mem['wall_s']:.0f} s; "
+            f"{'PASS' if mem['pass'] else 'FAIL'}{note}"
+        )
     elif "memory" in rcs:
         print("(c) no result (see the output above)")
     gsm = _load(out / "gsm8k.json") if "gsm8k" in rcs else None

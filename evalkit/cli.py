@@ -14,7 +14,10 @@ from evalkit.errors import EvalkitError
 app = typer.Typer(no_args_is_help=True, help="Accuracy and speed of an LLM serving config.")
 tasks_app = typer.Typer(no_args_is_help=True, help="List and inspect tasks.")
 app.add_typer(tasks_app, name="tasks")
-watch_app = typer.Typer(invoke_without_command=True, help="Canary evals on a live endpoint every interval: drift verdicts, Prometheus /metrics, alerts.")
+watch_app = typer.Typer(
+    invoke_without_command=True,
+    help="Canary evals on a live endpoint every interval: drift verdicts, Prometheus /metrics, alerts.",
+)
 app.add_typer(watch_app, name="watch")
 config_app = typer.Typer(no_args_is_help=True, help="The effective configuration of a run.")
 app.add_typer(config_app, name="config")
@@ -30,7 +33,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """Accuracy and speed of an LLM serving config. Shell completion: evalkit --install-completion."""
 
@@ -47,10 +52,17 @@ _OPT = "server (with --serve)"
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def run(
     tasks: Annotated[list[str] | None, typer.Argument(help="Task names, e.g. gsm8k aime25.")] = None,
-    endpoint: Annotated[list[str] | None, typer.Option(help="Server URL: http://host:port, …/v1 or …/v1/completions. Repeat it to shard the eval over several servers of the same model (--concurrency is the total).")] = None,
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Server URL: http://host:port, …/v1 or …/v1/completions. Repeat it to shard the eval over several servers of the same model (--concurrency is the total)."
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file.")] = None,
-    api_key_file: Annotated[Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")] = None,
+    api_key_file: Annotated[
+        Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")
+    ] = None,
     endpoint_kind: Annotated[str | None, typer.Option(help="completions or chat (default: the task's).")] = None,
     concurrency: Annotated[str | None, typer.Option(help="Requests in flight: a number, or auto (default).")] = None,
     max_concurrency: Annotated[int | None, typer.Option(help="Upper bound for --concurrency auto.")] = None,
@@ -61,32 +73,86 @@ def run(
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     top_p: Annotated[float | None, typer.Option(help="Nucleus sampling top_p.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Generation cap per request (lm-eval's max_gen_toks).")] = None,
-    max_length: Annotated[int | None, typer.Option(help="Context length: prompts are cut to max_length - max_tokens tokens (lm-eval's max_length).")] = None,
+    max_length: Annotated[
+        int | None,
+        typer.Option(help="Context length: prompts are cut to max_length - max_tokens tokens (lm-eval's max_length)."),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed sent with each request.")] = None,
-    chat_template_kwargs: Annotated[str | None, typer.Option(help='JSON, e.g. \'{"enable_thinking": true}\'.')] = None,
-    drop_reasoning: Annotated[bool | None, typer.Option("--drop-reasoning/--keep-reasoning", help="Multi-turn tool tasks: leave earlier turns' reasoning out of the history sent back (default: drop).")] = None,
-    output_dir: Annotated[Path | None, typer.Option("--output-dir", "-o", help="Run directory (default reports/<tasks>-<model>-<time>).")] = None,
+    chat_template_kwargs: Annotated[str | None, typer.Option(help="JSON, e.g. '{\"enable_thinking\": true}'.")] = None,
+    drop_reasoning: Annotated[
+        bool | None,
+        typer.Option(
+            "--drop-reasoning/--keep-reasoning",
+            help="Multi-turn tool tasks: leave earlier turns' reasoning out of the history sent back (default: drop).",
+        ),
+    ] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", "-o", help="Run directory (default reports/<tasks>-<model>-<time>).")
+    ] = None,
     tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files (repeatable).")] = None,
     fresh: Annotated[bool, typer.Option(help="Discard what the output dir holds instead of resuming.")] = False,
-    max_error_rate: Annotated[float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")] = None,
+    max_error_rate: Annotated[
+        float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")
+    ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write report.html.")] = False,
-    idle_timeout: Annotated[float | None, typer.Option(help="Seconds without data before a request is abandoned and retried.")] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option(help="Seconds without data before a request is abandoned and retried.")
+    ] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Attempts per request (retries + 1).")] = None,
     serve: Annotated[str | None, typer.Option(help=SERVE_HELP, rich_help_panel=_OPT)] = None,
     served_model_name: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
-    tensor_parallel_size: Annotated[int | None, typer.Option("--tensor-parallel-size", "--tp", rich_help_panel=_OPT)] = None,
-    data_parallel_size: Annotated[int | None, typer.Option("--data-parallel-size", "--dp", rich_help_panel=_OPT)] = None,
-    pipeline_parallel_size: Annotated[int | None, typer.Option("--pipeline-parallel-size", "--pp", rich_help_panel=_OPT)] = None,
-    enable_expert_parallel: Annotated[bool | None, typer.Option("--enable-expert-parallel", rich_help_panel=_OPT)] = None,
-    data_parallel_size_local: Annotated[int | None, typer.Option(help="Data-parallel ranks on this node (the others on headless nodes, docs/scale-out.md).", rich_help_panel=_OPT)] = None,
-    data_parallel_address: Annotated[str | None, typer.Option(help="This node's address that the other nodes' data-parallel ranks reach.", rich_help_panel=_OPT)] = None,
-    data_parallel_rpc_port: Annotated[int | None, typer.Option(help="Data-parallel RPC port, the same on every node.", rich_help_panel=_OPT)] = None,
-    data_parallel_backend: Annotated[str | None, typer.Option(help="mp or ray (one launch starts the ranks of every node of a Ray cluster).", rich_help_panel=_OPT)] = None,
-    distributed_executor_backend: Annotated[str | None, typer.Option(help="mp or ray (tensor/pipeline workers over a Ray cluster).", rich_help_panel=_OPT)] = None,
-    api_server_count: Annotated[int | None, typer.Option(help="API server processes on this node.", rich_help_panel=_OPT)] = None,
-    nnodes: Annotated[int | None, typer.Option(help="Nodes of a multiprocessing multi-node deployment (evalkit starts node rank 0).", rich_help_panel=_OPT)] = None,
-    master_addr: Annotated[str | None, typer.Option(help="With --nnodes: this node's address that the other nodes reach.", rich_help_panel=_OPT)] = None,
-    master_port: Annotated[int | None, typer.Option(help="With --nnodes: the torch.distributed port (vLLM default 29501).", rich_help_panel=_OPT)] = None,
+    tensor_parallel_size: Annotated[
+        int | None, typer.Option("--tensor-parallel-size", "--tp", rich_help_panel=_OPT)
+    ] = None,
+    data_parallel_size: Annotated[
+        int | None, typer.Option("--data-parallel-size", "--dp", rich_help_panel=_OPT)
+    ] = None,
+    pipeline_parallel_size: Annotated[
+        int | None, typer.Option("--pipeline-parallel-size", "--pp", rich_help_panel=_OPT)
+    ] = None,
+    enable_expert_parallel: Annotated[
+        bool | None, typer.Option("--enable-expert-parallel", rich_help_panel=_OPT)
+    ] = None,
+    data_parallel_size_local: Annotated[
+        int | None,
+        typer.Option(
+            help="Data-parallel ranks on this node (the others on headless nodes, docs/scale-out.md).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    data_parallel_address: Annotated[
+        str | None,
+        typer.Option(help="This node's address that the other nodes' data-parallel ranks reach.", rich_help_panel=_OPT),
+    ] = None,
+    data_parallel_rpc_port: Annotated[
+        int | None, typer.Option(help="Data-parallel RPC port, the same on every node.", rich_help_panel=_OPT)
+    ] = None,
+    data_parallel_backend: Annotated[
+        str | None,
+        typer.Option(
+            help="mp or ray (one launch starts the ranks of every node of a Ray cluster).", rich_help_panel=_OPT
+        ),
+    ] = None,
+    distributed_executor_backend: Annotated[
+        str | None, typer.Option(help="mp or ray (tensor/pipeline workers over a Ray cluster).", rich_help_panel=_OPT)
+    ] = None,
+    api_server_count: Annotated[
+        int | None, typer.Option(help="API server processes on this node.", rich_help_panel=_OPT)
+    ] = None,
+    nnodes: Annotated[
+        int | None,
+        typer.Option(
+            help="Nodes of a multiprocessing multi-node deployment (evalkit starts node rank 0).", rich_help_panel=_OPT
+        ),
+    ] = None,
+    master_addr: Annotated[
+        str | None,
+        typer.Option(help="With --nnodes: this node's address that the other nodes reach.", rich_help_panel=_OPT),
+    ] = None,
+    master_port: Annotated[
+        int | None,
+        typer.Option(help="With --nnodes: the torch.distributed port (vLLM default 29501).", rich_help_panel=_OPT),
+    ] = None,
     max_num_seqs: Annotated[int | None, typer.Option(rich_help_panel=_OPT)] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option(rich_help_panel=_OPT)] = None,
     max_model_len: Annotated[int | None, typer.Option(rich_help_panel=_OPT)] = None,
@@ -94,15 +160,49 @@ def run(
     tokenizer_mode: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
     reasoning_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
     tool_call_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
-    enable_auto_tool_choice: Annotated[bool | None, typer.Option("--enable-auto-tool-choice", help="Let the model call tools (tool-calls tasks need it; with --tool-call-parser).", rich_help_panel=_OPT)] = None,
+    enable_auto_tool_choice: Annotated[
+        bool | None,
+        typer.Option(
+            "--enable-auto-tool-choice",
+            help="Let the model call tools (tool-calls tasks need it; with --tool-call-parser).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
     enforce_eager: Annotated[bool | None, typer.Option("--enforce-eager", rich_help_panel=_OPT)] = None,
-    batch_invariant: Annotated[bool | None, typer.Option("--batch-invariant", help="VLLM_BATCH_INVARIANT=1: answers independent of batching (for gate runs).", rich_help_panel=_OPT)] = None,
-    gpus: Annotated[str | None, typer.Option(help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1.", rich_help_panel=_OPT)] = None,
+    batch_invariant: Annotated[
+        bool | None,
+        typer.Option(
+            "--batch-invariant",
+            help="VLLM_BATCH_INVARIANT=1: answers independent of batching (for gate runs).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    gpus: Annotated[
+        str | None, typer.Option(help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1.", rich_help_panel=_OPT)
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Server port (default: a free one).", rich_help_panel=_OPT)] = None,
-    launcher: Annotated[str | None, typer.Option(help="auto, serve (vllm serve) or module (python -m vllm.entrypoints.openai.api_server).", rich_help_panel=_OPT)] = None,
-    startup_timeout: Annotated[float | None, typer.Option(help="Seconds to wait for the server to become ready.", rich_help_panel=_OPT)] = None,
-    server_arg: Annotated[list[str] | None, typer.Option("--server-arg", help="Extra vLLM flag, e.g. --server-arg=--tokenizer-mode=deepseek_v32 (repeatable).", rich_help_panel=_OPT)] = None,
-    server_env: Annotated[list[str] | None, typer.Option("--server-env", help="KEY=VALUE for the server's environment (repeatable).", rich_help_panel=_OPT)] = None,
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            help="auto, serve (vllm serve) or module (python -m vllm.entrypoints.openai.api_server).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    startup_timeout: Annotated[
+        float | None, typer.Option(help="Seconds to wait for the server to become ready.", rich_help_panel=_OPT)
+    ] = None,
+    server_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--server-arg",
+            help="Extra vLLM flag, e.g. --server-arg=--tokenizer-mode=deepseek_v32 (repeatable).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    server_env: Annotated[
+        list[str] | None,
+        typer.Option("--server-env", help="KEY=VALUE for the server's environment (repeatable).", rich_help_panel=_OPT),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
@@ -129,19 +229,35 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     p = dict(params)
     take = p.pop
     server_fields = dict(
-        served_model_name=take("served_model_name"), tensor_parallel_size=take("tensor_parallel_size"),
-        data_parallel_size=take("data_parallel_size"), pipeline_parallel_size=take("pipeline_parallel_size"),
+        served_model_name=take("served_model_name"),
+        tensor_parallel_size=take("tensor_parallel_size"),
+        data_parallel_size=take("data_parallel_size"),
+        pipeline_parallel_size=take("pipeline_parallel_size"),
         enable_expert_parallel=take("enable_expert_parallel"),
-        data_parallel_size_local=take("data_parallel_size_local"), data_parallel_address=take("data_parallel_address"),
-        data_parallel_rpc_port=take("data_parallel_rpc_port"), data_parallel_backend=take("data_parallel_backend"),
-        distributed_executor_backend=take("distributed_executor_backend"), api_server_count=take("api_server_count"),
-        nnodes=take("nnodes"), master_addr=take("master_addr"), master_port=take("master_port"),
+        data_parallel_size_local=take("data_parallel_size_local"),
+        data_parallel_address=take("data_parallel_address"),
+        data_parallel_rpc_port=take("data_parallel_rpc_port"),
+        data_parallel_backend=take("data_parallel_backend"),
+        distributed_executor_backend=take("distributed_executor_backend"),
+        api_server_count=take("api_server_count"),
+        nnodes=take("nnodes"),
+        master_addr=take("master_addr"),
+        master_port=take("master_port"),
         max_num_seqs=take("max_num_seqs"),
-        gpu_memory_utilization=take("gpu_memory_utilization"), max_model_len=take("max_model_len"),
-        dtype=take("dtype"), tokenizer_mode=take("tokenizer_mode"), reasoning_parser=take("reasoning_parser"),
-        tool_call_parser=take("tool_call_parser"), enable_auto_tool_choice=take("enable_auto_tool_choice"), enforce_eager=take("enforce_eager"),
-        batch_invariant=take("batch_invariant"), gpus=take("gpus"), port=take("port"), launcher=take("launcher"),
-        startup_timeout_s=take("startup_timeout"), extra_args=take("server_arg") or None,
+        gpu_memory_utilization=take("gpu_memory_utilization"),
+        max_model_len=take("max_model_len"),
+        dtype=take("dtype"),
+        tokenizer_mode=take("tokenizer_mode"),
+        reasoning_parser=take("reasoning_parser"),
+        tool_call_parser=take("tool_call_parser"),
+        enable_auto_tool_choice=take("enable_auto_tool_choice"),
+        enforce_eager=take("enforce_eager"),
+        batch_invariant=take("batch_invariant"),
+        gpus=take("gpus"),
+        port=take("port"),
+        launcher=take("launcher"),
+        startup_timeout_s=take("startup_timeout"),
+        extra_args=take("server_arg") or None,
         env=_parse_env(take("server_env")),
     )
     given = {k: v for k, v in server_fields.items() if v is not None}
@@ -152,16 +268,32 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     elif given:
         server = given  # completes a server: section of --config, or is refused there
     settings: dict[str, Any] = dict(
-        tasks=take("tasks") or None, endpoint=take("endpoint") or None, model=take("model"),
-        api_key_file=take("api_key_file"), endpoint_kind=take("endpoint_kind"), concurrency=take("concurrency"),
-        max_concurrency=take("max_concurrency"), auto_start=take("auto_start"), limit=take("limit"),
-        num_fewshot=take("num_fewshot"), num_samples=take("num_samples"), temperature=take("temperature"),
-        top_p=take("top_p"), max_tokens=take("max_tokens"), max_length=take("max_length"), seed=take("seed"),
-        chat_template_kwargs=take("chat_template_kwargs"), drop_reasoning=take("drop_reasoning"),
+        tasks=take("tasks") or None,
+        endpoint=take("endpoint") or None,
+        model=take("model"),
+        api_key_file=take("api_key_file"),
+        endpoint_kind=take("endpoint_kind"),
+        concurrency=take("concurrency"),
+        max_concurrency=take("max_concurrency"),
+        auto_start=take("auto_start"),
+        limit=take("limit"),
+        num_fewshot=take("num_fewshot"),
+        num_samples=take("num_samples"),
+        temperature=take("temperature"),
+        top_p=take("top_p"),
+        max_tokens=take("max_tokens"),
+        max_length=take("max_length"),
+        seed=take("seed"),
+        chat_template_kwargs=take("chat_template_kwargs"),
+        drop_reasoning=take("drop_reasoning"),
         output_dir=take("output_dir"),
-        tasks_dir=take("tasks_dir") or None, fresh=take("fresh") or None, max_error_rate=take("max_error_rate"),
-        report=False if take("no_report") else None, idle_timeout_s=take("idle_timeout"),
-        max_attempts=take("max_attempts"), server=server,
+        tasks_dir=take("tasks_dir") or None,
+        fresh=take("fresh") or None,
+        max_error_rate=take("max_error_rate"),
+        report=False if take("no_report") else None,
+        idle_timeout_s=take("idle_timeout"),
+        max_attempts=take("max_attempts"),
+        server=server,
     )
     config_file = take("config")
     p.pop("quiet", None)  # how the command shows progress, not a setting
@@ -254,7 +386,10 @@ def tasks_show(
 @app.command()
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="One run dir (single report) or several (comparison).")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output HTML file, or a folder to write report.html / compare.html into.")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Output HTML file, or a folder to write report.html / compare.html into."),
+    ] = None,
 ) -> None:
     """Render report.html from run dirs alone (no network)."""
     from evalkit import api
@@ -282,10 +417,24 @@ def schema(
 
 @app.command()
 def gate(
-    runs: Annotated[list[Path], typer.Argument(help="BASELINE CANDIDATE (two run dirs), or CANDIDATE alone to check it against the policy's expected scores.")],
-    policy: Annotated[Path | None, typer.Option("--policy", "-p", help="Policy YAML (default: the built-in policy, printed).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for gate.json, gate.md, junit.xml, compare.html (default CANDIDATE/gate).")] = None,
-    force: Annotated[bool, typer.Option(help="Compare runs even when task version, data, limit, few-shot or prompts differ.")] = False,
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="BASELINE CANDIDATE (two run dirs), or CANDIDATE alone to check it against the policy's expected scores."
+        ),
+    ],
+    policy: Annotated[
+        Path | None, typer.Option("--policy", "-p", help="Policy YAML (default: the built-in policy, printed).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Folder for gate.json, gate.md, junit.xml, compare.html (default CANDIDATE/gate)."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Compare runs even when task version, data, limit, few-shot or prompts differ.")
+    ] = False,
 ) -> None:
     """Release gate: exit 0 when the candidate keeps the baseline's accuracy and speed, 1 when a rule fails,
     2 when the runs cannot be compared or the input is bad."""
@@ -304,16 +453,66 @@ def gate(
 
 @app.command()
 def sweep(
-    file: Annotated[Path, typer.Argument(help="Sweep file (YAML): tasks, limit, endpoint or server, configs, sampling, concurrency.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Sweep folder: runs/<name>/, sweep.csv, sweep.md, compare.html.")] = None,
-    collect: Annotated[bool, typer.Option("--collect", help="Run nothing: tabulate the finished runs under -o DIR/runs/ (e.g. written by Kubernetes Jobs).")] = False,
-    k8s: Annotated[Path | None, typer.Option("--k8s", help="Run nothing: write Kubernetes manifests (one Job per combination, a collect Job) into this folder.")] = None,
-    image: Annotated[str | None, typer.Option(help="With --k8s: the image with evalkit and vLLM (docker/Dockerfile).", rich_help_panel="Kubernetes")] = None,
-    pvc: Annotated[str | None, typer.Option(help="With --k8s: the PersistentVolumeClaim (ReadWriteMany) the runs are written to.", rich_help_panel="Kubernetes")] = None,
-    namespace: Annotated[str | None, typer.Option(help="With --k8s: namespace of the objects (default: kubectl's).", rich_help_panel="Kubernetes")] = None,
-    name: Annotated[str | None, typer.Option(help="With --k8s: the sweep's name in object names and labels (default: the file's stem).", rich_help_panel="Kubernetes")] = None,
-    model_cache_pvc: Annotated[str | None, typer.Option(help="With --k8s: a PersistentVolumeClaim mounted as vLLM's Hugging Face cache.", rich_help_panel="Kubernetes")] = None,
-    api_key_secret: Annotated[str | None, typer.Option(help="With --k8s: a Secret whose keys (e.g. EVALKIT_API_KEY) become evalkit's environment.", rich_help_panel="Kubernetes")] = None,
+    file: Annotated[
+        Path,
+        typer.Argument(help="Sweep file (YAML): tasks, limit, endpoint or server, configs, sampling, concurrency."),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Sweep folder: runs/<name>/, sweep.csv, sweep.md, compare.html."),
+    ] = None,
+    collect: Annotated[
+        bool,
+        typer.Option(
+            "--collect",
+            help="Run nothing: tabulate the finished runs under -o DIR/runs/ (e.g. written by Kubernetes Jobs).",
+        ),
+    ] = False,
+    k8s: Annotated[
+        Path | None,
+        typer.Option(
+            "--k8s",
+            help="Run nothing: write Kubernetes manifests (one Job per combination, a collect Job) into this folder.",
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="With --k8s: the image with evalkit and vLLM (docker/Dockerfile).", rich_help_panel="Kubernetes"
+        ),
+    ] = None,
+    pvc: Annotated[
+        str | None,
+        typer.Option(
+            help="With --k8s: the PersistentVolumeClaim (ReadWriteMany) the runs are written to.",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="With --k8s: namespace of the objects (default: kubectl's).", rich_help_panel="Kubernetes"),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="With --k8s: the sweep's name in object names and labels (default: the file's stem).",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = None,
+    model_cache_pvc: Annotated[
+        str | None,
+        typer.Option(
+            help="With --k8s: a PersistentVolumeClaim mounted as vLLM's Hugging Face cache.",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = None,
+    api_key_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="With --k8s: a Secret whose keys (e.g. EVALKIT_API_KEY) become evalkit's environment.",
+            rich_help_panel="Kubernetes",
+        ),
+    ] = None,
 ) -> None:
     """Run every combination of server config x sampling x concurrency (resumable) and tabulate them."""
     from evalkit.sweep import load_spec, run_sweep
@@ -353,13 +552,19 @@ def _emit_k8s(spec: Any, file: Path, out: Path, image: str | None, pvc: str | No
     from evalkit.sweep.k8s import emit
 
     if image is None or pvc is None:
-        raise EvalkitError("--k8s needs --image IMAGE (docker/Dockerfile built and pushed) and --pvc CLAIM (the shared volume)")
+        raise EvalkitError(
+            "--k8s needs --image IMAGE (docker/Dockerfile built and pushed) and --pvc CLAIM (the shared volume)"
+        )
     try:
         files = emit(spec, out, image=image, pvc=pvc, sweep_name=name or file.stem, namespace=namespace,
                      model_cache_pvc=model_cache_pvc, api_key_secret=api_key_secret)  # fmt: skip
     except OSError as e:
-        raise EvalkitError(f"cannot write the manifests to {out} ({e.strerror}: {e.filename}); pass --k8s a writable folder") from None
-    typer.echo(f"wrote {len(files)} manifests to {out}: kubectl apply -f {out}; when the Jobs are done, kubectl apply -f {out / 'collect'}")
+        raise EvalkitError(
+            f"cannot write the manifests to {out} ({e.strerror}: {e.filename}); pass --k8s a writable folder"
+        ) from None
+    typer.echo(
+        f"wrote {len(files)} manifests to {out}: kubectl apply -f {out}; when the Jobs are done, kubectl apply -f {out / 'collect'}"
+    )
 
 
 def _seconds(text: str) -> float:
@@ -383,21 +588,48 @@ def watch(
     endpoint: Annotated[str | None, typer.Option(help="The live server: http://host:port or …/v1.")] = None,
     task: Annotated[str | None, typer.Option(help="Task to run a slice of every tick, e.g. gsm8k.")] = None,
     every: Annotated[str, typer.Option(help="Interval between tick starts: 10m, 30s, 0.5s, 1h.")] = "10m",
-    per_tick: Annotated[int, typer.Option(min=1, help="Documents per tick (a seeded rotation covers the whole set over time).")] = 50,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Watch dir: history.jsonl, ticks/NNNNNN run dirs (resumed on restart).")] = None,
-    baseline: Annotated[Path | None, typer.Option(help="Baseline run dir (same task); without it the first --baseline-ticks ticks are the baseline.")] = None,
-    baseline_ticks: Annotated[int, typer.Option(min=1, help="Ticks that form the baseline when --baseline is not given.")] = 3,
+    per_tick: Annotated[
+        int, typer.Option(min=1, help="Documents per tick (a seeded rotation covers the whole set over time).")
+    ] = 50,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Watch dir: history.jsonl, ticks/NNNNNN run dirs (resumed on restart)."),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            help="Baseline run dir (same task); without it the first --baseline-ticks ticks are the baseline."
+        ),
+    ] = None,
+    baseline_ticks: Annotated[
+        int, typer.Option(min=1, help="Ticks that form the baseline when --baseline is not given.")
+    ] = 3,
     window: Annotated[int, typer.Option(min=1, help="Ticks judged together against the baseline.")] = 6,
-    policy: Annotated[Path | None, typer.Option("--policy", "-p", help="Gate policy YAML (default: the gate's with alpha 0.01).")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Canary requests in flight (production traffic comes first).")] = 2,
+    policy: Annotated[
+        Path | None, typer.Option("--policy", "-p", help="Gate policy YAML (default: the gate's with alpha 0.01).")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=64, help="Canary requests in flight (production traffic comes first).")
+    ] = 2,
     request_rate: Annotated[float, typer.Option(min=0.001, help="Canary requests sent per second, at most.")] = 2.0,
     seed: Annotated[int, typer.Option(help="Seed of the documents' rotation.")] = 0,
-    ticks: Annotated[int | None, typer.Option(min=1, help="Stop after this many ticks in all (default: run until stopped).")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on this port (0: a free one).")] = None,
-    metrics_addr: Annotated[str, typer.Option(help="Address /metrics listens on (0.0.0.0 in a container).")] = "127.0.0.1",
-    alert_webhook: Annotated[str | None, typer.Option(help="POST a JSON message here when the verdict changes (retried, never blocks ticks).")] = None,
+    ticks: Annotated[
+        int | None, typer.Option(min=1, help="Stop after this many ticks in all (default: run until stopped).")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus /metrics on this port (0: a free one).")
+    ] = None,
+    metrics_addr: Annotated[
+        str, typer.Option(help="Address /metrics listens on (0.0.0.0 in a container).")
+    ] = "127.0.0.1",
+    alert_webhook: Annotated[
+        str | None,
+        typer.Option(help="POST a JSON message here when the verdict changes (retried, never blocks ticks)."),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
-    api_key_file: Annotated[Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")] = None,
+    api_key_file: Annotated[
+        Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")
+    ] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Generation cap per request.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
@@ -414,13 +646,32 @@ def watch(
     if endpoint is None or task is None or output is None:
         _fail(EvalkitError("evalkit watch needs --endpoint URL, --task NAME and -o DIR; see evalkit watch --help"))
     try:
-        extra = dict(model=model, api_key_file=api_key_file, max_tokens=max_tokens, temperature=temperature,
-                     num_fewshot=num_fewshot, tasks_dir=tasks_dir)
+        extra = dict(
+            model=model,
+            api_key_file=api_key_file,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            num_fewshot=num_fewshot,
+            tasks_dir=tasks_dir,
+        )
         settings = WatchSettings(
-            task=task, endpoint=endpoint, out=output, every_s=_seconds(every), per_tick=per_tick, window=window,
-            baseline=baseline, baseline_ticks=baseline_ticks, seed=seed, concurrency=concurrency,
-            request_rate=request_rate, ticks=ticks, policy=policy, alert_webhook=alert_webhook,
-            metrics_port=metrics_port, metrics_addr=metrics_addr, run={k: v for k, v in extra.items() if v is not None},
+            task=task,
+            endpoint=endpoint,
+            out=output,
+            every_s=_seconds(every),
+            per_tick=per_tick,
+            window=window,
+            baseline=baseline,
+            baseline_ticks=baseline_ticks,
+            seed=seed,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            ticks=ticks,
+            policy=policy,
+            alert_webhook=alert_webhook,
+            metrics_port=metrics_port,
+            metrics_addr=metrics_addr,
+            run={k: v for k, v in extra.items() if v is not None},
         )
         w = Watch(settings, echo=lambda line: typer.echo(f"evalkit watch: {line}", err=True))
         signal.signal(signal.SIGTERM, lambda *_: w.stop())
@@ -436,7 +687,9 @@ def watch(
 @watch_app.command("report")
 def watch_report(
     watch_dir: Annotated[Path, typer.Argument(help="The watch dir (-o of evalkit watch).")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="HTML file or folder (default WATCH_DIR/watch.html).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="HTML file or folder (default WATCH_DIR/watch.html).")
+    ] = None,
 ) -> None:
     """One self-contained HTML page of a watch's history: accuracy with its interval, speed, verdict changes."""
     from evalkit.watch.report import render_watch

@@ -19,10 +19,16 @@ class LiveProgress:
 
     def __init__(self, enabled: bool = True) -> None:
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("acc {task.fields[acc]}"), TextColumn("{task.fields[tps]} tok/s"),
-            TextColumn("err {task.fields[err]}"), TimeElapsedColumn(),
-            console=console, disable=not enabled, refresh_per_second=4,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("acc {task.fields[acc]}"),
+            TextColumn("{task.fields[tps]} tok/s"),
+            TextColumn("err {task.fields[err]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
+            refresh_per_second=4,
         )
         self.ids: dict[str, Any] = {}
         self.correct: dict[str, list[int]] = {}
@@ -53,8 +59,11 @@ class LiveProgress:
         c, n = self.correct[task]
         elapsed = max(time.perf_counter() - self.t0[task], 1e-9)
         self.progress.update(
-            self.ids[task], completed=done, acc=f"{c / n:.3f}" if n else "-",
-            tps=f"{self.tokens[task] / elapsed:,.0f}", err=self.errors[task],
+            self.ids[task],
+            completed=done,
+            acc=f"{c / n:.3f}" if n else "-",
+            tps=f"{self.tokens[task] / elapsed:,.0f}",
+            err=self.errors[task],
         )
 
 
@@ -76,14 +85,24 @@ def print_summary(summary: dict[str, Any], run_dir: str) -> None:
     for name, t in summary["tasks"].items():
         for metric, m in t["metrics"].items():
             ci = m.get("ci95")
-            acc.add_row(name, metric, _fmt(m["value"], 4), _fmt(m.get("stderr"), 4),
-                        f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", str(m["n"]))
+            acc.add_row(
+                name,
+                metric,
+                _fmt(m["value"], 4),
+                _fmt(m.get("stderr"), 4),
+                f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-",
+                str(m["n"]),
+            )
         s, c = t["speed"], t["counts"]
         speed.add_row(
-            name, _fmt(s.get("requests_per_s"), 2), _fmt(s.get("output_tokens_per_s"), 0),
+            name,
+            _fmt(s.get("requests_per_s"), 2),
+            _fmt(s.get("output_tokens_per_s"), 0),
             f"{_fmt(s['ttft_ms'].get('p50'))} / {_fmt(s['ttft_ms'].get('p99'))}",
             f"{_fmt(s['tpot_ms'].get('p50'), 2)} / {_fmt(s['tpot_ms'].get('p99'), 2)}",
-            _fmt(s["itl_ms"].get("p50"), 2), _fmt(s.get("concurrency")), f"{c['api_error']}/{c['total']}",
+            _fmt(s["itl_ms"].get("p50"), 2),
+            _fmt(s.get("concurrency")),
+            f"{c['api_error']}/{c['total']}",
         )
     out = Console()
     out.print(acc)

@@ -24,9 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 2  # 2: the optional fields of a run sharded over several endpoints (absent otherwise)
 
-Status = Literal[
-    "ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments"
-]
+Status = Literal["ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments"]
 """ok: scored normally; truncated: finish_reason=length (still scored, flagged);
 no_answer: nothing extractable from the final answer text (tool tasks: text but no call where one was expected);
 empty: the server returned no text (and no call); api_error: the request failed after retries (never scored).

@@ -157,7 +157,11 @@ class Runner:
     """
 
     def __init__(
-        self, cfg: RunConfig, progress: Progress | None = None, argv: list[str] | None = None, server: Any = None,
+        self,
+        cfg: RunConfig,
+        progress: Progress | None = None,
+        argv: list[str] | None = None,
+        server: Any = None,
         scoring: Worker | None = None,
     ) -> None:
         """``server``: a VLLMServer the caller started and stops, serving ``cfg.endpoint`` (its provenance goes
@@ -315,8 +319,12 @@ class Runner:
             versions=package_versions(),
             tasks={
                 p.task.name: ManifestTask(
-                    version=p.task.version, description=p.task.description, data_sha256=p.task.data_sha256,
-                    settings=_settings_record(p.settings), requests=p.total, prompts_streamed=p.streamed,
+                    version=p.task.version,
+                    description=p.task.description,
+                    data_sha256=p.task.data_sha256,
+                    settings=_settings_record(p.settings),
+                    requests=p.total,
+                    prompts_streamed=p.streamed,
                     max_tokens_clamp=p.clamp,  # for streamed prompts: final once the task has run
                 )
                 for p in plans
@@ -339,7 +347,12 @@ class Runner:
         return old
 
     def _run_tasks(
-        self, tasks: list[Task], base_url: str, api_key: str | None, model: str, max_model_len: int | None,
+        self,
+        tasks: list[Task],
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        max_model_len: int | None,
         store: RunStore,
     ) -> dict[str, Any]:
         plans = self._plan(tasks, base_url, api_key, model, max_model_len)
@@ -356,7 +369,8 @@ class Runner:
                 print(
                     f"evalkit: {store.quarantined} unreadable line(s) of {store.samples_path} moved to "
                     f"{store.corrupt_path}; a request whose answer they held is sent again",
-                    file=sys.stderr, flush=True,
+                    file=sys.stderr,
+                    flush=True,
                 )
             for p in plans:
                 p.done_keys = store.completed.get(p.task.name, set())
@@ -385,8 +399,14 @@ class Runner:
         return {"run_dir": str(store.dir), "summary": summary_json(summary), "manifest": manifest_json(manifest)}
 
     def _run_one(
-        self, p: TaskRun, base_url: str, api_key: str | None, model: str, max_model_len: int | None,
-        store: RunStore, last: bool,
+        self,
+        p: TaskRun,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        max_model_len: int | None,
+        store: RunStore,
+        last: bool,
     ) -> TaskSummary:
         task = p.task
         total = p.total
@@ -447,8 +467,10 @@ class Runner:
                     return
 
         options = ClientOptions(
-            connect_timeout_s=self.cfg.connect_timeout_s, idle_timeout_s=self.cfg.idle_timeout_s,
-            max_attempts=self.cfg.max_attempts, max_retry_s=self.cfg.max_retry_s,
+            connect_timeout_s=self.cfg.connect_timeout_s,
+            idle_timeout_s=self.cfg.idle_timeout_s,
+            max_attempts=self.cfg.max_attempts,
+            max_retry_s=self.cfg.max_retry_s,
         )
         extra: dict[str, Any] = {}
         if self.cfg.max_length is not None:
@@ -462,9 +484,11 @@ class Runner:
         with contextlib.ExitStack() as stack:
             gauges = [stack.enter_context(MetricsSampler(r, interval_s=1.0, model_name=model)) for r in roots]
             gpu = stack.enter_context(GpuSampler(1.0))
-            stats = asyncio.run(self._send(
-                todo(), max(0, total - done), self._urls, api_key, model, p.kind, options, extra, on_done, task
-            ))
+            stats = asyncio.run(
+                self._send(
+                    todo(), max(0, total - done), self._urls, api_key, model, p.kind, options, extra, on_done, task
+                )
+            )
         self._lap(f"{task.name}.requests")
         after = [scrape(root, headers=auth) for root, auth in zip(roots, auths, strict=True)]
         servers = [delta(b, a, model, gauges=g.summary()) for b, a, g in zip(before, after, gauges, strict=True)]
@@ -487,16 +511,25 @@ class Runner:
         return out
 
     async def _send(
-        self, todo: AsyncIterator[Request], total: int, urls: list[str], api_key: str | None, model: str,
-        kind: str, options: ClientOptions, extra: dict[str, Any],
-        on_done: Callable[[Request, Response], Awaitable[None]], task: Task,
+        self,
+        todo: AsyncIterator[Request],
+        total: int,
+        urls: list[str],
+        api_key: str | None,
+        model: str,
+        kind: str,
+        options: ClientOptions,
+        extra: dict[str, Any],
+        on_done: Callable[[Request, Response], Awaitable[None]],
+        task: Task,
     ) -> SchedulerStats:
         """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
         all of them together, and the client gives each to the least loaded endpoint. A request with a
         conversation is one sample of several requests (requests/conversation.py), tools run by the task's
         backends."""
-        async with Client(urls, model, kind=kind, api_key=api_key, options=options, extra_body=extra,
-                          headers=self.cfg.headers) as client:
+        async with Client(
+            urls, model, kind=kind, api_key=api_key, options=options, extra_body=extra, headers=self.cfg.headers
+        ) as client:
 
             async def send(req: Request) -> Response:
                 executor = task.tool_executor(req) if req.conversation is not None else None
@@ -505,9 +538,15 @@ class Runner:
                 return await converse(client.generate, req, executor)
 
             return await execute(
-                todo, client, on_done, total=total,
-                concurrency=self._in_flight.concurrency, max_concurrency=self._in_flight.max_concurrency,
-                auto_start=self.cfg.auto_start, metrics_url=[server_root(u) + "/metrics" for u in urls], send=send,
+                todo,
+                client,
+                on_done,
+                total=total,
+                concurrency=self._in_flight.concurrency,
+                max_concurrency=self._in_flight.max_concurrency,
+                auto_start=self.cfg.auto_start,
+                metrics_url=[server_root(u) + "/metrics" for u in urls],
+                send=send,
             )
 
     def _render_report(self, store: RunStore) -> None:
@@ -519,8 +558,10 @@ class Runner:
             render_run(store.dir)
         except OSError as e:
             raise write_error(
-                store.dir / "report.html", e, f"the run is complete and {store.summary_path} is intact; free space "
-                f"and run: evalkit report {store.dir}"
+                store.dir / "report.html",
+                e,
+                f"the run is complete and {store.summary_path} is intact; free space "
+                f"and run: evalkit report {store.dir}",
             ) from None
 
     def _check_errors(self, summary: RunSummary) -> None:
@@ -533,4 +574,3 @@ class Runner:
                     f"{self.cfg.max_error_rate}){f'; first error: {first}' if first else ''}; results so far are in "
                     "the run dir; re-run the same command to retry them"
                 )
-

@@ -91,7 +91,9 @@ class Worker:
     def __init__(self, tasks_dirs: list[Path] | None = None, job: str = "scoring") -> None:
         self.job = job
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "evalkit.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "evalkit.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         self._ids = itertools.count()
         self._pending: dict[int, Future[Any]] = {}
@@ -236,9 +238,7 @@ class _Child:
         from evalkit.store.writer import load_for_summary
 
         task = self.task(name)
-        records, _ = load_for_summary(
-            RunStore(Path(run_dir)), name, keep_text=task.summary_needs_text, keep_itl=False
-        )
+        records, _ = load_for_summary(RunStore(Path(run_dir)), name, keep_text=task.summary_needs_text, keep_itl=False)
         try:
             return task.summarize(records)
         finally:
@@ -255,9 +255,7 @@ class _Batch:
     ``size``), and the last of the ``expected`` at once (a build with ``--limit`` goes on, for the cache, after its
     last request); so the parent gets each prompt within a few ms without a message per prompt."""
 
-    def __init__(
-        self, send: Callable[[list[Any]], None], expected: int, size: int = 64, every_s: float = 0.02
-    ) -> None:
+    def __init__(self, send: Callable[[list[Any]], None], expected: int, size: int = 64, every_s: float = 0.02) -> None:
         self.send, self.expected, self.size, self.every_s = send, expected, size, every_s
         self.items: list[Any] = []
         self.added = 0

@@ -155,8 +155,12 @@ class Aime25Task(Task):
             else:  # thought but never answered: cut off mid-thought, or stopped without an answer
                 status = "truncated" if response.finish_reason == "length" else "no_answer"
             return Score(
-                status=status, extracted={EXTRACTOR: None}, correct={EXTRACTOR: False}, extraction="none",
-                answer=answer, reasoning=reasoning,
+                status=status,
+                extracted={EXTRACTOR: None},
+                correct={EXTRACTOR: False},
+                extraction="none",
+                answer=answer,
+                reasoning=reasoning,
             )
         s = score_answer(answer, request.target, finish_reason=response.finish_reason)
         return Score(
@@ -204,9 +208,7 @@ class Aime25Task(Task):
             gold = gold_of(doc_id, rs)
             gold_key = canonical_answer(gold)
             correct = [is_correct(r) for r in rs]
-            histogram = Counter(
-                a for a in (canonical_answer(r.extracted.get(EXTRACTOR)) for r in rs) if a is not None
-            )
+            histogram = Counter(a for a in (canonical_answer(r.extracted.get(EXTRACTOR)) for r in rs) if a is not None)
             per_problem.append(
                 {
                     "doc_id": doc_id,
@@ -248,13 +250,8 @@ class Aime25Task(Task):
             "num_problems": len(doc_ids),
             "requests": total,
             "scored": len(scored),
-            "status_counts": {
-                s: status_counts.get(s, 0) for s in BASE_STATUSES
-            },
-            "rates": {
-                s: (status_counts.get(s, 0) / total if total else None)
-                for s in BASE_STATUSES[1:]
-            },
+            "status_counts": {s: status_counts.get(s, 0) for s in BASE_STATUSES},
+            "rates": {s: (status_counts.get(s, 0) / total if total else None) for s in BASE_STATUSES[1:]},
             "rates_denominator": total,
             "verify_timeouts": verify_timeouts,
             "maj_tie_rule": "fractional: 1/t when the gold answer is one of t answers tied for most votes",

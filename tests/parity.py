@@ -31,12 +31,24 @@ def run_lm_eval(base_url: str, model: str, limit: int, num_concurrent: int = 1, 
     from lm_eval.tasks import TaskManager
 
     model_arg: Any = lm or "local-completions"
-    model_args = None if lm else {
-        "base_url": base_url.rstrip("/") + "/completions", "model": model, "tokenizer_backend": None,
-        "tokenized_requests": False, "num_concurrent": num_concurrent, "max_retries": 1,
-    }
+    model_args = (
+        None
+        if lm
+        else {
+            "base_url": base_url.rstrip("/") + "/completions",
+            "model": model,
+            "tokenizer_backend": None,
+            "tokenized_requests": False,
+            "num_concurrent": num_concurrent,
+            "max_retries": 1,
+        }
+    )
     return evaluator.simple_evaluate(
-        model=model_arg, model_args=model_args, tasks=[lm_eval_gsm8k_config()], limit=limit, log_samples=True,
+        model=model_arg,
+        model_args=model_args,
+        tasks=[lm_eval_gsm8k_config()],
+        limit=limit,
+        log_samples=True,
         task_manager=TaskManager(),
     )
 
@@ -57,6 +69,10 @@ def evalkit_per_doc(run_dir: Path) -> dict[int, dict[str, Any]]:
     out = {}
     for line in (run_dir / "samples.jsonl").read_text().splitlines():
         r = json.loads(line)
-        out[r["doc_id"]] = {"prompt": r["prompt"], "response": r["response"], "filtered": r["extracted"],
-                            "metrics": {k: float(v) for k, v in r["correct"].items()}}
+        out[r["doc_id"]] = {
+            "prompt": r["prompt"],
+            "response": r["response"],
+            "filtered": r["extracted"],
+            "metrics": {k: float(v) for k, v in r["correct"].items()},
+        }
     return out

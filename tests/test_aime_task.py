@@ -23,9 +23,7 @@ INSTRUCTION = "Put your final answer within \\boxed{}.\nThe answer is an integer
 
 def load_module() -> Any:
     spec = yaml.safe_load(YAML.read_text())
-    mod_spec = importlib.util.spec_from_file_location(
-        "evalkit_task_aime25_test", YAML.parent / spec["module"]
-    )
+    mod_spec = importlib.util.spec_from_file_location("evalkit_task_aime25_test", YAML.parent / spec["module"])
     assert mod_spec and mod_spec.loader
     module = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(module)
@@ -140,9 +138,7 @@ def test_preview(task):
 def req(target: str = "70") -> Request:
     from evalkit.contracts import GenParams
 
-    return Request(
-        task="aime25", doc_id=0, sample_index=0, prompt="p", gen=GenParams(max_tokens=10), target=target
-    )
+    return Request(task="aime25", doc_id=0, sample_index=0, prompt="p", gen=GenParams(max_tokens=10), target=target)
 
 
 @pytest.mark.parametrize(

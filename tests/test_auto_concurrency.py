@@ -23,8 +23,17 @@ SLOW = ("--ttft", "0.05", "--itl", "0.04", "--tokens-per-chunk", "4")  # ~0.7 s 
 
 
 def _auto_run(srv: SubprocessServer, tmp_path, limit: int = 600) -> dict:
-    cfg = load_config({"tasks": ["gsm8k"], "endpoint": srv.url, "limit": limit, "max_tokens": 64,
-                       "auto_start": 16, "output_dir": tmp_path / "auto", "report": False})
+    cfg = load_config(
+        {
+            "tasks": ["gsm8k"],
+            "endpoint": srv.url,
+            "limit": limit,
+            "max_tokens": 64,
+            "auto_start": 16,
+            "output_dir": tmp_path / "auto",
+            "report": False,
+        }
+    )
     return Runner(cfg).run()["summary"]["tasks"]["gsm8k"]
 
 
@@ -83,8 +92,17 @@ def test_auto_steps_back_when_more_in_flight_is_slower(tmp_path):
 
 def test_fixed_concurrency_is_respected(tmp_path):
     with TestServer(Behaviour(ttft_s=0.02, itl_s=0.002)) as srv:
-        cfg = load_config({"tasks": ["gsm8k"], "endpoint": srv.url, "limit": 40, "concurrency": "3",
-                           "max_tokens": 32, "output_dir": tmp_path / "fixed", "report": False})
+        cfg = load_config(
+            {
+                "tasks": ["gsm8k"],
+                "endpoint": srv.url,
+                "limit": 40,
+                "concurrency": "3",
+                "max_tokens": 32,
+                "output_dir": tmp_path / "fixed",
+                "report": False,
+            }
+        )
         out = Runner(cfg).run()
         assert srv.max_concurrency_seen == 3
     t = out["summary"]["tasks"]["gsm8k"]
@@ -99,8 +117,10 @@ def test_auto_judges_no_level_the_prompts_could_not_fill():
     auto still finds capacity once the prompts flow (64, as in the capacity test); judged on them, it would tie
     16 with 32 (both builder-bound) and stop at 32."""
     n, trickle = 600, 30
-    reqs = [Request(task="t", doc_id=i, sample_index=0, prompt=f"question {i}", gen=GenParams(max_tokens=64))
-            for i in range(n)]
+    reqs = [
+        Request(task="t", doc_id=i, sample_index=0, prompt=f"question {i}", gen=GenParams(max_tokens=64))
+        for i in range(n)
+    ]
 
     async def built_slowly():
         for i, req in enumerate(reqs):
@@ -113,8 +133,15 @@ def test_auto_judges_no_level_the_prompts_could_not_fill():
             assert resp.error is None
 
         async with Client(srv.url, "test-model") as client:
-            return await execute(built_slowly(), client, on_done, total=n, concurrency="auto", auto_start=16,
-                                 metrics_url=srv.base_url + "/metrics")
+            return await execute(
+                built_slowly(),
+                client,
+                on_done,
+                total=n,
+                concurrency="auto",
+                auto_start=16,
+                metrics_url=srv.base_url + "/metrics",
+            )
 
     with SubprocessServer(*SLOW, "--max-num-seqs", "48", "--answer-tokens", "64") as srv:
         stats = asyncio.run(main(srv))
@@ -124,8 +151,10 @@ def test_auto_judges_no_level_the_prompts_could_not_fill():
 
 
 def _requests(n: int) -> list[Request]:
-    return [Request(task="t", doc_id=i, sample_index=0, prompt=f"question {i}", gen=GenParams(max_tokens=8))
-            for i in range(n)]
+    return [
+        Request(task="t", doc_id=i, sample_index=0, prompt=f"question {i}", gen=GenParams(max_tokens=8))
+        for i in range(n)
+    ]
 
 
 def test_slow_scoring_does_not_hold_request_slots():
@@ -189,14 +218,15 @@ def test_auto_without_metrics_measures_streamed_chunks():
             assert resp.error is None
 
         async with Client(url, "test-model") as client:
-            return await execute(_requests(300), client, on_done, concurrency="auto", auto_start=8,
-                                 metrics_url=None)
+            return await execute(_requests(300), client, on_done, concurrency="auto", auto_start=8, metrics_url=None)
 
     with TestServer(Behaviour(ttft_s=0.02, itl_s=0.02, max_num_seqs=16)) as srv:
         stats = asyncio.run(main(srv.url))
     assert stats.auto_levels, stats
-    assert all(lv["tok_s"] is None and lv["waiting"] is None and lv["running"] is None and lv["chunks_s"] > 0
-               for lv in stats.auto_levels)
+    assert all(
+        lv["tok_s"] is None and lv["waiting"] is None and lv["running"] is None and lv["chunks_s"] > 0
+        for lv in stats.auto_levels
+    )
     # 8 -> 16 pays; 32 does not, and without /metrics the server's queue is invisible, so the tie keeps 32
     assert stats.final_concurrency == 32, stats.auto_levels
 
@@ -210,8 +240,11 @@ def test_server_counts_read_from_real_vllm_metrics():
 
     one = (Path(__file__).parent / "data" / "vllm_metrics_0.32_round1.txt").read_text()
     # a second data-parallel engine with the same series, 3 requests running there
-    two = one + "\n".join(line.replace('engine="0"', 'engine="1"') for line in one.splitlines()
-                          if line.startswith(("vllm:generation_tokens_total{", "vllm:num_requests_waiting{")))
+    two = one + "\n".join(
+        line.replace('engine="0"', 'engine="1"')
+        for line in one.splitlines()
+        if line.startswith(("vllm:generation_tokens_total{", "vllm:num_requests_waiting{"))
+    )
     two += '\nvllm:num_requests_running{engine="1",model_name="smollm2-135m"} 3.0\n'
 
     async def main() -> list[dict[str, float]]:

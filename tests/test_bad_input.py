@@ -53,7 +53,10 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float =
     t0 = time.monotonic()
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     p = subprocess.run(
-        [sys.executable, "-m", "evalkit.cli", *args], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "evalkit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "PYTHONPATH": path, **(env or {})},
     )
     return Outcome(p.returncode, p.stderr, p.stdout, time.monotonic() - t0)
@@ -147,8 +150,7 @@ CONFIG_CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
         ("unknown setting 'limt'", "c.yaml", "known settings:", "limit"),
     ),
     "unknown key in the server section": (
-        lambda tmp, url: (["run", "gsm8k", "-c", str(_write(tmp / "c.yaml", "server:\n  model: m\n  tp: 2\n"))],
-                          None),
+        lambda tmp, url: (["run", "gsm8k", "-c", str(_write(tmp / "c.yaml", "server:\n  model: m\n  tp: 2\n"))], None),
         ("unknown setting 'server.tp'",),
     ),
     "top_p above 1": (
@@ -176,8 +178,10 @@ CONFIG_CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
         ("invalid value for 'endpoint_kind'", "'completions' or 'chat'"),
     ),
     "chat-template-kwargs not JSON": (
-        lambda tmp, url: (["run", "aime25", "--endpoint", url, "--chat-template-kwargs", "{enable_thinking: true"],
-                          None),
+        lambda tmp, url: (
+            ["run", "aime25", "--endpoint", url, "--chat-template-kwargs", "{enable_thinking: true"],
+            None,
+        ),
         ("invalid value for 'chat_template_kwargs'", "not valid JSON"),
     ),
     "chat-template-kwargs not an object": (
@@ -193,8 +197,7 @@ CONFIG_CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
         ("EVALKIT_TASKS does not parse", "JSON"),
     ),
     "config file does not parse (YAML)": (
-        lambda tmp, url: (["run", "gsm8k", "-c", str(_write(tmp / "c.yaml", "endpoint: [http://x\nlimit: 3\n"))],
-                          None),
+        lambda tmp, url: (["run", "gsm8k", "-c", str(_write(tmp / "c.yaml", "endpoint: [http://x\nlimit: 3\n"))], None),
         ("config file", "c.yaml", "does not parse"),
     ),
     "config file does not parse (TOML)": (
@@ -316,8 +319,9 @@ def test_wrong_model_name_lists_the_served_ones(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("env", [{}, {"EVALKIT_API_KEY": "a-wrong-key"}], ids=["missing-key", "wrong-key"])
-def test_401_says_the_key_is_wrong_or_missing(env: dict[str, str], keyed_server: TestServer, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_401_says_the_key_is_wrong_or_missing(
+    env: dict[str, str], keyed_server: TestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("EVALKIT_API_KEY", raising=False)
     out = invoke(["run", "gsm8k", "--endpoint", keyed_server.url, "-o", str(tmp_path / "o")], env=env)
@@ -337,8 +341,9 @@ def test_401_says_the_key_is_wrong_or_missing(env: dict[str, str], keyed_server:
     ],
     ids=["html-page", "plain-text", "json-no-data", "broken-json", "404-html", "502-html"],
 )
-def test_endpoint_that_is_not_an_openai_api(status: int, ctype: str, body: bytes, needles: tuple[str, ...],
-                                            tmp_path: Path) -> None:
+def test_endpoint_that_is_not_an_openai_api(
+    status: int, ctype: str, body: bytes, needles: tuple[str, ...], tmp_path: Path
+) -> None:
     with FakeEndpoint(status, ctype, body) as fake:
         out = invoke(["run", "gsm8k", "--endpoint", fake.url, "-o", str(tmp_path / "o")])
     assert_one_error_line(out, *needles)
@@ -348,15 +353,26 @@ def test_endpoint_that_is_not_an_openai_api(status: int, ctype: str, body: bytes
 # ------------------------------------------------------------------------------------------------- data
 def test_corrupt_data_file_names_file_and_line(tmp_path: Path, server: TestServer) -> None:
     folder = mini_task_dir(tmp_path, broken_line=3)
-    out = invoke(["run", "gsm8k-mini", "--tasks-dir", str(folder), "--endpoint", server.url, "--limit", "2",
-                  "-o", str(tmp_path / "o")])
+    out = invoke(
+        [
+            "run",
+            "gsm8k-mini",
+            "--tasks-dir",
+            str(folder),
+            "--endpoint",
+            server.url,
+            "--limit",
+            "2",
+            "-o",
+            str(tmp_path / "o"),
+        ]
+    )
     assert_one_error_line(out, f"{folder / 'd' / 'test.jsonl'}:3:", "not valid JSON")
 
 
 def test_missing_data_file_names_the_file(tmp_path: Path, server: TestServer) -> None:
     folder = mini_task_dir(tmp_path, missing_test=True)
-    out = invoke(["run", "gsm8k-mini", "--tasks-dir", str(folder), "--endpoint", server.url, "-o",
-                  str(tmp_path / "o")])
+    out = invoke(["run", "gsm8k-mini", "--tasks-dir", str(folder), "--endpoint", server.url, "-o", str(tmp_path / "o")])
     assert_one_error_line(out, "gsm8k-mini", "split 'test' not found", str(folder / "d" / "test.jsonl"))
 
 
@@ -383,8 +399,20 @@ def test_port_in_use_for_serve_is_refused_before_launching(tmp_path: Path) -> No
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        out = invoke(["run", "gsm8k", "--serve", "some/model", "--port", str(port), "--startup-timeout", "5",
-                      "-o", str(tmp_path / "o")])
+        out = invoke(
+            [
+                "run",
+                "gsm8k",
+                "--serve",
+                "some/model",
+                "--port",
+                str(port),
+                "--startup-timeout",
+                "5",
+                "-o",
+                str(tmp_path / "o"),
+            ]
+        )
     assert_one_error_line(out, f"port {port} on 127.0.0.1 is in use", "--port")
     assert not (tmp_path / "o" / "server.log").exists(), "nothing may be launched"
     assert out.elapsed < 15
@@ -393,8 +421,21 @@ def test_port_in_use_for_serve_is_refused_before_launching(tmp_path: Path) -> No
 # ------------------------------------------------------------------------------------ nothing is lost
 def test_bad_input_against_an_existing_run_leaves_it_untouched(tmp_path: Path, server: TestServer) -> None:
     out_dir = tmp_path / "run"
-    base = ["run", "gsm8k", "--endpoint", server.url, "--limit", "3", "--max-tokens", "32", "--concurrency", "3",
-            "-o", str(out_dir), "--no-report"]
+    base = [
+        "run",
+        "gsm8k",
+        "--endpoint",
+        server.url,
+        "--limit",
+        "3",
+        "--max-tokens",
+        "32",
+        "--concurrency",
+        "3",
+        "-o",
+        str(out_dir),
+        "--no-report",
+    ]
     first = invoke(base)
     assert first.code == 0, first.stderr
     files = {p.name: p.read_bytes() for p in out_dir.iterdir()}
@@ -404,8 +445,10 @@ def test_bad_input_against_an_existing_run_leaves_it_untouched(tmp_path: Path, s
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     mistakes = [
-        (["run", "gsm8k", "--endpoint", server.url, "--limit", "3", "--max-tokens", "64", "-o", str(out_dir)],
-         ("holds a run with a different config", "--fresh")),
+        (
+            ["run", "gsm8k", "--endpoint", server.url, "--limit", "3", "--max-tokens", "64", "-o", str(out_dir)],
+            ("holds a run with a different config", "--fresh"),
+        ),
         ([*base, "--model", "other"], ("model 'other' is not served",)),
         ([*base[:3], dead, *base[4:]], ("cannot connect",)),
         ([*base, "--top-p", "7"], ("invalid value for 'top_p'",)),

@@ -15,19 +15,42 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subproce
     import os
 
     return subprocess.run(
-        [sys.executable, "-m", "evalkit.cli", *args], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "evalkit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
 
 
 def test_run_gsm8k_writes_a_store_matching_the_schema(tmp_path, test_server):
     out = tmp_path / "run1"
-    p = run_cli("run", "gsm8k", "--endpoint", test_server.url, "--limit", "20", "--concurrency", "8",
-                "--output-dir", str(out), "--no-report")
+    p = run_cli(
+        "run",
+        "gsm8k",
+        "--endpoint",
+        test_server.url,
+        "--limit",
+        "20",
+        "--concurrency",
+        "8",
+        "--output-dir",
+        str(out),
+        "--no-report",
+    )
     assert p.returncode == 0, p.stderr
     manifest = json.loads((out / "manifest.json").read_text())
-    for key in ("evalkit_version", "command", "endpoint", "model", "concurrency", "versions", "tasks",
-                "created_at", "finished_at"):
+    for key in (
+        "evalkit_version",
+        "command",
+        "endpoint",
+        "model",
+        "concurrency",
+        "versions",
+        "tasks",
+        "created_at",
+        "finished_at",
+    ):
         assert key in manifest, key
     assert manifest["model"] == "test-model"
     assert manifest["tasks"]["gsm8k"]["data_sha256"]["test"].startswith("3730d312")
@@ -56,8 +79,21 @@ def test_timing_truth(tmp_path):
     """Injected TTFT 200 ms and 20 ms per token come back within 10%."""
     with TestServer(Behaviour(ttft_s=0.2, itl_s=0.02)) as srv:
         out = tmp_path / "timing"
-        p = run_cli("run", "gsm8k", "--endpoint", srv.url, "--limit", "8", "--concurrency", "8",
-                    "--max-tokens", "40", "--output-dir", str(out), "--no-report")
+        p = run_cli(
+            "run",
+            "gsm8k",
+            "--endpoint",
+            srv.url,
+            "--limit",
+            "8",
+            "--concurrency",
+            "8",
+            "--max-tokens",
+            "40",
+            "--output-dir",
+            str(out),
+            "--no-report",
+        )
     assert p.returncode == 0, p.stderr
     speed = json.loads((out / "summary.json").read_text())["tasks"]["gsm8k"]["speed"]
     assert speed["ttft_ms"]["p50"] == pytest.approx(200, rel=0.10)
@@ -66,8 +102,18 @@ def test_timing_truth(tmp_path):
 
 
 def test_model_taken_from_models_endpoint_and_wrong_model_listed(tmp_path, test_server):
-    p = run_cli("run", "gsm8k", "--endpoint", test_server.url, "--model", "nope", "--limit", "1",
-                "--output-dir", str(tmp_path / "x"))
+    p = run_cli(
+        "run",
+        "gsm8k",
+        "--endpoint",
+        test_server.url,
+        "--model",
+        "nope",
+        "--limit",
+        "1",
+        "--output-dir",
+        str(tmp_path / "x"),
+    )
     assert p.returncode == 2
     assert "model 'nope' is not served" in p.stderr and "test-model" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
@@ -77,8 +123,18 @@ def test_settings_from_env_and_config_file_cli_wins(tmp_path, test_server):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"endpoint: {test_server.url}\nlimit: 3\nmax_tokens: 64\nconcurrency: 2\n")
     out = tmp_path / "run"
-    p = run_cli("run", "gsm8k", "--config", str(cfg), "--limit", "2", "--output-dir", str(out), "--no-report",
-                env={"EVALKIT_MAX_TOKENS": "32", "EVALKIT_TEMPERATURE": "0.5"})
+    p = run_cli(
+        "run",
+        "gsm8k",
+        "--config",
+        str(cfg),
+        "--limit",
+        "2",
+        "--output-dir",
+        str(out),
+        "--no-report",
+        env={"EVALKIT_MAX_TOKENS": "32", "EVALKIT_TEMPERATURE": "0.5"},
+    )
     assert p.returncode == 0, p.stderr
     settings = json.loads((out / "manifest.json").read_text())["tasks"]["gsm8k"]["settings"]
     assert settings["limit"] == 2  # CLI beats file

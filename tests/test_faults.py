@@ -24,8 +24,23 @@ from tests.local_app import serving
 # ------------------------------------------------------------------------------------------------ helpers
 def run(out: Path, url: str, *extra: str, limit: int = 3, task: str = "gsm8k") -> tuple[int, str, float]:
     """``evalkit run`` in-process, one request at a time (so faults hit requests in doc order)."""
-    args = ["run", task, "--endpoint", url, "--limit", str(limit), "--max-tokens", "32", "--concurrency", "1",
-            "-o", str(out), "--no-report", "-q", *extra]
+    args = [
+        "run",
+        task,
+        "--endpoint",
+        url,
+        "--limit",
+        str(limit),
+        "--max-tokens",
+        "32",
+        "--concurrency",
+        "1",
+        "-o",
+        str(out),
+        "--no-report",
+        "-q",
+        *extra,
+    ]
     t0 = time.monotonic()
     res = CliRunner().invoke(app, args)
     if res.exception is not None and not isinstance(res.exception, SystemExit):
@@ -189,8 +204,9 @@ def test_null_content_on_chat_is_status_empty(tmp_path: Path, server: TestServer
 
 # ------------------------------------------------------------------------------------ the client itself
 def _request(max_tokens: int = 16) -> Request:
-    return Request(task="t", doc_id=0, sample_index=0, prompt="Question: 1+1?\nAnswer:",
-                   gen=GenParams(max_tokens=max_tokens))
+    return Request(
+        task="t", doc_id=0, sample_index=0, prompt="Question: 1+1?\nAnswer:", gen=GenParams(max_tokens=max_tokens)
+    )
 
 
 def _generate(url: str, options: ClientOptions, req: Request | None = None) -> Response:

@@ -207,9 +207,7 @@ def test_verify_falls_back_to_math_verify():
 def test_verify_from_worker_threads():
     # math-verify's own signal-based timeout raises off the main thread; the out-of-process verifier must not.
     with ThreadPoolExecutor(4) as pool:
-        results = list(
-            pool.map(lambda s: verify(s, "70"), [r"\dfrac{140}{2}", r"\frac{280}{4}", "70", "2^{6}+6"])
-        )
+        results = list(pool.map(lambda s: verify(s, "70"), [r"\dfrac{140}{2}", r"\frac{280}{4}", "70", "2^{6}+6"]))
     assert results == [(True, "math_verify"), (True, "math_verify"), (True, "integer"), (True, "math_verify")]
 
 

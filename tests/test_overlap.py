@@ -26,8 +26,17 @@ def test_prompts_are_built_while_the_server_starts(tmp_path: Path, monkeypatch: 
         return test_server.url
 
     monkeypatch.setattr(Runner, "_start_server", slow_server_start)
-    cfg = load_config({"tasks": ["gsm8k"], "server": {"model": "test-model"}, "limit": 5, "max_tokens": 16,
-                       "concurrency": "4", "output_dir": tmp_path / "run", "report": False})
+    cfg = load_config(
+        {
+            "tasks": ["gsm8k"],
+            "server": {"model": "test-model"},
+            "limit": 5,
+            "max_tokens": 16,
+            "concurrency": "4",
+            "output_dir": tmp_path / "run",
+            "report": False,
+        }
+    )
     out = Runner(cfg).run()
     assert seen["built_during_start"], seen
     t = out["summary"]["timings_s"]
@@ -38,14 +47,30 @@ def test_prompts_are_built_while_the_server_starts(tmp_path: Path, monkeypatch: 
 
 
 def test_timings_account_for_the_command(tmp_path: Path, test_server) -> None:
-    cfg = load_config({"tasks": ["gsm8k"], "endpoint": test_server.url, "limit": 8, "max_tokens": 16,
-                       "concurrency": "4", "output_dir": tmp_path / "run", "report": True})
+    cfg = load_config(
+        {
+            "tasks": ["gsm8k"],
+            "endpoint": test_server.url,
+            "limit": 8,
+            "max_tokens": 16,
+            "concurrency": "4",
+            "output_dir": tmp_path / "run",
+            "report": True,
+        }
+    )
     t0 = time.perf_counter()
     out = Runner(cfg).run()
     wall = time.perf_counter() - t0
     t = out["summary"]["timings_s"]
-    phases = ["setup", "prompts", "resume_check", "gsm8k.before_requests", "gsm8k.requests",
-              "gsm8k.scoring_summary", "report"]
+    phases = [
+        "setup",
+        "prompts",
+        "resume_check",
+        "gsm8k.before_requests",
+        "gsm8k.requests",
+        "gsm8k.scoring_summary",
+        "report",
+    ]
     phases += [p for p in ("prompt_cache",) if p in t]  # a cold prompt cache: lm-eval's build ran to its end
     assert all(isinstance(t[p], float) and t[p] >= 0 for p in phases), t
     assert abs(sum(t[p] for p in phases) - wall) < 0.25 * wall + 0.1, (t, wall)  # the laps cover the run

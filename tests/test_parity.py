@@ -14,8 +14,16 @@ LIMIT = 30
 @pytest.mark.slow
 def test_gsm8k_parity_with_lm_eval_local_completions(tmp_path, test_server):
     ref = run_lm_eval(test_server.url, "test-model", LIMIT)
-    cfg = load_config({"tasks": ["gsm8k"], "endpoint": test_server.url, "limit": LIMIT, "concurrency": "1",
-                       "output_dir": tmp_path / "run", "report": False})
+    cfg = load_config(
+        {
+            "tasks": ["gsm8k"],
+            "endpoint": test_server.url,
+            "limit": LIMIT,
+            "concurrency": "1",
+            "output_dir": tmp_path / "run",
+            "report": False,
+        }
+    )
     Runner(cfg).run()
     theirs, ours = per_doc(ref), evalkit_per_doc(tmp_path / "run")
     assert sorted(theirs) == sorted(ours) == list(range(LIMIT))

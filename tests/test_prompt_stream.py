@@ -30,8 +30,19 @@ def cold_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(url: str, out: Path, limit: int = 8) -> dict:
-    cfg = load_config({"tasks": ["gsm8k"], "endpoint": url, "limit": limit, "max_tokens": 16, "concurrency": "1",
-                       "max_attempts": 1, "max_error_rate": 1.0, "output_dir": out, "report": False})
+    cfg = load_config(
+        {
+            "tasks": ["gsm8k"],
+            "endpoint": url,
+            "limit": limit,
+            "max_tokens": 16,
+            "concurrency": "1",
+            "max_attempts": 1,
+            "max_error_rate": 1.0,
+            "output_dir": out,
+            "report": False,
+        }
+    )
     return Runner(cfg).run()
 
 

@@ -44,7 +44,8 @@ def _first_test_question() -> str:
 def test_new_lm_eval_task_by_one_yaml_file(tmp_path):
     """A GSM8K variant (zero-shot, different prompt) added by one YAML file in --tasks-dir."""
     data = builtin_tasks_dir() / "data/gsm8k"
-    (tmp_path / "gsm8k_zs.yaml").write_text(textwrap.dedent(f"""
+    (tmp_path / "gsm8k_zs.yaml").write_text(
+        textwrap.dedent(f"""
         name: gsm8k-zeroshot-q
         kind: lm-eval
         version: "1"
@@ -56,7 +57,8 @@ def test_new_lm_eval_task_by_one_yaml_file(tmp_path):
         data:
           train: {data}/train.jsonl
           test: {data}/test.jsonl
-    """))
+    """)
+    )
     reg = Registry([tmp_path])
     task = reg.get("gsm8k-zeroshot-q")
     req = task.build_requests(TaskSettings(limit=1, num_fewshot=0))[0]

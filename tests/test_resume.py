@@ -37,8 +37,23 @@ def invoke(args: list[str]) -> tuple[int, str]:
 
 
 def run_args(url: str, out: Path, *extra: str, limit: int = 4) -> list[str]:
-    return ["run", "gsm8k", "--endpoint", url, "--limit", str(limit), "--max-tokens", "32", "--concurrency", "2",
-            "-o", str(out), "--no-report", "-q", *extra]
+    return [
+        "run",
+        "gsm8k",
+        "--endpoint",
+        url,
+        "--limit",
+        str(limit),
+        "--max-tokens",
+        "32",
+        "--concurrency",
+        "2",
+        "-o",
+        str(out),
+        "--no-report",
+        "-q",
+        *extra,
+    ]
 
 
 def lines(out: Path) -> list[bytes]:
@@ -120,8 +135,23 @@ def test_max_error_rate_exits_1_after_writing_everything_and_rerun_retries_faile
     tmp_path: Path, test_server: TestServer
 ) -> None:
     out = tmp_path / "run"
-    args = ["run", "gsm8k", "--endpoint", test_server.url, "--limit", "5", "--max-tokens", "32", "--concurrency",
-            "1", "--max-attempts", "2", "-o", str(out), "-q"]  # with the report: "everything" includes it
+    args = [
+        "run",
+        "gsm8k",
+        "--endpoint",
+        test_server.url,
+        "--limit",
+        "5",
+        "--max-tokens",
+        "32",
+        "--concurrency",
+        "1",
+        "--max-attempts",
+        "2",
+        "-o",
+        str(out),
+        "-q",
+    ]  # with the report: "everything" includes it
     test_server.faults = [None, {"status": 500}, {"status": 500}]
     code, err = invoke(args)
     assert code == 1
@@ -171,8 +201,25 @@ def test_sigkill_mid_run_then_same_command_resumes_without_resending(tmp_path: P
     env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": path}
 
     def command(url: str, out: Path) -> list[str]:
-        return [sys.executable, "-m", "evalkit.cli", "run", "gsm8k", "--endpoint", url, "--limit", "40",
-                "--max-tokens", "64", "--concurrency", str(STALLED), "-o", str(out), "--no-report", "-q"]
+        return [
+            sys.executable,
+            "-m",
+            "evalkit.cli",
+            "run",
+            "gsm8k",
+            "--endpoint",
+            url,
+            "--limit",
+            "40",
+            "--max-tokens",
+            "64",
+            "--concurrency",
+            str(STALLED),
+            "-o",
+            str(out),
+            "--no-report",
+            "-q",
+        ]
 
     # the uninterrupted reference, on a fresh dir (in-process: the answers do not depend on timing or process)
     ref = tmp_path / "reference"

@@ -27,8 +27,14 @@ DECOY = "sk-decoy-openai-0000"
 def run_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("EVALKIT_API_KEY", "OPENAI_API_KEY")}
     base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**base, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "evalkit.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**base, **env},
+        timeout=120,
+    )
 
 
 def files_holding(root: Path, secret: str) -> list[str]:
@@ -86,8 +92,26 @@ def test_api_key_never_written_anywhere(source: str, tmp_path: Path, work: Path)
         env[source] = CANARY
     with TestServer(Behaviour(api_key=CANARY, correct_ratio=0.5)) as srv:
         srv.faults = [None, {"status": 401, "message": "Unauthorized"}]  # an error text is stored too
-        code, output = invoke(["run", "gsm8k", "--endpoint", srv.url, "--limit", "3", "--max-tokens", "32",
-                               "--concurrency", "1", "--max-error-rate", "0.5", "-o", str(work / "run"), *extra], env)
+        code, output = invoke(
+            [
+                "run",
+                "gsm8k",
+                "--endpoint",
+                srv.url,
+                "--limit",
+                "3",
+                "--max-tokens",
+                "32",
+                "--concurrency",
+                "1",
+                "--max-error-rate",
+                "0.5",
+                "-o",
+                str(work / "run"),
+                *extra,
+            ],
+            env,
+        )
         assert code == 0, output
         assert_sent_only_as_authorization(srv, CANARY)
     assert_run_holds_no(work, CANARY)
@@ -107,8 +131,26 @@ def test_api_key_from_evalkit_env_never_written_anywhere_by_the_process(tmp_path
     env = {"EVALKIT_CACHE_DIR": str(work / "cache"), "TQDM_DISABLE": "1", "EVALKIT_API_KEY": CANARY}
     with TestServer(Behaviour(api_key=CANARY, correct_ratio=0.5)) as srv:
         srv.faults = [None, {"status": 401, "message": "Unauthorized"}]
-        p = run_cli(["run", "gsm8k", "--endpoint", srv.url, "--limit", "3", "--max-tokens", "32",
-                     "--concurrency", "1", "--max-error-rate", "0.5", "-o", "run"], work, env)
+        p = run_cli(
+            [
+                "run",
+                "gsm8k",
+                "--endpoint",
+                srv.url,
+                "--limit",
+                "3",
+                "--max-tokens",
+                "32",
+                "--concurrency",
+                "1",
+                "--max-error-rate",
+                "0.5",
+                "-o",
+                "run",
+            ],
+            work,
+            env,
+        )
         assert p.returncode == 0, p.stderr
         assert_sent_only_as_authorization(srv, CANARY)
     assert_run_holds_no(work, CANARY)
@@ -121,9 +163,24 @@ def test_api_key_file_beats_the_environment(tmp_path: Path) -> None:
     key_file = tmp_path / "key.txt"
     key_file.write_text(CANARY + "\nsecond line is ignored\n")
     with TestServer(Behaviour(api_key=CANARY)) as srv:
-        code, output = invoke(["run", "gsm8k", "--endpoint", srv.url, "--limit", "1", "--max-tokens", "16",
-                               "--no-report", "-o", str(tmp_path / "run"), "--api-key-file", str(key_file)],
-                              {"OPENAI_API_KEY": DECOY, "EVALKIT_API_KEY": DECOY})
+        code, output = invoke(
+            [
+                "run",
+                "gsm8k",
+                "--endpoint",
+                srv.url,
+                "--limit",
+                "1",
+                "--max-tokens",
+                "16",
+                "--no-report",
+                "-o",
+                str(tmp_path / "run"),
+                "--api-key-file",
+                str(key_file),
+            ],
+            {"OPENAI_API_KEY": DECOY, "EVALKIT_API_KEY": DECOY},
+        )
         assert code == 0, output
         assert_sent_only_as_authorization(srv, CANARY)
     assert files_holding(tmp_path / "run", DECOY) == [] and files_holding(tmp_path / "run", CANARY) == []
@@ -141,11 +198,33 @@ def test_server_api_key_kept_out_of_argv_records_and_logs(work: Path) -> None:
     """With --serve, the key reaches vLLM only through its environment (VLLM_API_KEY): the recorded argv,
     env overrides, server.log and every other file hold no trace of it. evalkit/testing/fake_vllm_process.py
     stands in for vLLM and answers /v1/models only with the right bearer token."""
-    (work / "c.yaml").write_text(f"server:\n  command: [{json.dumps(sys.executable)}, "
-                                 f"{json.dumps(str(REPO / 'evalkit' / 'testing' / 'fake_vllm_process.py'))}]\n")
-    p = run_cli(["run", "gsm8k", "--serve", "fake-model", "-c", "c.yaml", "--limit", "1", "--max-tokens", "16",
-                 "--max-attempts", "1", "--max-error-rate", "1", "--no-report", "-o", "run"], work,
-                {"EVALKIT_SERVER__API_KEY": CANARY, "EVALKIT_CACHE_DIR": str(work / "cache")})
+    (work / "c.yaml").write_text(
+        f"server:\n  command: [{json.dumps(sys.executable)}, "
+        f"{json.dumps(str(REPO / 'evalkit' / 'testing' / 'fake_vllm_process.py'))}]\n"
+    )
+    p = run_cli(
+        [
+            "run",
+            "gsm8k",
+            "--serve",
+            "fake-model",
+            "-c",
+            "c.yaml",
+            "--limit",
+            "1",
+            "--max-tokens",
+            "16",
+            "--max-attempts",
+            "1",
+            "--max-error-rate",
+            "1",
+            "--no-report",
+            "-o",
+            "run",
+        ],
+        work,
+        {"EVALKIT_SERVER__API_KEY": CANARY, "EVALKIT_CACHE_DIR": str(work / "cache")},
+    )
     assert p.returncode == 0, p.stderr  # /v1/models accepted the key (the fake has no generation endpoints)
     server = json.loads((work / "run" / "manifest.json").read_text())["server"]
     assert server["env_overrides"]["VLLM_API_KEY"] == "***"

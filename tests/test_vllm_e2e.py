@@ -38,9 +38,26 @@ pytestmark = VLLM_MARKS
 def serve_argv(run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = 20) -> list[str]:
     """``evalkit run TASK --serve MODEL_DIR`` with the flags that make vLLM start quickly on a small CPU box."""
     return [
-        sys.executable, "-m", "evalkit.cli", "run", task, "--serve", str(MODEL_DIR), "--served-model-name", NAME,
-        "--enforce-eager", "--max-model-len", "2048", "--server-env", "VLLM_CPU_KVCACHE_SPACE=1",
-        "--limit", str(limit), "-o", str(run_dir), "-q", *extra,
+        sys.executable,
+        "-m",
+        "evalkit.cli",
+        "run",
+        task,
+        "--serve",
+        str(MODEL_DIR),
+        "--served-model-name",
+        NAME,
+        "--enforce-eager",
+        "--max-model-len",
+        "2048",
+        "--server-env",
+        "VLLM_CPU_KVCACHE_SPACE=1",
+        "--limit",
+        str(limit),
+        "-o",
+        str(run_dir),
+        "-q",
+        *extra,
     ]
 
 
@@ -114,16 +131,28 @@ class ServerWatch:
         self.run_dir.parent.mkdir(parents=True, exist_ok=True)
         self.out = open(self.run_dir.parent / f"{self.run_dir.name}.stdout", "w+")  # noqa: SIM115
         self.err = open(self.run_dir.parent / f"{self.run_dir.name}.stderr", "w+")  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, cwd=REPO, env=cli_env(), stdout=self.out, stderr=self.err,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=cli_env(),
+            stdout=self.out,
+            stderr=self.err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         return self.proc
 
     def find_server(self, timeout_s: float = 180) -> int:
         """Wait for evalkit to launch vLLM; record its port, pid (= process group) and group members."""
-        self.port = wait_for(lambda: launched_port(self.run_dir / "server.log"), timeout_s,
-                             "the 'launching:' line in server.log", self.proc)
-        pids = wait_for(lambda: vllm_pids(self.port), 30, f"the vLLM process on port {self.port}", self.proc,
-                        interval_s=0.05)
+        self.port = wait_for(
+            lambda: launched_port(self.run_dir / "server.log"),
+            timeout_s,
+            "the 'launching:' line in server.log",
+            self.proc,
+        )
+        pids = wait_for(
+            lambda: vllm_pids(self.port), 30, f"the vLLM process on port {self.port}", self.proc, interval_s=0.05
+        )
         assert len(pids) == 1, pids
         self.pgid = _pgid(pids[0])
         assert self.pgid == pids[0], "vLLM should lead its own process group"
@@ -231,24 +260,35 @@ def test_serve_gsm8k_writes_store_and_stops_server(watch: ServerWatch) -> None:
     log = (run_dir / "server.log").read_text(errors="replace")
     assert "launching:" in log and "vLLM stopped" in log
     assert (run_dir / "report.html").is_file()
-    print(f"\n[e2e serve] pid {pid}, port {watch.port}, vLLM {server['vllm_version']} ready after "
-          f"{server['startup_s']:.1f} s; whole run {elapsed:.1f} s; strict-match "
-          f"{t['metrics']['exact_match,strict-match']['value']}, flexible-extract "
-          f"{t['metrics']['exact_match,flexible-extract']['value']}; counts "
-          f"{ {k: v for k, v in t['counts'].items() if v} }; manifest versions.vllm = "
-          f"{manifest['versions'].get('vllm')!r}")
+    print(
+        f"\n[e2e serve] pid {pid}, port {watch.port}, vLLM {server['vllm_version']} ready after "
+        f"{server['startup_s']:.1f} s; whole run {elapsed:.1f} s; strict-match "
+        f"{t['metrics']['exact_match,strict-match']['value']}, flexible-extract "
+        f"{t['metrics']['exact_match,flexible-extract']['value']}; counts "
+        f"{ {k: v for k, v in t['counts'].items() if v} }; manifest versions.vllm = "
+        f"{manifest['versions'].get('vllm')!r}"
+    )
 
 
 def test_serve_bad_flag_exits_2_with_reason_and_log_tail(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     t0 = time.monotonic()
-    p = subprocess.run(serve_argv(run_dir, "--server-arg=--no-such-flag", limit=1), cwd=REPO, env=cli_env(),
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        serve_argv(run_dir, "--server-arg=--no-such-flag", limit=1),
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     elapsed = time.monotonic() - t0
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert re.match(r"evalkit: error: vLLM exited with code \d+ during startup \(after \d+ s\); see the last "
-                    r"lines of .*server\.log below$", lines[0]), lines[0]
+    assert re.match(
+        r"evalkit: error: vLLM exited with code \d+ during startup \(after \d+ s\); see the last "
+        r"lines of .*server\.log below$",
+        lines[0],
+    ), lines[0]
     assert "last lines of" in lines[1] and "server.log" in lines[1]
     tail = lines[2:]
     assert 1 <= len(tail) <= 15
@@ -289,8 +329,10 @@ def test_serve_sigint_stops_server_and_keeps_partial_samples(watch: ServerWatch)
     assert not (run_dir / "summary.json").exists()
     log = (run_dir / "server.log").read_text(errors="replace")
     assert "vLLM stopped" in log
-    print(f"\n[e2e SIGINT] exit 130 {stop_s:.1f} s after SIGINT, {len(records)} samples kept, "
-          f"SIGKILL needed: {'SIGKILL' in log}; whole test {time.monotonic() - t0:.1f} s")
+    print(
+        f"\n[e2e SIGINT] exit 130 {stop_s:.1f} s after SIGINT, {len(records)} samples kept, "
+        f"SIGKILL needed: {'SIGKILL' in log}; whole test {time.monotonic() - t0:.1f} s"
+    )
 
 
 # ----------------------------------------------------------------- one live server: parity and AIME (chat)
@@ -301,11 +343,19 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
     Prefix caching is off: lm-eval runs first and warms the cache, so with it on evalkit's identical prompts
     would be prefilled from cached blocks (other kernel shapes, possibly other last-bit logits) and a greedy
     near-tie could flip a token. With it off both clients get bit-identical computations."""
-    cfg = ServerConfig.model_validate({
-        "model": str(MODEL_DIR), "served_model_name": NAME, "launcher": "module", "enforce_eager": True,
-        "max_model_len": 2048, "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
-        "extra_args": ["--no-enable-prefix-caching"], "startup_timeout_s": 600, "stop_grace_s": 30,
-    })
+    cfg = ServerConfig.model_validate(
+        {
+            "model": str(MODEL_DIR),
+            "served_model_name": NAME,
+            "launcher": "module",
+            "enforce_eager": True,
+            "max_model_len": 2048,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
+            "extra_args": ["--no-enable-prefix-caching"],
+            "startup_timeout_s": 600,
+            "stop_grace_s": 30,
+        }
+    )
     srv = VLLMServer(cfg, tmp_path_factory.mktemp("live-vllm"))
     t0 = time.monotonic()
     with srv:
@@ -326,11 +376,20 @@ def test_gsm8k_parity_with_lm_eval_on_real_vllm(tmp_path: Path, live_server: VLL
     lm_eval_s = time.monotonic() - t0
 
     run_dir = tmp_path / "run"
-    cfg = load_config({"tasks": ["gsm8k"], "endpoint": url, "limit": PARITY_LIMIT, "concurrency": "1",
-                       "output_dir": run_dir, "report": False})
+    cfg = load_config(
+        {
+            "tasks": ["gsm8k"],
+            "endpoint": url,
+            "limit": PARITY_LIMIT,
+            "concurrency": "1",
+            "output_dir": run_dir,
+            "report": False,
+        }
+    )
     t0 = time.monotonic()
-    Runner(cfg, argv=["evalkit", "run", "gsm8k", "--endpoint", url, "--concurrency", "1",
-                      "--limit", str(PARITY_LIMIT)]).run()
+    Runner(
+        cfg, argv=["evalkit", "run", "gsm8k", "--endpoint", url, "--concurrency", "1", "--limit", str(PARITY_LIMIT)]
+    ).run()
     evalkit_s = time.monotonic() - t0
 
     theirs, ours = per_doc(ref), evalkit_per_doc(run_dir)
@@ -350,16 +409,34 @@ def test_gsm8k_parity_with_lm_eval_on_real_vllm(tmp_path: Path, live_server: VLL
         assert mine["stderr"] == pytest.approx(res[f"exact_match_stderr,{f}"], rel=1e-12, abs=1e-15)
         assert mine["n"] == PARITY_LIMIT
         values[f] = (res[f"exact_match,{f}"], mine["value"])
-    print(f"\n[parity] {PARITY_LIMIT} docs, concurrency 1, same live vLLM: "
-          f"lm-eval local-completions {lm_eval_s:.1f} s, evalkit {evalkit_s:.1f} s; "
-          f"strict-match lm-eval={values['strict-match'][0]} evalkit={values['strict-match'][1]}; "
-          f"flexible-extract lm-eval={values['flexible-extract'][0]} evalkit={values['flexible-extract'][1]}")
+    print(
+        f"\n[parity] {PARITY_LIMIT} docs, concurrency 1, same live vLLM: "
+        f"lm-eval local-completions {lm_eval_s:.1f} s, evalkit {evalkit_s:.1f} s; "
+        f"strict-match lm-eval={values['strict-match'][0]} evalkit={values['strict-match'][1]}; "
+        f"flexible-extract lm-eval={values['flexible-extract'][0]} evalkit={values['flexible-extract'][1]}"
+    )
 
 
 def test_aime25_chat_on_real_vllm(tmp_path: Path, live_server: VLLMServer) -> None:
     run_dir = tmp_path / "aime"
-    argv = [sys.executable, "-m", "evalkit.cli", "run", "aime25", "--endpoint", live_server.base_url,
-            "--limit", "2", "--num-samples", "2", "--max-tokens", "64", "-o", str(run_dir), "-q"]
+    argv = [
+        sys.executable,
+        "-m",
+        "evalkit.cli",
+        "run",
+        "aime25",
+        "--endpoint",
+        live_server.base_url,
+        "--limit",
+        "2",
+        "--num-samples",
+        "2",
+        "--max-tokens",
+        "64",
+        "-o",
+        str(run_dir),
+        "-q",
+    ]
     t0 = time.monotonic()
     p = subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - t0
@@ -383,5 +460,6 @@ def test_aime25_chat_on_real_vllm(tmp_path: Path, live_server: VLLMServer) -> No
     assert sum(counts[s] for s in ("ok", "truncated", "no_answer", "empty")) == 4
     assert t["server"]["available"] is True and t["server"]["requests"]["total"] >= 4
     shown = {k: metrics[k]["value"] for k in ("avg@2", "pass@1", "pass@2", "maj@2")}
-    print(f"\n[aime25] {elapsed:.1f} s (CLI incl. start-up): {shown}; counts "
-          f"{ {k: v for k, v in counts.items() if v} }")
+    print(
+        f"\n[aime25] {elapsed:.1f} s (CLI incl. start-up): {shown}; counts { {k: v for k, v in counts.items() if v} }"
+    )

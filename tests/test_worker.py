@@ -30,7 +30,7 @@ endpoint_kind: completions
 
 # A task whose score() does what PROBE_MODE says: report its pid, hold the GIL ~100 ms in one C call (what a
 # regex over a long answer or an import does), or kill its process on the third document.
-PROBE_PY = '''
+PROBE_PY = """
 import os, time
 from evalkit.contracts import MetricValue
 from evalkit.contracts import GenParams, Request, Score
@@ -66,7 +66,7 @@ class Probe(Task):
 
 def make_task(spec, root):
     return Probe(root)
-'''
+"""
 
 
 @pytest.fixture
@@ -80,8 +80,16 @@ def probe_dir(tmp_path: Path) -> Path:
 
 
 def run_probe(url: str, tasks_dir: Path, out: Path, **extra) -> dict:
-    cfg = load_config({"tasks": ["probe"], "endpoint": url, "tasks_dir": [str(tasks_dir)], "output_dir": str(out),
-                       "report": False, **extra})
+    cfg = load_config(
+        {
+            "tasks": ["probe"],
+            "endpoint": url,
+            "tasks_dir": [str(tasks_dir)],
+            "output_dir": str(out),
+            "report": False,
+            **extra,
+        }
+    )
     return Runner(cfg).run()
 
 

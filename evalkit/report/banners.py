@@ -127,11 +127,7 @@ def stall_banner(name: str, samples: list[dict[str, Any]], server: dict[str, Any
         v for i, s in enumerate(samples) if i not in affected for v in [as_num(s.get("ttft_ms"))] if v is not None
     ]
     p50 = fmt_ms(percentile(sorted(others), 50)) if others else ""
-    rest = (
-        f" TTFT of the {len(others):,} requests that did not wait through it: p50 {p50}."
-        if others
-        else ""
-    )
+    rest = f" TTFT of the {len(others):,} requests that did not wait through it: p50 {p50}." if others else ""
     return Banner(
         "warn",
         f"{name}: no request got its first token for {stall.seconds:.1f} s ({stall.start_s:.1f}–{stall.end_s:.1f} s "

@@ -125,17 +125,19 @@ def endpoint_rows(t: dict[str, Any]) -> list[EndpointRow]:
         e = as_dict(e)
         speed, counts = as_dict(e.get("speed")), as_dict(e.get("counts"))
         wall = as_num(speed.get("wall_s"))
-        rows.append(EndpointRow(
-            endpoint=as_str(e.get("endpoint")) or "?",
-            requests=fmt_int(counts.get("total")),
-            errors=fmt_int(counts.get("api_error")),
-            output_tok_s=fmt_num(speed.get("output_tokens_per_s")),
-            requests_s=fmt_num(speed.get("requests_per_s"), 3),
-            ttft_p50=fmt_ms(as_dict(speed.get("ttft_ms")).get("p50")),
-            tpot_p50=fmt_ms(as_dict(speed.get("tpot_ms")).get("p50")),
-            e2e_p50=fmt_ms(as_dict(speed.get("e2e_ms")).get("p50")),
-            wall=f"{wall:,.1f} s" if wall is not None else "—",
-        ))
+        rows.append(
+            EndpointRow(
+                endpoint=as_str(e.get("endpoint")) or "?",
+                requests=fmt_int(counts.get("total")),
+                errors=fmt_int(counts.get("api_error")),
+                output_tok_s=fmt_num(speed.get("output_tokens_per_s")),
+                requests_s=fmt_num(speed.get("requests_per_s"), 3),
+                ttft_p50=fmt_ms(as_dict(speed.get("ttft_ms")).get("p50")),
+                tpot_p50=fmt_ms(as_dict(speed.get("tpot_ms")).get("p50")),
+                e2e_p50=fmt_ms(as_dict(speed.get("e2e_ms")).get("p50")),
+                wall=f"{wall:,.1f} s" if wall is not None else "—",
+            )
+        )
     return rows
 
 

@@ -71,8 +71,15 @@ class AutoConcurrency:
     """
 
     def __init__(
-        self, start: int, cap: int, metrics_url: str | list[str] | None, gain: float = 0.10, min_window_s: float = 0.5,
-        max_window_s: float = 6.0, queue_share: float = 0.25, starved_share: float = 0.05,
+        self,
+        start: int,
+        cap: int,
+        metrics_url: str | list[str] | None,
+        gain: float = 0.10,
+        min_window_s: float = 0.5,
+        max_window_s: float = 6.0,
+        queue_share: float = 0.25,
+        starved_share: float = 0.05,
     ):
         self.limit = min(start, cap)
         self.cap = cap
@@ -143,8 +150,12 @@ class AutoConcurrency:
         if "generated" in first and "generated" in last and w1 > w0:
             tok_s = round((last["generated"] - first["generated"]) / (w1 - w0), 1)
         mean = {key: round(sum(v) / len(v), 2) if v else None for key, v in gauges.items()}
-        return {"limit": self.limit, "tok_s": tok_s, "chunks_s": round((client.chunks_received - c0) / elapsed, 1),
-                **mean}
+        return {
+            "limit": self.limit,
+            "tok_s": tok_s,
+            "chunks_s": round((client.chunks_received - c0) / elapsed, 1),
+            **mean,
+        }
 
     @staticmethod
     def _rate(level: dict[str, Any]) -> float:

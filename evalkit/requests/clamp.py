@@ -32,8 +32,13 @@ async def _count_tokens(
     else:
         body["prompt"] = req.prompt
     try:
-        async with session.post(root + "/tokenize", json=body, headers=headers, allow_redirects=False,
-                                timeout=aiohttp.ClientTimeout(total=30)) as r:
+        async with session.post(
+            root + "/tokenize",
+            json=body,
+            headers=headers,
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=30),
+        ) as r:
             if r.status != 200:
                 return None
             data = await r.json(content_type=None)
@@ -53,7 +58,11 @@ def _byte_bound(req: Request) -> int:
 
 
 async def clamp_max_tokens(
-    requests: list[Request], base_url: str, model: str, kind: str, max_model_len: int | None,
+    requests: list[Request],
+    base_url: str,
+    model: str,
+    kind: str,
+    max_model_len: int | None,
     api_key: str | None = None,
 ) -> tuple[list[Request], dict[str, Any] | None]:
     """Requests with ``max_tokens`` lowered where needed, and a record of what was clamped (None if nothing)."""
@@ -92,8 +101,11 @@ async def clamp_max_tokens(
         return out, None
     requested = max(r.gen.max_tokens for r in need)
     return out, {
-        "max_model_len": max_model_len, "requested_max_tokens": requested, "requests_clamped": clamped,
-        "lowest_max_tokens": lowest, "prompt_length_from": method,
+        "max_model_len": max_model_len,
+        "requested_max_tokens": requested,
+        "requests_clamped": clamped,
+        "lowest_max_tokens": lowest,
+        "prompt_length_from": method,
     }
 
 
@@ -106,6 +118,7 @@ def merge_clamps(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str
         "requested_max_tokens": max(a["requested_max_tokens"], b["requested_max_tokens"]),
         "requests_clamped": a["requests_clamped"] + b["requests_clamped"],
         "lowest_max_tokens": min(a["lowest_max_tokens"], b["lowest_max_tokens"]),
-        "prompt_length_from": "utf8-bytes" if "utf8-bytes" in (a["prompt_length_from"], b["prompt_length_from"])
+        "prompt_length_from": "utf8-bytes"
+        if "utf8-bytes" in (a["prompt_length_from"], b["prompt_length_from"])
         else a["prompt_length_from"],
     }

@@ -61,10 +61,13 @@ def fit_open_files(concurrency: int | str, max_concurrency: int, reserve: int = 
         return InFlight(concurrency, max_concurrency)
     cap = max(1, soft - in_use - reserve)
     flag = "--max-concurrency" if concurrency == "auto" else "--concurrency"
-    warn(f"{flag} {wanted} needs about {need} open files but this process may open only {soft} (ulimit -n): at "
-         f"most {cap} requests go in flight; raise the limit (e.g. ulimit -n {need}) for more")
+    warn(
+        f"{flag} {wanted} needs about {need} open files but this process may open only {soft} (ulimit -n): at "
+        f"most {cap} requests go in flight; raise the limit (e.g. ulimit -n {need}) for more"
+    )
     return InFlight(
-        concurrency if concurrency == "auto" else cap, min(max_concurrency, cap),
+        concurrency if concurrency == "auto" else cap,
+        min(max_concurrency, cap),
         {"requested": wanted, "cap": cap, "open_files_limit": soft},
     )
 
@@ -118,9 +121,7 @@ async def execute(
     through the client for one sample, which holds one slot)."""
     stats = SchedulerStats()
     answer = send or client.generate
-    auto = (
-        AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
-    )
+    auto = AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
     reqs = requests
     if auto:  # it needs to know how many are left
         if total is None:

@@ -45,9 +45,7 @@ def percentiles(values: Iterable[float | None]) -> Percentiles:
     )
 
 
-def speed_summary(
-    records: Sequence[SampleRecord], wall_s: float | None = None, itl: array | None = None
-) -> Speed:
+def speed_summary(records: Sequence[SampleRecord], wall_s: float | None = None, itl: array | None = None) -> Speed:
     """Speed over the records that got an answer. ``wall_s`` defaults to first send -> last completion.
     ``itl``: every inter-token latency of the run when the records were loaded without theirs (big runs)."""
     done = [r for r in records if r.status != "api_error"]

@@ -43,8 +43,10 @@ def endpoint_summaries(
         groups[UNRECORDED] = groups.pop(UNRECORDED)
     return [
         EndpointSummary(
-            endpoint=name, counts=_counts(group),
-            speed=speed_summary(group, itl=itl.get(name, array("f"))), server=servers.get(name),
+            endpoint=name,
+            counts=_counts(group),
+            speed=speed_summary(group, itl=itl.get(name, array("f"))),
+            server=servers.get(name),
         )
         for name, group in groups.items()
     ]

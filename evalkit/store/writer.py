@@ -306,7 +306,10 @@ def _holder(fd: int) -> str:
 
 
 def load_for_summary(
-    store: RunStore, task: str, keep_text: bool, keep_itl: bool = True,
+    store: RunStore,
+    task: str,
+    keep_text: bool,
+    keep_itl: bool = True,
     itl_by_endpoint: dict[str, array] | None = None,
 ) -> tuple[list[SampleRecord], array]:
     """The task's latest records, streamed from samples.jsonl and slimmed for summarising: prompts (and

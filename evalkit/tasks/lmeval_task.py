@@ -152,9 +152,18 @@ class LmEvalTask(Task):
         key = self._cache_keys.get(num_fewshot)
         if key is None:
             blob = orjson.dumps(
-                [self.name, self.version, self.data_sha256, self.base_yaml.read_bytes().decode(), self.overrides,
-                 num_fewshot, _lm_eval_version(), PROMPT_CACHE_FORMAT],
-                option=orjson.OPT_SORT_KEYS, default=str,
+                [
+                    self.name,
+                    self.version,
+                    self.data_sha256,
+                    self.base_yaml.read_bytes().decode(),
+                    self.overrides,
+                    num_fewshot,
+                    _lm_eval_version(),
+                    PROMPT_CACHE_FORMAT,
+                ],
+                option=orjson.OPT_SORT_KEYS,
+                default=str,
             )
             key = self._cache_keys[num_fewshot] = hashlib.sha256(blob).hexdigest()[:32]
         return key
@@ -230,8 +239,12 @@ class LmEvalTask(Task):
                     raise TaskError(
                         f"task {self.name}: only generate_until tasks are supported, got {inst.request_type}"
                     )
-                entry = {"doc_id": int(inst.doc_id), "context": inst.args[0], "gen_kwargs": dict(inst.args[1]),
-                         "target": str(task.doc_to_target(inst.doc))}
+                entry = {
+                    "doc_id": int(inst.doc_id),
+                    "context": inst.args[0],
+                    "gen_kwargs": dict(inst.args[1]),
+                    "target": str(task.doc_to_target(inst.doc)),
+                }
                 built.append(entry)
                 if on_entry is not None:
                     on_entry(entry)
@@ -283,8 +296,14 @@ class LmEvalTask(Task):
         self._built(settings.num_fewshot, on_entry)  # the whole set: the cache holds every document
 
     def _request(self, b: dict[str, Any], settings: TaskSettings) -> Request:
-        return Request(task=self.name, doc_id=b["doc_id"], sample_index=0, prompt=b["context"],
-                       gen=self._gen_params(b["gen_kwargs"], settings), target=b["target"])
+        return Request(
+            task=self.name,
+            doc_id=b["doc_id"],
+            sample_index=0,
+            prompt=b["context"],
+            gen=self._gen_params(b["gen_kwargs"], settings),
+            target=b["target"],
+        )
 
     @staticmethod
     def _gen_params(gen_kwargs: dict[str, Any], s: TaskSettings) -> GenParams:
@@ -320,8 +339,14 @@ class LmEvalTask(Task):
             return cached
         task = self._task()
         doc = task.eval_docs[doc_id]
-        inst = Instance(request_type="generate_until", doc=doc, arguments=(prompt, {}), idx=0,
-                        metadata=(self.name, doc_id, 1), resps=[response_text])
+        inst = Instance(
+            request_type="generate_until",
+            doc=doc,
+            arguments=(prompt, {}),
+            idx=0,
+            metadata=(self.name, doc_id, 1),
+            resps=[response_text],
+        )
         for ensemble in task._filters:
             ensemble.apply([inst])
         out = {f: task.process_results(doc, [v]) for f, v in inst.filtered_resps.items()}

@@ -326,16 +326,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument(
-        "--batch-knee", type=int, default=None,
+        "--batch-knee",
+        type=int,
+        default=None,
         help="beyond N running requests every request slows in proportion (throughput flat, no queue)",
     )
     p.add_argument(
-        "--knee-power", type=float, default=1.0,
+        "--knee-power",
+        type=float,
+        default=1.0,
         help="past --batch-knee, slow down as (running / knee) ** P: P > 1 makes throughput fall (thrashing)",
     )
     p.add_argument("--fast", action="store_true", help="no sleeps, cached responses (client benchmarks)")
     p.add_argument(
-        "--answer-tokens", type=int, default=None,
+        "--answer-tokens",
+        type=int,
+        default=None,
         help="pad every answer with filler words to at least N tokens (long responses for client benchmarks)",
     )
     return p.parse_args(argv)
