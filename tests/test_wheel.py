@@ -43,8 +43,6 @@ def venv(wheel, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     (purelib,) = root.glob("lib/python*/site-packages")
-    deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    (purelib / "zz_evalkit_test_deps.pth").write_text("".join(f"{p}\n" for p in deps))
     p = subprocess.run(
         [
             sys.executable,
@@ -63,6 +61,10 @@ def venv(wheel, tmp_path_factory) -> Path:
         timeout=300,
     )
     assert p.returncode == 0, p.stderr
+    # dependencies after the wheel is in: with this .pth in place first, pip would find this interpreter's own
+    # evalkit (a non-editable install, as in CI) "already satisfied" and install nothing
+    deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (purelib / "zz_evalkit_test_deps.pth").write_text("".join(f"{p}\n" for p in deps))
     return root
 
 
