@@ -463,3 +463,66 @@ def test_aime25_chat_on_real_vllm(tmp_path: Path, live_server: VLLMServer) -> No
     print(
         f"\n[aime25] {elapsed:.1f} s (CLI incl. start-up): {shown}; counts { {k: v for k, v in counts.items() if v} }"
     )
+
+
+@pytest.mark.parametrize("drop_reasoning", [True, False], ids=["drop-reasoning", "keep-reasoning"])
+def test_real_vllm_accepts_the_history_a_conversation_sends_back(live_server: VLLMServer, drop_reasoning: bool) -> None:
+    """evalkit's multi-turn history (an assistant message with ``tool_calls`` and, when kept, earlier turns'
+    ``reasoning_content``; the tool results as ``tool`` messages; a second user turn) is accepted by real vLLM's
+    chat endpoint and answered. SmolLM2 cannot produce a call itself, so the first answer of the conversation is
+    a stand-in tool call; every later request goes to vLLM through evalkit's client and ``converse``."""
+    import asyncio
+    import copy
+
+    from evalkit.contracts import Conversation, GenParams, Request, Response
+    from evalkit.requests.client import Client
+    from evalkit.requests.conversation import converse
+
+    tools = (
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "The current weather of a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            },
+        },
+    )
+    req = Request(
+        task="tools", doc_id=0, sample_index=0, prompt="What is the weather in Paris?",
+        gen=GenParams(max_tokens=12), messages=({"role": "user", "content": "What is the weather in Paris?"},),
+        tools=tools, tool_choice="none",
+        conversation=Conversation(
+            turns=(({"role": "user", "content": "And should I take an umbrella?"},),), drop_reasoning=drop_reasoning
+        ),
+    )  # fmt: skip
+    sent: list[tuple[dict, ...]] = []
+    answers: list[Response] = []
+
+    async def main() -> Response:
+        async with Client(live_server.base_url + "/v1", NAME, kind="chat") as client:
+
+            async def send(r: Request) -> Response:
+                sent.append(copy.deepcopy(r.messages or ()))  # as sent: converse edits its history later
+                if len(sent) == 1:  # the stand-in call
+                    return Response(
+                        text="", reasoning="The user asks for the weather: call get_weather.",
+                        finish_reason="tool_calls",
+                        tool_calls=[{"id": "call_0", "name": "get_weather", "arguments": '{"city": "Paris"}'}],
+                    )  # fmt: skip
+                resp = await client.generate(r)
+                answers.append(resp)
+                return resp
+
+            return await converse(send, req, lambda calls: ['{"temperature_c": 21, "rain": true}' for _ in calls])
+
+    out = asyncio.run(main())
+    assert out.error is None, out.error
+    assert len(answers) == 2  # the answer after the tool result, and the second turn's
+    for resp in answers:
+        assert resp.error is None and resp.output_tokens, resp
+    roles = [m["role"] for m in sent[-1]]
+    assert roles == ["user", "assistant", "tool", "assistant", "user"]
+    assert sent[-1][1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert ("reasoning_content" in sent[-1][1]) is not drop_reasoning
+    assert "reasoning_content" in sent[1][1]  # within the first turn the reasoning is still sent back
