@@ -437,7 +437,7 @@ def gate(
     ] = False,
 ) -> None:
     """Release gate: exit 0 when the candidate keeps the baseline's accuracy and speed, 1 when a rule fails,
-    2 when the runs cannot be compared or the input is bad."""
+    2 when it cannot decide (nothing comparable, coverage too low, no rule evaluated) or the input is bad."""
     from rich.console import Console
 
     from evalkit import api
@@ -448,6 +448,8 @@ def gate(
     except EvalkitError as e:
         _fail(e)
     print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
+    if outcome.result.verdict == "cannot_decide":
+        typer.echo(f"evalkit: cannot decide: {'; '.join(outcome.result.reasons)}", err=True)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -20,7 +20,7 @@ from evalkit.gate.inputs import RunInputs
 from evalkit.gate.load import from_run_dir
 from evalkit.gate.output import append_step_summary, to_markdown, write_outputs
 from evalkit.gate.policy import Policy, default_policy, load_policy
-from evalkit.gate.result import GateResult
+from evalkit.gate.result import EXIT_CODES, GateResult
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 COMPARE_HTML = "compare.html"
@@ -40,7 +40,8 @@ class GateOutcome:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.result.verdict == "pass" else 1
+        """0 pass, 1 fail, 2 cannot decide (``result.reasons`` say why)."""
+        return EXIT_CODES[self.result.verdict]
 
 
 def default_out_dir(candidate: Path) -> Path:
@@ -199,9 +200,13 @@ def print_outcome(outcome: GateOutcome, console: Any) -> None:
     console.print(table)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
-    colour = "green" if result.verdict == "pass" else "bold red"
+    for reason in result.reasons:
+        console.print(f"cannot decide: {reason}", highlight=False, markup=False)
+    colour = {"pass": "green", "fail": "bold red", "cannot_decide": "bold yellow"}[result.verdict]
+    shown = result.verdict.upper().replace("_", " ")
+    evaluated = sum(1 for r in result.rules if r.verdict != "skip")
     console.print(
-        f"gate: [{colour}]{result.verdict.upper()}[/{colour}] ({len(result.failed)} of "
-        f"{len(result.rules)} rules failed); written to {outcome.out_dir}",
+        f"gate: [{colour}]{shown}[/{colour}] ({len(result.failed)} of {evaluated} evaluated rules failed, "
+        f"{len(result.rules) - evaluated} skipped); written to {outcome.out_dir}",
         highlight=False,
     )

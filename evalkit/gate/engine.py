@@ -130,11 +130,14 @@ def evaluate(
             )
     notes += [f"{t}: only in the candidate, not compared" for t in candidate.tasks if t not in baseline.tasks]
     rules += _candidate_rules(candidate, policy)
+    reasons: list[str] = []
+    verdict = overall(rules, reasons)
     return GateResult(
-        verdict=overall(rules),
+        verdict=verdict,
         baseline=baseline.label,
         candidate=candidate.label,
         rules=rules,
+        reasons=reasons,
         notes=notes,
         policy=policy.model_dump(mode="json"),
     )
@@ -145,6 +148,12 @@ def evaluate_expected(candidate: RunInputs, policy: Policy) -> GateResult:
     if not policy.expected:
         raise PolicyError("the policy lists no expected scores; add an 'expected:' list or compare with a baseline")
     rules = _candidate_rules(candidate, policy)
+    reasons: list[str] = []
+    verdict = overall(rules, reasons)
     return GateResult(
-        verdict=overall(rules), candidate=candidate.label, rules=rules, policy=policy.model_dump(mode="json")
+        verdict=verdict,
+        candidate=candidate.label,
+        rules=rules,
+        reasons=reasons,
+        policy=policy.model_dump(mode="json"),
     )

@@ -6,8 +6,11 @@ directly. Everything the gate decides is computed from these records alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from evalkit.contracts import STATUSES
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,18 @@ class StatusCounts:
         """Share of all requests with ``status``; None when the task has no requests."""
         return getattr(self, status) / self.total if self.total else None
 
+    @classmethod
+    def of(cls, statuses: Iterable[object]) -> StatusCounts:
+        """The counts of a list of sample statuses (every one counts in ``total``, known or not)."""
+        seen = list(statuses)
+        return cls(total=len(seen), **{s: sum(1 for x in seen if x == s) for s in STATUSES})
+
+    @classmethod
+    def combined(cls, parts: Iterable[StatusCounts]) -> StatusCounts:
+        """The counts of several runs (or ticks) added up, every status included."""
+        parts = list(parts)
+        return cls(**{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(cls)})
+
 
 @dataclass(frozen=True)
 class TaskInputs:
@@ -104,6 +119,9 @@ class TaskInputs:
     metrics: dict[str, MetricSamples]
     speed: SpeedRecords
     counts: StatusCounts
+    # the documents the run was asked for (its manifest: the selection, limit and request count); None when
+    # unknown. Coverage (the share of them scored) is measured against these.
+    asked_docs: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)

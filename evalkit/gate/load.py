@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 
-from evalkit.contracts import STATUSES
 from evalkit.gate.errors import GateInputError
 from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
@@ -159,5 +158,4 @@ def _speed(summary: dict[str, Any], samples: list[dict[str, Any]]) -> SpeedRecor
 
 
 def _counts(samples: list[dict[str, Any]]) -> StatusCounts:
-    by_status = {s: sum(1 for r in samples if r.get("status") == s) for s in STATUSES}
-    return StatusCounts(total=len(samples), **by_status)
+    return StatusCounts.of(r.get("status") for r in samples)

@@ -12,7 +12,7 @@ from pathlib import Path
 from evalkit.gate.result import GateResult, Rule
 
 GATE_JSON, GATE_MD, JUNIT_XML = "gate.json", "gate.md", "junit.xml"
-_MARK = {"pass": "✅ pass", "fail": "❌ fail", "skip": "➖ skip"}
+_MARK = {"pass": "✅ pass", "fail": "❌ fail", "skip": "➖ skip", "cannot_decide": "⚠️ cannot decide"}
 
 
 def to_json(result: GateResult) -> str:
@@ -86,6 +86,8 @@ def to_markdown(result: GateResult) -> str:
     for r in result.rules:
         row = (r.name, _MARK[r.verdict], _observed(r), _budget(r), _evidence(r), _mde(r), r.note)
         lines.append("| " + " | ".join(_cell(x) for x in row) + " |")
+    if result.reasons:
+        lines += ["", "**Cannot decide:**", *(f"- {_cell(n)}" for n in result.reasons)]
     if result.notes:
         lines += ["", *(f"- {_cell(n)}" for n in result.notes)]
     return "\n".join(lines) + "\n"

@@ -38,13 +38,20 @@ class Rule(BaseModel):
     note: str = ""
 
 
-class GateResult(BaseModel):
-    """The gate's answer: ``verdict`` is "fail" when any rule failed; ``policy`` is the effective policy."""
+Verdict = Literal["pass", "fail", "cannot_decide"]
 
-    verdict: Literal["pass", "fail"]
+
+class GateResult(BaseModel):
+    """The gate's answer (:func:`overall`): "fail" when any rule failed; else "cannot_decide" when ``reasons``
+    name something that kept the gate from comparing what it claims (nothing comparable, coverage below the
+    policy's minimum, a metric missing on one side, no rule evaluated); else "pass". ``policy`` is the effective
+    policy."""
+
+    verdict: Verdict
     baseline: str | None = None
     candidate: str
     rules: list[Rule] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)  # why the gate cannot decide (empty when it could)
     notes: list[str] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=dict)
 
@@ -65,6 +72,15 @@ def decide(
     return ("pass" if worst_case <= budget + EPS else "fail"), "ci"
 
 
-def overall(rules: list[Rule]) -> Literal["pass", "fail"]:
-    """The gate's verdict: fail when any rule failed, else pass."""
-    return "fail" if any(r.verdict == "fail" for r in rules) else "pass"
+def overall(rules: list[Rule], reasons: list[str]) -> Verdict:
+    """The gate's verdict: fail when any rule failed (a failure found on what was compared stands); else
+    cannot_decide when there are ``reasons`` or no rule was evaluated (every one skipped); else pass. Adds the
+    "no rule evaluated" reason to ``reasons``."""
+    if any(r.verdict == "fail" for r in rules):
+        return "fail"
+    if not any(r.verdict == "pass" for r in rules) and not reasons:
+        reasons.append("no rule was evaluated (every rule was skipped or turned off)")
+    return "cannot_decide" if reasons else "pass"
+
+
+EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "cannot_decide": 2}

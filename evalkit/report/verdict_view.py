@@ -87,4 +87,5 @@ def build_verdict_view(v: Verdict) -> VerdictView:
             VerdictRow(r.name, r.verdict, _observed(r), _budget(r), _evidence(r), r.method or "", flips, r.note)
         )
     res = v.result
-    return VerdictView(res.verdict, res.baseline, res.candidate, rows, list(res.notes))
+    notes = [*(f"cannot decide: {r}" for r in res.reasons), *res.notes]
+    return VerdictView(res.verdict, res.baseline, res.candidate, rows, notes)
