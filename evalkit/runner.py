@@ -326,6 +326,7 @@ class Runner:
                     requests=p.total,
                     prompts_streamed=p.streamed,
                     max_tokens_clamp=p.clamp,  # for streamed prompts: final once the task has run
+                    metrics=p.task.metric_names(p.settings) or None,
                 )
                 for p in plans
             },

@@ -15,12 +15,13 @@ from typing import Any
 import orjson
 
 from evalkit.gate.engine import evaluate, evaluate_expected
-from evalkit.gate.errors import CannotCompare, GateInputError
+from evalkit.gate.errors import CannotCompare, CannotDecide, GateInputError
 from evalkit.gate.inputs import RunInputs
 from evalkit.gate.load import from_run_dir
 from evalkit.gate.output import append_step_summary, to_markdown, write_outputs
 from evalkit.gate.policy import Policy, default_policy, load_policy
 from evalkit.gate.result import EXIT_CODES, GateResult
+from evalkit.store.reader import writer_pid
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 COMPARE_HTML = "compare.html"
@@ -89,6 +90,7 @@ def run_gate(
     for path in (baseline, candidate):
         if path is not None and not path.is_dir():
             raise GateInputError(f"{path} is not a run directory; pass the --output-dir of an evalkit run")
+    check_decidable(baseline, candidate)
     cand = from_run_dir(candidate)
     base = None
     if baseline is None:
@@ -108,6 +110,35 @@ def run_gate(
         files[COMPARE_HTML] = _write_compare(baseline, candidate, out / COMPARE_HTML, result, base, cand)
     summary = append_step_summary(to_markdown(result), env)
     return GateOutcome(result, policy, policy_file, out, files, summary)
+
+
+def check_decidable(baseline: Path | None, candidate: Path) -> None:
+    """Refuse (CannotDecide, one line) a run dir still being written by an evalkit run, and the same run on both
+    sides (one directory twice, or a copy: byte-identical manifests and samples)."""
+    for role, path in (("baseline", baseline), ("candidate", candidate)):
+        pid = writer_pid(path) if path is not None else None
+        if pid is not None:
+            raise CannotDecide(
+                f"cannot decide: the {role} {path} is still being written (evalkit run pid {pid}); "
+                "gate it once that run has finished"
+            )
+    if baseline is None:
+        return
+    same = baseline.resolve() == candidate.resolve()
+    if not same:
+        same = all(_same_file(baseline / name, candidate / name) for name in ("manifest.json", "samples.jsonl"))
+    if same:
+        raise CannotDecide(
+            f"cannot decide: the baseline and the candidate are the same run ({baseline}, {candidate}); "
+            "pass the run dirs of two runs"
+        )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def gate_runs(

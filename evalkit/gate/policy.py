@@ -16,6 +16,7 @@ fails; any failed request (api_error) in the candidate fails. Example file::
     expected:
       - {task: aime25, metric: avg@8, value: 0.9333}
     require_matched_load: true
+    min_coverage: 0.95            # each run must have scored 95% of the documents both were asked for
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class Policy(_Strict):
     rates: RatesPolicy = Field(default_factory=RatesPolicy)
     expected: list[ExpectedScore] = Field(default_factory=list)
     require_matched_load: bool = False
+    # the smallest share of the documents both runs were asked for that each must have scored (a sample that
+    # is not api_error) for the gate to decide; below it the gate cannot decide (unless a rule already failed)
+    min_coverage: float = Field(default=0.95, ge=0, le=1)
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
 
 

@@ -38,7 +38,7 @@ class TickRecord(BaseModel):
     accuracy: dict[str, float | None] = Field(default_factory=dict)  # this tick alone, per metric
     speed: dict[str, float | None] = Field(default_factory=dict)  # this tick alone
     window: dict[str, Any] = Field(default_factory=dict)  # ticks, items, accuracy/baseline value and CI
-    verdict: Literal["pass", "fail", "baseline", "none"] = "none"
+    verdict: Literal["pass", "fail", "cannot_decide", "baseline", "none"] = "none"
     p_value: float | None = None
     failed_rules: list[str] = Field(default_factory=list)
     rules: list[dict[str, Any]] = Field(default_factory=list)

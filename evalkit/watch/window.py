@@ -87,7 +87,12 @@ def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = No
     for t in ticks:
         digests.update(t.identity.prompt_digests)
     identity = replace(last, limit=limit, prompt_digests=digests, prompt_hash=None)
-    merged = TaskInputs(task, identity, _merge_metrics(ticks), _merge_speed(ticks), _merge_counts(ticks))
+    asked = (
+        None if any(t.asked_docs is None for t in ticks) else frozenset().union(*(t.asked_docs or () for t in ticks))
+    )
+    merged = TaskInputs(
+        task, identity, _merge_metrics(ticks), _merge_speed(ticks), _merge_counts(ticks), asked_docs=asked
+    )
     return RunInputs(label=label, tasks={task: merged}, concurrency_setting=None)
 
 
