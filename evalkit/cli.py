@@ -418,11 +418,21 @@ def schema(
 @app.command()
 def gate(
     runs: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Argument(
             help="BASELINE CANDIDATE (two run dirs), or CANDIDATE alone to check it against the policy's expected scores."
         ),
-    ],
+    ] = None,
+    baseline: Annotated[
+        list[Path] | None,
+        typer.Option("--baseline", "-b", help="A baseline run dir (repeatable: several runs of the baseline config)."),
+    ] = None,
+    candidate: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--candidate", "-c", help="A candidate run dir (repeatable: several runs of the candidate config)."
+        ),
+    ] = None,
     policy: Annotated[
         Path | None, typer.Option("--policy", "-p", help="Policy YAML (default: the built-in policy, printed).")
     ] = None,
@@ -437,14 +447,17 @@ def gate(
     ] = False,
 ) -> None:
     """Release gate: exit 0 when the candidate keeps the baseline's accuracy and speed, 1 when a rule fails,
-    2 when it cannot decide (nothing comparable, coverage too low, no rule evaluated) or the input is bad."""
+    2 when it cannot decide (nothing comparable, coverage too low, no rule evaluated) or the input is bad.
+    With several runs per side (--baseline/--candidate repeated) speed is judged on run-to-run variation."""
     from rich.console import Console
 
     from evalkit import api
     from evalkit.gate.command import print_outcome
 
     try:
-        outcome = api.gate(*runs, policy=policy, output=output, force=force)
+        outcome = api.gate(
+            *(runs or []), baselines=baseline, candidates=candidate, policy=policy, output=output, force=force
+        )
     except EvalkitError as e:
         _fail(e)
     print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))

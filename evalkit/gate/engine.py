@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from evalkit.gate.errors import CannotCompare, PolicyError
-from evalkit.gate.inputs import Identity, RunInputs, TaskInputs
-from evalkit.gate.matching import match_load
+from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
+from evalkit.gate.matching import Unmatched, match_runs
 from evalkit.gate.policy import Policy, default_policy
 from evalkit.gate.result import GateResult, Rule, overall
 from evalkit.gate.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
@@ -54,6 +54,47 @@ def check_comparable(task: str, base: TaskInputs, cand: TaskInputs, force: bool)
     if sampling:
         notes.append(f"{task}: generation settings differ: {', '.join(sampling)}")
     return notes
+
+
+def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> RunInputs:
+    """Several runs of one config as one side of the gate: per document every run's samples (accuracy is paired
+    over all of them), status counts added up, the documents asked of and scored by every run, and each run's
+    speed kept apart (``TaskInputs.runs``) for rules judged on run-to-run variation. Only tasks every run holds
+    are kept; runs of a task that measured different things are refused (CannotCompare)."""
+    if len(runs) == 1:
+        return runs[0]
+    tasks: dict[str, TaskInputs] = {}
+    for name in [t for t in runs[0].tasks if all(t in r.tasks for r in runs[1:])]:
+        parts = [r.tasks[name] for r in runs]
+        for r, t in zip(runs[1:], parts[1:], strict=True):
+            diffs = identity_differences(parts[0].identity, t.identity)
+            if diffs:
+                raise CannotCompare(
+                    f"{name}: the {side} runs {runs[0].label} and {r.label} are not runs of one config "
+                    f"({'; '.join(diffs)}); pass runs of the same task setup"
+                )
+        metrics: dict[str, MetricSamples] = {}
+        for m in [m for m in parts[0].metrics if all(m in t.metrics for t in parts)]:
+            items: dict[int, tuple[int, ...]] = {}
+            for t in parts:
+                for doc, v in t.metrics[m].items.items():
+                    items[doc] = items.get(doc, ()) + v
+            metrics[m] = MetricSamples(m, parts[0].metrics[m].filter, items)
+        asked = [t.asked_docs for t in parts]
+        tasks[name] = TaskInputs(
+            name=name,
+            identity=parts[0].identity,
+            metrics=metrics,
+            speed=parts[0].speed,
+            counts=StatusCounts.combined(t.counts for t in parts),
+            asked_docs=None
+            if any(a is None for a in asked)
+            else frozenset.intersection(*(a or frozenset() for a in asked)),
+            scored_docs=frozenset.intersection(*(t.scored() for t in parts)),
+            runs=tuple(t.speed for t in parts),
+            problems=tuple(p for t in parts for p in t.problems),
+        )
+    return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting)
 
 
 def _share(part: int, whole: int) -> str:
@@ -116,9 +157,10 @@ def _accuracy_rules(
 
 def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) -> tuple[list[Rule], list[str]]:
     sp = policy.speed
-    match = match_load(base.speed, cand.speed, sp.min_requests, policy.require_matched_load)
+    unmatched: Unmatched = "fail" if policy.require_matched_load else ("whole" if sp.judge_unmatched_load else "skip")
+    match = match_runs(list(base.runs or (base.speed,)), list(cand.runs or (cand.speed,)), sp.min_requests, unmatched)
     rules = [
-        speed_rule(task, key, rule, match, sp.min_requests, policy.bootstrap)
+        speed_rule(task, key, rule, match, sp.min_requests)
         for key in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
         if (rule := getattr(sp, key)) is not None
     ]

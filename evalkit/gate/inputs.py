@@ -124,6 +124,9 @@ class TaskInputs:
     asked_docs: frozenset[int] | None = None
     # the documents with at least one sample that got an answer (not api_error); None: those in ``metrics``
     scored_docs: frozenset[int] | None = None
+    # several runs of one side merged (evalkit gate --baseline A --baseline B): each run's speed, for rules judged
+    # on run-to-run variation; empty for one run (``speed`` is then its speed)
+    runs: tuple[SpeedRecords, ...] = ()
     # what makes this run's records untrustworthy (samples that disagree with the summary): the gate cannot decide
     problems: tuple[str, ...] = ()
 
