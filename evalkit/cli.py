@@ -529,7 +529,9 @@ def sweep(
         ),
     ] = None,
 ) -> None:
-    """Run every combination of server config x sampling x concurrency (resumable) and tabulate them."""
+    """Run every combination of server config x sampling x concurrency (resumable) and tabulate them: exit 0
+    when every combination has a finished run of the sweep file's settings, 1 when one failed or has none (the
+    others still ran; its row's error cell says why), 2 when the input is bad (sweep file, -o) and nothing ran."""
     from evalkit.sweep import load_spec, run_sweep
     from evalkit.sweep.run import collect as collect_runs
 
@@ -554,12 +556,14 @@ def sweep(
     typer.echo(result.files["sweep.md"].read_text(), nl=False)
     if result.skipped:
         typer.echo(f"skipped {len(result.skipped)} finished combination(s): {', '.join(result.skipped)}")
-    for combo, why in result.failed.items():
+    for combo, why in {**result.stale, **result.failed}.items():
         typer.echo(f"evalkit: {combo}: {why}", err=True)
-    if collect and result.missing:
-        typer.echo(f"evalkit: {len(result.missing)} combination(s) not finished: {', '.join(result.missing)}", err=True)
     typer.echo(str(result.files.get("compare.html", result.files["sweep.md"])))
-    raise typer.Exit(1 if result.failed or (collect and result.missing) else 0)
+    bad = list(dict.fromkeys([*result.failed, *result.missing]))
+    if bad:
+        what = "failed or have no finished run of the sweep file's settings" if collect else "failed"
+        typer.echo(f"evalkit: {len(bad)} of {len(result.rows)} combination(s) {what}: {', '.join(bad)}", err=True)
+    raise typer.Exit(1 if bad else 0)
 
 
 def _emit_k8s(spec: Any, file: Path, out: Path, image: str | None, pvc: str | None, namespace: str | None,
