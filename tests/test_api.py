@@ -95,7 +95,11 @@ def test_cli_commands_go_through_the_api(monkeypatch, tmp_path):
     result = CliRunner().invoke(app, ["gate", str(tmp_path), "--force"])
     assert result.exit_code == 2 and "gate called" in result.output
     assert calls[0] == ("report", [tmp_path], None)
-    assert calls[1] == ("gate", (tmp_path,), {"policy": None, "output": None, "force": True})
+    assert calls[1] == (
+        "gate",
+        (tmp_path,),
+        {"baselines": None, "candidates": None, "policy": None, "output": None, "force": True},
+    )
 
 
 def test_cli_run_goes_through_the_api(monkeypatch, tmp_path):
