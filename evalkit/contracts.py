@@ -331,6 +331,8 @@ class Manifest(BaseModel):
     model: str
     concurrency: int | Literal["auto"]
     concurrency_cap: dict[str, int] | None = None  # set when the open-file limit allowed fewer in flight
+    # --request-rate (requests sent per second, at most); left out when requests were sent as fast as allowed
+    request_rate: float | None = Field(default=None, exclude_if=_is_none)
     versions: dict[str, str | None]
     tasks: dict[str, ManifestTask]
     server: dict[str, Any] | None = None  # provenance of a server evalkit started (--serve)

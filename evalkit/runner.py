@@ -338,6 +338,7 @@ class Runner:
             model=model,
             concurrency=self.cfg.concurrency,
             concurrency_cap=self._in_flight.cap,
+            request_rate=self.cfg.request_rate,
             versions=package_versions(),
             tasks={
                 p.task.name: ManifestTask(

@@ -74,6 +74,7 @@ class SpeedRecords:
     concurrency: int | None = None
     trace: list[tuple[float, int]] = field(default_factory=list)
     levels: list[int] = field(default_factory=list)
+    request_rate: float | None = None  # the run's --request-rate (None: as fast as the concurrency allowed)
 
     def __len__(self) -> int:
         return len(self.e2e_ms)

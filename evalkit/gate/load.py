@@ -46,8 +46,10 @@ def from_run_dir(path: str | Path) -> RunInputs:
             samples.setdefault(str(rec["task"]), []).append(rec)
     m_tasks, s_tasks = _dict(manifest.get("tasks")), _dict(summary.get("tasks"))
     names = [*m_tasks, *(n for n in s_tasks if n not in m_tasks)]
+    rate = _num(manifest.get("request_rate"))
     tasks = {
-        name: _task(name, _dict(m_tasks.get(name)), _dict(s_tasks.get(name)), samples.get(name, [])) for name in names
+        name: _task(name, _dict(m_tasks.get(name)), _dict(s_tasks.get(name)), samples.get(name, []), rate)
+        for name in names
     }
     concurrency = manifest.get("concurrency")
     return RunInputs(
@@ -73,14 +75,16 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
-def _task(name: str, manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]]) -> TaskInputs:
+def _task(
+    name: str, manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]], rate: float | None
+) -> TaskInputs:
     names = _metric_names(name, manifest, summary)
     counts = _counts(samples)
     return TaskInputs(
         name=name,
         identity=_identity(manifest, summary, samples),
         metrics=_metrics(names, samples),
-        speed=_speed(summary, samples),
+        speed=_speed(summary, samples, rate),
         counts=counts,
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
@@ -189,7 +193,7 @@ def _metrics(summary_metrics: list[str], samples: list[dict[str, Any]]) -> dict[
     return out
 
 
-def _speed(summary: dict[str, Any], samples: list[dict[str, Any]]) -> SpeedRecords:
+def _speed(summary: dict[str, Any], samples: list[dict[str, Any]], rate: float | None) -> SpeedRecords:
     done = sorted((s for s in samples if s.get("status") != "api_error"), key=lambda s: _num(s.get("start_s")) or 0.0)
     speed = _dict(summary.get("speed"))
     trace = [(float(t), int(c)) for t, c in (summary.get("concurrency_trace") or []) if _num(t) is not None]
@@ -209,6 +213,7 @@ def _speed(summary: dict[str, Any], samples: list[dict[str, Any]]) -> SpeedRecor
         concurrency=concurrency if isinstance(concurrency, int) else None,
         trace=trace,
         levels=levels,
+        request_rate=rate,
     )
 
 

@@ -92,6 +92,10 @@ def slice_of(speed: SpeedRecords, levels: list[int | None], level: int | None) -
     )
 
 
+def _rate(speed: SpeedRecords) -> str:
+    return "as fast as its concurrency allowed" if speed.request_rate is None else f"{speed.request_rate:g} requests/s"
+
+
 def _describe(counts: Counter[int | None]) -> str:
     used = sorted(x for x in counts if x is not None)
     return "→".join(str(x) for x in used) if used else "an unknown concurrency"
@@ -102,6 +106,9 @@ def match_load(base: SpeedRecords, cand: SpeedRecords, min_requests: int, unmatc
     shared load) as ``unmatched`` says: not judged, failed, or the whole runs with a note."""
     lb, lc = request_levels(base), request_levels(cand)
     cb, cc = Counter(lb), Counter(lc)
+    if base.request_rate != cand.request_rate:
+        why = f"baseline sent {_rate(base)}, candidate {_rate(cand)}"
+        return _unmatched(base, cand, lb, lc, why, unmatched)
     if len(cb) <= 1 and cb.keys() == cc.keys():
         level = next(iter(cb), None)
         if level is not None:
@@ -159,6 +166,8 @@ def match_runs(
             return RunsMatch(None, None, m.note, m.verdict)
         return RunsMatch([m.base], [m.cand], m.note)
     levels = [set(request_levels(r)) for r in (*bases, *cands)]
+    if len({r.request_rate for r in (*bases, *cands)}) > 1:
+        levels = [{None}]  # another request rate is another load
     whole = RunsMatch(
         [slice_of(r, request_levels(r), None) for r in bases], [slice_of(r, request_levels(r), None) for r in cands]
     )
