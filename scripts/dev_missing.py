@@ -10,13 +10,21 @@ import importlib.metadata as md
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
+
+tomllib: ModuleType | None
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    try:
+        import tomli as tomllib
+    except ImportError:
+        tomllib = None
 
 
 def dev_requirements(pyproject: Path) -> list[str]:
-    """The ``dev`` extra (``pytest`` alone on Python 3.10, which has no tomllib)."""
-    try:
-        import tomllib
-    except ImportError:
+    """The ``dev`` extra (``pytest`` alone on Python 3.10 without tomli: no TOML parser to read it with)."""
+    if tomllib is None:
         return ["pytest"]
     with pyproject.open("rb") as f:
         return list(tomllib.load(f)["project"]["optional-dependencies"]["dev"])

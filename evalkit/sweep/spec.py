@@ -123,7 +123,7 @@ def _one_line(err: ValidationError, path: Path) -> str:
         elif where[0].startswith("sampling."):
             known = ", ".join(Sampling.model_fields)
         else:
-            known = "see the sweep file example in README"
+            known = "see the sweep file example in docs/sweep.md"
         return f"unknown key '{loc}' in sweep file {path}; allowed: {known}"
     msg = str(e["msg"]).removeprefix("Value error, ")
     return f"sweep file {path}: {loc + ': ' if loc else ''}{msg}"

@@ -1,0 +1,176 @@
+"""The README is a first screen a newcomer can act on, and the reference lives in docs/: the README stays small,
+its first commands are ones evalkit and the bundled test server accept (and, run for real, do what it says), every
+relative link in the README and docs/ reaches an existing file and heading, and generated reports stay out of git."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from evalkit.cli import app
+from evalkit.testing import server as test_server
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md")), REPO / "reports" / "README.md", REPO / "docker" / "README.md"]
+QUICKSTART = "## Try it in a minute"
+LINK = re.compile(r"!?\[(?:[^\]]|\][^(])*\]\(([^)\s]+)\)")
+
+
+def without_code(text: str) -> str:
+    """The markdown with fenced blocks and inline code blanked out (links there are not links)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for line in re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S).splitlines():
+        if m := re.match(r"#{1,6} (.+)", line):
+            s = slug(m.group(1))
+            out.add(s if s not in seen else f"{s}-{seen[s]}")
+            seen[s] = seen.get(s, 0) + 1
+    return out
+
+
+def section(text: str, heading: str) -> str:
+    start = text.index("\n" + heading)
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def quickstart_lines() -> list[str]:
+    """The shell lines of the README's first commands, comments and the trailing ``&`` cut."""
+    block = re.search(r"```bash\n(.*?)```", section(README.read_text(), QUICKSTART), re.S)
+    assert block, "the quickstart section holds a bash block"
+    lines = [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
+    return [line.removesuffix("&").strip() for line in lines if line]
+
+
+def test_readme_is_at_most_20000_bytes():
+    assert len(README.read_bytes()) <= 20_000
+
+
+def test_the_first_screen_has_the_fresh_clone_commands_then_the_quickstart():
+    text = README.read_text()
+    first = section(text, "## ")  # the first section after the title
+    assert first.startswith("\n## On a fresh clone")
+    assert re.search(r"^make demo\b", first, re.M) and re.search(r"^make test\b", first, re.M)
+    assert text.index(QUICKSTART) < text.index("\n## Install")
+    assert text[: text.index(QUICKSTART)].count("\n") < 50, "the quickstart starts on the first screen or two"
+
+
+def test_every_relative_link_reaches_a_file_and_its_heading():
+    broken = []
+    for page in PAGES:
+        for target in LINK.findall(without_code(page.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_link_check_sees_a_broken_link_and_a_broken_anchor(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# Top\n[a](missing.md) [b](#nowhere) [c](#top) `[d](in-code.md)`\n")
+    found = [t for t in LINK.findall(without_code(page.read_text()))]
+    assert found == ["missing.md", "#nowhere", "#top"] and "nowhere" not in anchors(page) and "top" in anchors(page)
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {Path(t.partition("#")[0]).name for t in LINK.findall(without_code(README.read_text()))}
+    assert {p.name for p in (REPO / "docs").glob("*.md")} <= linked
+
+
+def test_the_picture_of_the_report_is_a_small_png():
+    assert "](docs/img/report.png)" in section(README.read_text(), QUICKSTART)
+    png = REPO / "docs" / "img" / "report.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 200_000
+
+
+def test_gate_and_watch_pages_state_their_outcomes():
+    for name in ("gate", "watch"):
+        text = (REPO / "docs" / f"{name}.md").read_text()
+        assert "\n## Outcomes and exit codes\n" in text, name
+
+
+def parse_evalkit(args: list[str]) -> None:
+    """Parse ``evalkit ARGS`` as the command would, without running it (click raises on what it refuses)."""
+    cmd = typer.main.get_command(app)  # typer's own copy of click: groups are told apart by their commands
+    name = "evalkit"
+    while getattr(cmd, "commands", None) and args and args[0] in cmd.commands:
+        name, cmd, args = args[0], cmd.commands[args[0]], args[1:]
+    assert not getattr(cmd, "commands", None), f"not a command: evalkit {name} {' '.join(args)}"
+    cmd.make_context(name, list(args))
+
+
+def test_the_quickstart_commands_are_ones_evalkit_and_the_test_server_accept():
+    lines = quickstart_lines()
+    assert lines[0] == "pip install ."
+    servers = [shlex.split(line) for line in lines if line.startswith("python -m evalkit.testing.server")]
+    commands = [shlex.split(line) for line in lines if line.startswith("evalkit ")]
+    assert len(servers) == 1 and len(commands) == 3 and len(lines) == 5, lines
+    test_server.parse_args(servers[0][3:])  # argparse exits on an option it does not know
+    for argv in commands:
+        parse_evalkit(argv[1:])
+    with pytest.raises(Exception, match="No such option"):  # the check refuses what evalkit refuses
+        parse_evalkit(["run", "gsm8k", "--no-such-option"])
+    with pytest.raises(AssertionError, match="not a command"):
+        parse_evalkit(["no-such-command", "x"])
+
+
+@pytest.mark.slow
+def test_the_quickstart_does_what_the_readme_says(tmp_path):
+    """The README's commands, run in a fresh folder against the test server they start (on a free port)."""
+    lines = quickstart_lines()[1:]  # after `pip install .`: this interpreter's evalkit
+    server = shlex.split(lines[0])
+    port = server[server.index("--port") + 1]
+    srv = subprocess.Popen(
+        [sys.executable, *server[1 : server.index("--port")], "--port", "0", *server[server.index("--port") + 2 :]],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        assert srv.stdout is not None
+        ready = srv.stdout.readline()
+        assert ready.startswith(test_server.READY_PREFIX), ready
+        url = ready.strip().removeprefix(test_server.READY_PREFIX)
+        codes = []
+        for line in lines[1:]:
+            argv = shlex.split(line.replace(f"http://127.0.0.1:{port}", url))
+            p = subprocess.run(
+                [sys.executable, "-m", "evalkit.cli", *argv[1:]], capture_output=True, text=True, cwd=tmp_path
+            )
+            codes.append(p.returncode)
+        assert codes == [0, 0, 1], codes  # two runs; the gate fails the answers cut at 48 tokens
+        assert (tmp_path / "reports/base/report.html").is_file()
+        assert (tmp_path / "reports/short/gate/compare.html").is_file()
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
+def test_generated_reports_are_not_committed():
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    p = subprocess.run(["git", "ls-files", "reports"], capture_output=True, text=True, cwd=REPO, check=True)
+    assert p.stdout.split() == ["reports/README.md"]
