@@ -1,5 +1,7 @@
 """The combinations of a sweep, in the order they run: config by config (a server starts once per distinct
-server config), then sampling point, then concurrency level."""
+server config), then sampling point, then concurrency level; with ``repeats: N`` every combination N times,
+the repeats interleaved among the combinations that share a server or endpoint (all of them once, then all
+again), so that drift of the machine over time spreads over every combination alike."""
 
 from __future__ import annotations
 
@@ -22,11 +24,20 @@ class Combination:
     concurrency: int | None
     server: ServerConfig | None
     settings: dict[str, Any] = field(default_factory=dict)
+    repeat: int | None = None  # 1..N with ``repeats: N`` (N > 1), else None
 
     @property
     def name(self) -> str:
-        """The run dir's name: ``<config>__<sampling>__c<level>`` (``cauto`` without a concurrency axis)."""
-        return f"{self.config}__{self.sampling}__c{self.concurrency if self.concurrency is not None else 'auto'}"
+        """The run dir's name: ``<config>__<sampling>__c<level>`` (``cauto`` without a concurrency axis), then
+        ``__r<k>`` for the k-th repeat."""
+        level = self.concurrency if self.concurrency is not None else "auto"
+        return f"{self.config}__{self.sampling}__c{level}" + (f"__r{self.repeat}" if self.repeat is not None else "")
+
+    @property
+    def point(self) -> str:
+        """The combination without its repeat: the runs of one config, sampling point and level."""
+        level = self.concurrency if self.concurrency is not None else "auto"
+        return f"{self.config}__{self.sampling}__c{level}"
 
     def server_key(self) -> str | None:
         """Equal for combinations that can share one server process."""
@@ -51,6 +62,9 @@ def plan(spec: SweepSpec) -> list[Combination]:
             gen = sampling.model_dump(exclude_none=True) if sampling is not None else {}
             for level in levels:
                 settings = {**base, **gen, "concurrency": level if level is not None else "auto"}
-                out.append(Combination(config, sname, level, server, settings))
+                for k in range(1, spec.repeats + 1):
+                    repeat = k if spec.repeats > 1 else None
+                    out.append(Combination(config, sname, level, server, settings, repeat))
     order = {key: i for i, key in enumerate(dict.fromkeys(c.server_key() for c in out))}
-    return sorted(out, key=lambda c: order[c.server_key()])  # stable: the file's order within a server
+    # stable: within a server (or the endpoints), the file's order, repeat by repeat
+    return sorted(out, key=lambda c: (order[c.server_key()], c.repeat or 0))

@@ -148,7 +148,7 @@ def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> dict[str, Any]:
     """One row of the sweep table: the combination, speed of the first task, each task's metrics with CI."""
-    row: dict[str, Any] = {"config": combo.config, "sampling": combo.sampling, "concurrency": combo.concurrency}
+    row = key_cells(combo)
     by_task = summary.get("tasks") or {}
     speed = (by_task.get(tasks[0]) or {}).get("speed") or {}
 
@@ -176,7 +176,15 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
 
 def failed_row(combo: Combination) -> dict[str, Any]:
     """The row of a combination without numbers (its ``error`` cell says why)."""
-    return {"config": combo.config, "sampling": combo.sampling, "concurrency": combo.concurrency}
+    return key_cells(combo)
+
+
+def key_cells(combo: Combination) -> dict[str, Any]:
+    """The cells that name a row: config, sampling, concurrency, and the repeat with ``repeats: N``."""
+    cells: dict[str, Any] = {"config": combo.config, "sampling": combo.sampling, "concurrency": combo.concurrency}
+    if combo.repeat is not None:
+        cells["repeat"] = combo.repeat
+    return cells
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, *, echo: Echo | None = None, quiet: bool = True) -> SweepResult:
@@ -333,7 +341,8 @@ def _run_one(combo: Combination, cfg: RunConfig, server: Any) -> None:
 def write_outputs(rows: list[dict[str, Any]], dirs: list[Path], spec: SweepSpec, out: Path) -> dict[str, Path]:
     """sweep.csv, sweep.md (the ``error`` column last, when a row has one) and compare.html over the run dirs
     ``dirs`` (with speed against concurrency when the sweep has that axis)."""
-    columns: list[str] = ["config", "sampling", "concurrency", *SPEED_COLUMNS]
+    repeat = ["repeat"] if any("repeat" in row for row in rows) else []
+    columns: list[str] = ["config", "sampling", "concurrency", *repeat, *SPEED_COLUMNS]
     for row in rows:
         columns += [k for k in row if k not in columns and k != ERROR_COLUMN]
     if any(ERROR_COLUMN in row for row in rows):
