@@ -93,7 +93,7 @@ def run_gate(
     base = None
     if baseline is None:
         result = evaluate_expected(cand, policy)
-        result.notes += _batch_invariant_notes({"candidate": candidate})
+        result.notes += cand.notes + _batch_invariant_notes({"candidate": candidate})
     else:
         base = from_run_dir(baseline)
         try:
@@ -101,6 +101,7 @@ def run_gate(
         except CannotCompare as e:
             why = str(e).split("; compare runs of the same task setup")[0]
             raise CannotCompare(f"cannot compare: {why}; pass --force to compare anyway") from None
+        result.notes += base.notes + cand.notes
         result.notes += _batch_invariant_notes({"baseline": baseline, "candidate": candidate})
     out = out_dir if out_dir is not None else default_out_dir(candidate)
     files = write_outputs(result, out)
