@@ -59,7 +59,7 @@ def run(
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML, TOML or JSON config file.")] = None,
     api_key_file: Annotated[
         Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")
     ] = None,

@@ -1,4 +1,4 @@
-"""Run configuration, resolved in one place: CLI > config file (YAML/TOML) > ``EVALKIT_*`` env > defaults."""
+"""Run configuration, resolved in one place: CLI > config file (YAML/TOML/JSON) > ``EVALKIT_*`` env > defaults."""
 
 from __future__ import annotations
 
@@ -6,22 +6,16 @@ import difflib
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from evalkit.config_files import read_settings_file
 from evalkit.errors import ConfigError, warn
 from evalkit.server.vllm_process import ServerConfig
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser as the tomli distribution (a dependency there)
-    import tomli as tomllib
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
 # EVALKIT_* variables read outside RunConfig: the prompt cache (evalkit/tasks/prompt_cache.py), the download cache
@@ -159,23 +153,12 @@ def warn_unknown_env(environ: Mapping[str, str]) -> None:
         warn(f"environment variable {var} is not an evalkit setting and is ignored; {hint}")
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """A YAML or TOML config file as a dict."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0]
-        raise ConfigError(f"config file {path} does not parse: {first}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of settings at the top level")
+def read_config_file(path: Path, what: str = "config file") -> dict[str, Any]:
+    """A YAML, TOML (``.toml``) or JSON (``.json``) config file as a dict, read by
+    :func:`evalkit.config_files.read_settings_file` (size, encoding, YAML aliases and nesting checked)."""
+    data = read_settings_file(path, what, ConfigError)
     if "api_key" in data:
-        raise ConfigError(f"config file {path}: api_key does not belong in a file; set EVALKIT_API_KEY or api_key_file")
+        raise ConfigError(f"{what} {path}: api_key does not belong in a file; set EVALKIT_API_KEY or api_key_file")
     return data
 
 

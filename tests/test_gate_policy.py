@@ -73,7 +73,7 @@ require_matched_load: true
         ("accuracy: {default: {mode: strict}}", "'accuracy.default.mode': Input should be 'regression' or"),
         ("speed: {ttft_p50_ms: {max_change: -0.1}}", "'speed.ttft_p50_ms.max_change': Input should be greater"),
         ("expected: [{task: aime25, metric: avg@8, value: 93.3}]", "'expected.0.value': Input should be less"),
-        ("accuracy: [1, 2", "is not valid YAML at line"),
+        ("accuracy: [1, 2", "does not parse as YAML at line"),
         ("- just a list", "must hold a mapping"),
     ],
 )
@@ -84,5 +84,5 @@ def test_bad_policy_files_give_one_line_errors(tmp_path: Path, text: str, messag
 
 
 def test_missing_policy_file(tmp_path: Path) -> None:
-    with pytest.raises(PolicyError, match="cannot be read"):
+    with pytest.raises(PolicyError, match="cannot read policy file"):
         load_policy(tmp_path / "nope.yaml")

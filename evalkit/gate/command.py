@@ -109,7 +109,7 @@ def run_gate(
         raise CannotCompare(f"cannot compare: {why}; pass --force to compare anyway") from None
     roles = {f"baseline {b.name}" if len(bases) > 1 else "baseline": b for b in bases}
     roles.update({f"candidate {c.name}" if len(cands) > 1 else "candidate": c for c in cands})
-    result.notes += _batch_invariant_notes(roles)
+    result.notes += (base.notes if base is not None else []) + cand.notes + _batch_invariant_notes(roles)
     out = out_dir if out_dir is not None else default_out_dir(cands[0])
     files = write_outputs(result, out)
     if base is not None:

@@ -94,7 +94,8 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
             runs=tuple(t.speed for t in parts),
             problems=tuple(p for t in parts for p in t.problems),
         )
-    return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting)
+    notes = [n for r in runs for n in r.notes]
+    return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting, notes=notes)
 
 
 def _share(part: int, whole: int) -> str:

@@ -140,8 +140,10 @@ class TaskInputs:
 
 @dataclass(frozen=True)
 class RunInputs:
-    """One run: a label (its directory name) and its tasks by name."""
+    """One run: a label (its directory name), its tasks by name, and ``notes``: what the loader ignored in the
+    run dir (a malformed summary field that decides nothing), one line each."""
 
     label: str
     tasks: dict[str, TaskInputs]
     concurrency_setting: str | None = None  # "auto" or the fixed number, as the run was asked for
+    notes: list[str] = field(default_factory=list)

@@ -2,11 +2,17 @@
 
 Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
 everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
+
+A malformed summary field is never a traceback: the concurrency trace (it decides which requests are compared at
+matched load) is refused with a GateInputError; a field that decides nothing by itself (the auto-concurrency
+levels, the wall time, the concurrency, the metric names, a task's entry) is ignored with a line in
+:attr:`RunInputs.notes`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +50,57 @@ def from_run_dir(path: str | Path) -> RunInputs:
     for rec in run.samples:
         if isinstance(rec.get("doc_id"), int):
             samples.setdefault(str(rec["task"]), []).append(rec)
-    m_tasks, s_tasks = _dict(manifest.get("tasks")), _dict(summary.get("tasks"))
+    notes = _Notes(run.label, run_dir / SUMMARY)
+    m_tasks, s_tasks = _dict(manifest.get("tasks")), _field(summary, "tasks", dict, notes, "tasks", "") or {}
     names = [*m_tasks, *(n for n in s_tasks if n not in m_tasks)]
     rate = _num(manifest.get("request_rate"))
     tasks = {
-        name: _task(name, _dict(m_tasks.get(name)), _dict(s_tasks.get(name)), samples.get(name, []), rate)
+        name: _task(
+            name,
+            _dict(m_tasks.get(name)),
+            _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {},
+            samples.get(name, []),
+            notes,
+            rate,
+        )
         for name in names
     }
     concurrency = manifest.get("concurrency")
     return RunInputs(
-        label=run.label, tasks=tasks, concurrency_setting=None if concurrency is None else str(concurrency)
+        label=run.label,
+        tasks=tasks,
+        concurrency_setting=None if concurrency is None else str(concurrency),
+        notes=notes.lines,
     )
+
+
+class _Notes:
+    """The notes on one run's summary.json: a line per malformed field the gate ignored."""
+
+    def __init__(self, label: str, path: Path) -> None:
+        self.label, self.path, self.lines = label, path, list[str]()
+
+    def ignored(self, where: str, value: Any, expected: str, consequence: str) -> None:
+        self.lines.append(
+            f"{self.label}: summary.json {where} is {_shown(value)}, not {expected}; ignored{consequence}"
+        )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _field(
+    parent: dict[str, Any], key: str, kind: type | tuple[type, ...], notes: _Notes, where: str, consequence: str
+) -> Any:
+    """``parent[key]`` when it is present and of ``kind``; None when absent or null, and None with a note when it
+    is something else."""
+    value = parent.get(key)
+    if value is None or isinstance(value, kind):
+        return value
+    notes.ignored(where, value, f"a {'mapping' if kind is dict else 'list'}", consequence)
+    return None
 
 
 def _problem(path: Path, kind: str, why: str) -> str:
@@ -72,19 +118,30 @@ def _dict(x: Any) -> dict[str, Any]:
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _int(x: Any, low: int) -> int | None:
+    """``x`` when it is an int (not a bool) of at least ``low``, else None."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= low else None
 
 
 def _task(
-    name: str, manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]], rate: float | None
+    name: str,
+    manifest: dict[str, Any],
+    summary: dict[str, Any],
+    samples: list[dict[str, Any]],
+    notes: _Notes,
+    rate: float | None,
 ) -> TaskInputs:
-    names = _metric_names(name, manifest, summary)
+    in_summary = _field(summary, "metrics", dict, notes, f"tasks.{name}.metrics", " (metrics named by their filters)")
+    names = _metric_names(name, manifest, list(in_summary or {}))
     counts = _counts(samples)
     return TaskInputs(
         name=name,
         identity=_identity(manifest, summary, samples),
         metrics=_metrics(names, samples),
-        speed=_speed(summary, samples, rate),
+        speed=_speed(name, summary, samples, notes, rate),
         counts=counts,
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
@@ -92,15 +149,14 @@ def _task(
     )
 
 
-def _metric_names(task: str, manifest: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+def _metric_names(task: str, manifest: dict[str, Any], in_summary: list[str]) -> list[str]:
     """The task's metric names: as its manifest recorded them from the task definition, else (older stores) the
     summary's, else the task registry's. Never only the summary's when the manifest has them: a stale or cut
     summary must not decide which metrics are compared."""
     recorded = manifest.get("metrics")
     if isinstance(recorded, list) and recorded:
         return [str(m) for m in recorded]
-    in_summary = [str(m) for m in _dict(summary.get("metrics"))]
-    return in_summary or _registry_metrics(task)
+    return [str(m) for m in in_summary] or _registry_metrics(task)
 
 
 def _registry_metrics(task: str) -> list[str]:
@@ -193,28 +249,65 @@ def _metrics(summary_metrics: list[str], samples: list[dict[str, Any]]) -> dict[
     return out
 
 
-def _speed(summary: dict[str, Any], samples: list[dict[str, Any]], rate: float | None) -> SpeedRecords:
+def _speed(
+    name: str, summary: dict[str, Any], samples: list[dict[str, Any]], notes: _Notes, rate: float | None
+) -> SpeedRecords:
     done = sorted((s for s in samples if s.get("status") != "api_error"), key=lambda s: _num(s.get("start_s")) or 0.0)
-    speed = _dict(summary.get("speed"))
-    trace = [(float(t), int(c)) for t, c in (summary.get("concurrency_trace") or []) if _num(t) is not None]
-    levels: list[int] = []
-    for level in summary.get("concurrency_levels") or []:
-        limit = _dict(level).get("limit")
-        if isinstance(limit, int) and not _dict(level).get("starved") and limit not in levels:
-            levels.append(limit)
-    concurrency = speed.get("concurrency")
+    where = f"tasks.{name}"
+    speed = _field(summary, "speed", dict, notes, f"{where}.speed", " (wall time and concurrency unknown)") or {}
+    wall_s = _num(speed.get("wall_s"))
+    if speed.get("wall_s") is not None and (wall_s is None or wall_s < 0):
+        notes.ignored(f"{where}.speed.wall_s", speed["wall_s"], "seconds", " (wall time taken from the requests)")
+        wall_s = None
+    concurrency = _int(speed.get("concurrency"), 0)  # 0: a task that sent no request
+    if speed.get("concurrency") is not None and concurrency is None:
+        value = speed["concurrency"]
+        notes.ignored(f"{where}.speed.concurrency", value, "a whole number", " (concurrency unknown)")
     return SpeedRecords(
         ttft_ms=[_num(s.get("ttft_ms")) for s in done],
         tpot_ms=[_num(s.get("tpot_ms")) for s in done],
         e2e_ms=[_num(s.get("e2e_ms")) for s in done],
         output_tokens=[s["output_tokens"] if isinstance(s.get("output_tokens"), int) else None for s in done],
         start_s=[_num(s.get("start_s")) for s in done],
-        wall_s=_num(speed.get("wall_s")),
-        concurrency=concurrency if isinstance(concurrency, int) else None,
-        trace=trace,
-        levels=levels,
+        wall_s=wall_s,
+        concurrency=concurrency,
+        trace=_trace(summary.get("concurrency_trace"), f"{where}.concurrency_trace", notes.path),
+        levels=_levels(summary, f"{where}.concurrency_levels", notes),
         request_rate=rate,
     )
+
+
+def _trace(value: Any, where: str, path: Path) -> list[tuple[float, int]]:
+    """The (seconds, concurrency) pairs of a concurrency trace; GateInputError when one is malformed, since the
+    trace decides which requests of the two runs are compared at matched load."""
+    if value is None:
+        return []
+    entries = value if isinstance(value, list) else [value]
+    trace: list[tuple[float, int]] = []
+    for i, entry in enumerate(entries):
+        pair = entry if isinstance(entry, list) and len(entry) == 2 else (None, None)
+        t, limit = _num(pair[0]), _int(pair[1], 1)
+        if not isinstance(value, list) or t is None or t < 0 or limit is None:
+            shown = _shown(value if not isinstance(value, list) else entry)
+            at = where if not isinstance(value, list) else f"{where}[{i}]"
+            raise GateInputError(
+                f"{path}: {at} is {shown}, not a list of [seconds, concurrency] pairs (the gate matches the runs' "
+                "load by it); re-run the same command to rewrite summary.json"
+            )
+        trace.append((t, limit))
+    return trace
+
+
+def _levels(summary: dict[str, Any], where: str, notes: _Notes) -> list[int]:
+    """The limits ``--concurrency auto`` measured and did not find starved (malformed entries ignored, noted)."""
+    levels: list[int] = []
+    for i, level in enumerate(_field(summary, "concurrency_levels", list, notes, where, "") or []):
+        limit = _int(level.get("limit"), 1) if isinstance(level, dict) else None
+        if limit is None:
+            notes.ignored(f"{where}[{i}]", level, "a level with a positive 'limit'", "")
+        elif not level.get("starved") and limit not in levels:
+            levels.append(limit)
+    return levels
 
 
 def _counts(samples: list[dict[str, Any]]) -> StatusCounts:

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
 
+from evalkit.errors import warn
 from evalkit.gate.result import GateResult, Rule
 
 GATE_JSON, GATE_MD, JUNIT_XML = "gate.json", "gate.md", "junit.xml"
@@ -125,12 +126,19 @@ def to_junit(result: GateResult) -> str:
 
 
 def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> bool:
-    """Append ``markdown`` to the file named by ``$GITHUB_STEP_SUMMARY`` (GitHub Actions); False when unset."""
+    """Append ``markdown`` to the file named by ``$GITHUB_STEP_SUMMARY`` (GitHub Actions); False when unset.
+
+    Best effort: the verdict is in gate.json and the exit code, so a summary file that cannot be written gives a
+    one-line warning on stderr (and False), never an error."""
     path = (os.environ if env is None else env).get("GITHUB_STEP_SUMMARY")
     if not path:
         return False
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(markdown + "\n")
+    try:
+        with open(path, "a", encoding="utf-8", errors="replace") as f:
+            f.write(markdown + "\n")
+    except OSError as e:
+        warn(f"cannot append the gate's summary to GITHUB_STEP_SUMMARY {path} ({e.strerror or e}); gate.md holds it")
+        return False
     return True
 
 

@@ -1,4 +1,5 @@
-"""The gate's policy: what counts as a regression, read from a YAML file (unknown keys are refused).
+"""The gate's policy: what counts as a regression, read from a YAML file (unknown keys are refused; values are
+typed strictly: ``true`` is not a number, nor ``"0.1"``; non-finite numbers are refused; an int is a valid float).
 
 With no file the default policy applies: an accuracy drop of more than 1 point that is significant at alpha 0.05
 (one-sided) fails; output tokens/s dropping, or TTFT p50 or TPOT p50 rising, by more than 10% fails when several
@@ -28,10 +29,13 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evalkit.config_files import read_settings_file
 from evalkit.gate.errors import PolicyError
+
+MAX_RESAMPLES = 100_000  # bootstrap replicates: at 1,000+ items each rule then takes seconds, not hours
+SEED_LIMIT = 2**32  # bootstrap seeds: 0 <= seed < 2**32
 
 Mode = Literal["regression", "non-inferiority"]
 """regression: fail when a drop beyond the budget is significant; non-inferiority: pass only when the
@@ -39,7 +43,7 @@ confidence interval shows the drop stays within the budget."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class AccuracyRule(_Strict):
@@ -145,8 +149,10 @@ class ExpectedScore(_Strict):
 
 
 class BootstrapSettings(_Strict):
-    resamples: int = Field(default=5000, ge=200)
-    seed: int = 0
+    """Replicates and seed of the bootstrap tests (a seeded generator: the same runs give the same verdict)."""
+
+    resamples: int = Field(default=5000, ge=200, le=MAX_RESAMPLES)
+    seed: int = Field(default=0, ge=0, lt=SEED_LIMIT)
 
 
 class Policy(_Strict):
@@ -175,23 +181,13 @@ def policy_from_dict(data: dict[str, Any], source: str = "policy") -> Policy:
 
 
 def load_policy(path: str | Path | None) -> Policy:
-    """The policy in the YAML file ``path`` (the default policy when ``path`` is None or the file is empty)."""
+    """The policy in the YAML file ``path`` (the default policy when ``path`` is None or the file is empty); the
+    file is read by :func:`evalkit.config_files.read_settings_file` (size, encoding, aliases and nesting checked)."""
     if path is None:
         return default_policy()
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise PolicyError(f"policy file {p} cannot be read ({e.strerror}); pass an existing YAML file") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise PolicyError(f"policy file {p} is not valid YAML{where}; fix its syntax") from None
-    if data is None:
-        return default_policy()
-    if not isinstance(data, dict):
-        raise PolicyError(f"policy file {p} must hold a mapping of keys (accuracy, speed, rates, ...)")
-    return policy_from_dict(data, str(p))
+    data = read_settings_file(p, "policy file", PolicyError)
+    return policy_from_dict(data, f"policy file {p}")
 
 
 def _one_line(e: ValidationError, source: str) -> str:
@@ -202,7 +198,9 @@ def _one_line(e: ValidationError, source: str) -> str:
         allowed = _allowed_keys(err["loc"][:-1])
         hint = f" (allowed here: {', '.join(allowed)})" if allowed else ""
         return f"{source}: unknown key '{where}'{hint}; remove it or fix its spelling"
-    return f"{source}: '{where}': {err['msg']}; fix this value"
+    value = err.get("input")
+    shown = f" (got {value!r:.40})" if not isinstance(value, dict | list) else ""
+    return f"{source}: '{where}': {err['msg']}{shown}; fix this value"
 
 
 def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:

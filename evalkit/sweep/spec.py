@@ -1,4 +1,5 @@
-"""The sweep file: a YAML mapping validated by :class:`SweepSpec` (unknown keys are refused in one line).
+"""The sweep file: a YAML mapping validated by :class:`SweepSpec` (unknown keys are refused in one line; values are
+typed strictly: `true` is not a number).
 
 tasks: [gsm8k]
 limit: 200
@@ -29,7 +30,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a config or sampling name beco
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class Sampling(_Strict):
@@ -108,7 +109,7 @@ class SweepSpec(_Strict):
 
 def load_spec(path: Path) -> SweepSpec:
     """Read and validate a sweep file; raises ConfigError with one line naming the bad key or value."""
-    data = read_config_file(Path(path))
+    data = read_config_file(Path(path), "sweep file")
     try:
         return SweepSpec(**data)
     except ValidationError as e:
