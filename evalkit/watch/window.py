@@ -74,21 +74,35 @@ def _merge_speed(ticks: list[TaskInputs]) -> SpeedRecords:
     )
 
 
-def _merge_counts(ticks: list[TaskInputs]) -> StatusCounts:
-    fields = ("total", "ok", "truncated", "no_answer", "empty", "api_error")
-    return StatusCounts(**{f: sum(getattr(t.counts, f) for t in ticks) for f in fields})
+def _merge_asked(ticks: list[TaskInputs]) -> frozenset[int] | None:
+    asked = [t.asked_docs for t in ticks]
+    return None if any(a is None for a in asked) else frozenset().union(*(a for a in asked if a is not None))
 
 
 def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = None) -> RunInputs:
     """Several ticks of ``task`` as one run: per document the latest tick's answers, every request's timings
-    and status. ``limit``: the identity's limit (the baseline's: a tick's slice is a selection of its docs)."""
+    and status (the gate's own :meth:`StatusCounts.combined`), the documents asked for (the union of the ticks';
+    None when a tick's are unknown). ``limit``: the identity's limit (the baseline's: a tick's slice is a
+    selection of its docs)."""
     last = ticks[-1].identity
     digests: dict[int, str] = {}
     for t in ticks:
         digests.update(t.identity.prompt_digests)
     identity = replace(last, limit=limit, prompt_digests=digests, prompt_hash=None)
-    merged = TaskInputs(task, identity, _merge_metrics(ticks), _merge_speed(ticks), _merge_counts(ticks))
+    merged = TaskInputs(
+        task,
+        identity,
+        _merge_metrics(ticks),
+        _merge_speed(ticks),
+        StatusCounts.combined(t.counts for t in ticks),
+        asked_docs=_merge_asked(ticks),
+    )
     return RunInputs(label=label, tasks={task: merged}, concurrency_setting=None)
+
+
+def scored_docs(inputs: TaskInputs) -> set[int]:
+    """The documents with at least one scored sample (an answer that was not api_error) in any metric."""
+    return {d for m in inputs.metrics.values() for d, v in m.items.items() if v}
 
 
 def judge(baseline: RunInputs, window: RunInputs, policy: Policy) -> GateResult:
