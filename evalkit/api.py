@@ -69,22 +69,26 @@ def report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | Non
 
 def gate(
     *runs: str | Path,
+    baselines: Sequence[str | Path] | None = None,
+    candidates: Sequence[str | Path] | None = None,
     policy: str | Path | None = None,
     output: str | Path | None = None,
     force: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> GateOutcome:
-    """The release gate on BASELINE CANDIDATE (or CANDIDATE alone), as ``evalkit gate``:
-    :func:`evalkit.gate.command.gate_runs`.
+    """The release gate on BASELINE CANDIDATE (or CANDIDATE alone; ``baselines`` / ``candidates``: several runs
+    per side), as ``evalkit gate``: :func:`evalkit.gate.command.gate_runs`.
 
     Example::
 
         outcome = gate("reports/base", "reports/cand", policy="gate.yaml")
-        outcome.result.verdict, outcome.exit_code
+        outcome.result.verdict, outcome.exit_code      # "pass" 0, "fail" 1, "cannot_decide" 2
     """
     from evalkit.gate.command import gate_runs
 
-    return gate_runs(*runs, policy=policy, output=output, force=force, env=env)
+    return gate_runs(
+        *runs, baselines=baselines, candidates=candidates, policy=policy, output=output, force=force, env=env
+    )
 
 
 def offline_environment() -> None:

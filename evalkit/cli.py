@@ -418,11 +418,21 @@ def schema(
 @app.command()
 def gate(
     runs: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Argument(
             help="BASELINE CANDIDATE (two run dirs), or CANDIDATE alone to check it against the policy's expected scores."
         ),
-    ],
+    ] = None,
+    baseline: Annotated[
+        list[Path] | None,
+        typer.Option("--baseline", "-b", help="A baseline run dir (repeatable: several runs of the baseline config)."),
+    ] = None,
+    candidate: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--candidate", "-c", help="A candidate run dir (repeatable: several runs of the candidate config)."
+        ),
+    ] = None,
     policy: Annotated[
         Path | None, typer.Option("--policy", "-p", help="Policy YAML (default: the built-in policy, printed).")
     ] = None,
@@ -437,14 +447,17 @@ def gate(
     ] = False,
 ) -> None:
     """Release gate: exit 0 when the candidate keeps the baseline's accuracy and speed, 1 when a rule fails,
-    2 when it cannot decide (nothing comparable, coverage too low, no rule evaluated) or the input is bad."""
+    2 when it cannot decide (nothing comparable, coverage too low, no rule evaluated) or the input is bad.
+    With several runs per side (--baseline/--candidate repeated) speed is judged on run-to-run variation."""
     from rich.console import Console
 
     from evalkit import api
     from evalkit.gate.command import print_outcome
 
     try:
-        outcome = api.gate(*runs, policy=policy, output=output, force=force)
+        outcome = api.gate(
+            *(runs or []), baselines=baseline, candidates=candidate, policy=policy, output=output, force=force
+        )
     except EvalkitError as e:
         _fail(e)
     print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
@@ -516,7 +529,9 @@ def sweep(
         ),
     ] = None,
 ) -> None:
-    """Run every combination of server config x sampling x concurrency (resumable) and tabulate them."""
+    """Run every combination of server config x sampling x concurrency (resumable) and tabulate them: exit 0
+    when every combination has a finished run of the sweep file's settings, 1 when one failed or has none (the
+    others still ran; its row's error cell says why), 2 when the input is bad (sweep file, -o) and nothing ran."""
     from evalkit.sweep import load_spec, run_sweep
     from evalkit.sweep.run import collect as collect_runs
 
@@ -541,12 +556,14 @@ def sweep(
     typer.echo(result.files["sweep.md"].read_text(), nl=False)
     if result.skipped:
         typer.echo(f"skipped {len(result.skipped)} finished combination(s): {', '.join(result.skipped)}")
-    for combo, why in result.failed.items():
+    for combo, why in {**result.stale, **result.failed}.items():
         typer.echo(f"evalkit: {combo}: {why}", err=True)
-    if collect and result.missing:
-        typer.echo(f"evalkit: {len(result.missing)} combination(s) not finished: {', '.join(result.missing)}", err=True)
     typer.echo(str(result.files.get("compare.html", result.files["sweep.md"])))
-    raise typer.Exit(1 if result.failed or (collect and result.missing) else 0)
+    bad = list(dict.fromkeys([*result.failed, *result.missing]))
+    if bad:
+        what = "failed or have no finished run of the sweep file's settings" if collect else "failed"
+        typer.echo(f"evalkit: {len(bad)} of {len(result.rows)} combination(s) {what}: {', '.join(bad)}", err=True)
+    raise typer.Exit(1 if bad else 0)
 
 
 def _emit_k8s(spec: Any, file: Path, out: Path, image: str | None, pvc: str | None, namespace: str | None,

@@ -310,6 +310,9 @@ class ManifestTask(BaseModel):
     requests: int
     prompts_streamed: bool = False  # built while the first requests were sent (cold prompt cache)
     max_tokens_clamp: dict[str, Any] | None = None  # per-prompt max_tokens cut to the server's context length
+    # the task's metric names (as in summary.json) from its definition, so that a reader knows what must be
+    # there; left out for a task that declares none
+    metrics: list[str] | None = Field(default=None, exclude_if=_is_none)
 
 
 class Manifest(BaseModel):

@@ -142,6 +142,28 @@ def _settings_record(settings: TaskSettings) -> dict[str, Any]:
     return out
 
 
+def planned_fingerprint(cfg: RunConfig, tasks: list[Task], model: str | None) -> dict[str, Any]:
+    """The :func:`~evalkit.store.manifest.fingerprint` a run of ``cfg`` (its ``tasks`` loaded from the registry)
+    against ``model`` records, known before it starts: a run dir whose manifest has another holds a run with other
+    settings, which the Runner refuses to resume (and a sweep does not reuse)."""
+    settings = {task.name: task_settings(task, cfg) for task in tasks}
+    first = settings[tasks[0].name]
+    return fingerprint(
+        {
+            "model": model,
+            "endpoint": {"kind": first.endpoint_kind or tasks[0].endpoint_kind},
+            "tasks": {
+                t.name: {
+                    "version": t.version,
+                    "data_sha256": t.data_sha256,
+                    "settings": _settings_record(settings[t.name]),
+                }
+                for t in tasks
+            },
+        }
+    )
+
+
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
@@ -326,6 +348,7 @@ class Runner:
                     requests=p.total,
                     prompts_streamed=p.streamed,
                     max_tokens_clamp=p.clamp,  # for streamed prompts: final once the task has run
+                    metrics=p.task.metric_names(p.settings) or None,
                 )
                 for p in plans
             },

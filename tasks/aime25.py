@@ -97,8 +97,8 @@ class Aime25Task(Task):
     def defaults(self) -> dict[str, Any]:
         return dict(self._defaults)
 
-    def metric_names(self) -> list[str]:
-        k = int(self._defaults.get("num_samples", 1))
+    def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
+        k = settings.num_samples if settings is not None else int(self._defaults.get("num_samples", 1))
         return [f"avg@{k}", *(f"pass@{j}" for j in pass_at_k_ladder(k)), f"maj@{k}"]
 
     def _setting(self, settings: TaskSettings, key: str) -> Any:

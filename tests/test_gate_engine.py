@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import pytest
 
 from evalkit.gate import (
@@ -19,8 +20,8 @@ from evalkit.gate import (
     evaluate_expected,
     policy_from_dict,
 )
+from evalkit.gate.engine import combine_runs
 from evalkit.gate.matching import level_at, match_load
-from evalkit.gate.stats import speed_change
 from tests.gate_fixtures import N_GSM8K, correctness, difficulties, identity, metric, run, speed_records, task
 
 FAST = policy_from_dict({"bootstrap": {"resamples": 1000}})
@@ -96,23 +97,55 @@ def test_different_sampling_is_reported_not_refused() -> None:
     assert result.notes == ["gsm8k: generation settings differ: temperature 0.0 vs 0.6"]
 
 
-@pytest.mark.parametrize(("scale", "verdict"), [(1.20, "fail"), (1.02, "pass")])
-def test_ttft_rule_catches_a_20_percent_rise_and_passes_2_percent_noise(scale: float, verdict: str) -> None:
+@pytest.mark.parametrize(("scale", "verdict"), [(2.3, "fail"), (1.5, "pass"), (1.02, "pass")])
+def test_one_run_per_side_is_judged_against_the_noise_budget(scale: float, verdict: str) -> None:
+    """One run per side holds no run-to-run variation: TTFT p50 fails only beyond its noise budget (+100%: it
+    moved +29% and +54% between identical H200 runs), never on a bootstrap over the run's own requests."""
     result = evaluate(*_runs(cand_speed=speed_records(seed=1, ttft_scale=scale)), FAST)
     rule = _rule(result, "TTFT p50")
     assert rule.verdict == verdict, rule.note
     assert rule.observed == pytest.approx(scale - 1, abs=0.06)
-    assert rule.ci is not None and rule.observed is not None and rule.ci[0] < rule.observed < rule.ci[1]
-    assert rule.mde is not None and rule.mde < 0.10
+    assert rule.p_value is None and rule.decided_by == "threshold" and rule.budget == 1.0
+    assert "one run per side" in (rule.method or "") and "noise budget of 100%" in rule.note
     assert _rule(result, "TPOT p50").verdict == "pass"
 
 
-def test_slower_decoding_fails_tpot_and_throughput() -> None:
-    result = evaluate(*_runs(cand_speed=speed_records(seed=1, tpot_scale=1.3)), FAST)
+def test_slower_decoding_fails_tpot_and_throughput_on_one_run_per_side() -> None:
+    """Gross slowdowns still fail on one run per side: twice the per-token latency, half the output tokens/s."""
+    result = evaluate(*_runs(cand_speed=speed_records(seed=1, tpot_scale=2.0)), FAST)
     assert _rule(result, "TPOT p50").verdict == "fail"
     tput = _rule(result, "output tokens/s")
-    assert tput.verdict == "fail" and tput.observed is not None and tput.observed < -0.15
+    assert tput.verdict == "fail" and tput.observed is not None and tput.observed < -0.4
     assert tput.baseline is not None and tput.candidate is not None and tput.candidate < tput.baseline
+
+
+def _side(label: str, scales: list[float], seed: int) -> RunInputs:
+    """Runs of one config whose speed differs from run to run by ``scales`` (TTFT and TPOT alike)."""
+    runs = []
+    for i, k in enumerate(scales):
+        p = difficulties(N_GSM8K, 0.75)
+        sp = speed_records(seed=seed + i, ttft_scale=k, tpot_scale=k)
+        runs.append(run(f"{label}{i}", task({"exact_match,strict-match": metric(correctness(p, 1, seed + i))}, sp)))
+    return combine_runs(label, runs)
+
+
+def test_three_runs_per_side_judge_speed_on_run_to_run_variation() -> None:
+    base = _side("base", [1.0, 1.1, 0.92], seed=10)
+    same = _side("same", [1.08, 0.9, 1.02], seed=20)  # identical config, runs spread by +-10%
+    slow = _side("slow", [1.4 * 1.05, 1.4 * 0.93, 1.4 * 1.0], seed=30)  # 40% slower
+    ok = evaluate(base, same, FAST)
+    assert ok.verdict == "pass", [(r.name, r.note) for r in ok.rules]
+    bad = evaluate(base, slow, FAST)
+    for name in ("TTFT p50", "TPOT p50", "output tokens/s"):
+        r = _rule(bad, name)
+        assert r.verdict == "fail" and r.p_value is not None and r.p_value < 0.05, (name, r.note)
+        assert r.method is not None and r.method.startswith("Welch's t-test on log per-run figures (3 vs 3 runs")
+        assert r.ci is not None and r.ci[0] < (r.observed or 0) < r.ci[1]
+    acc = _rule(bad, "exact_match,strict-match")  # accuracy paired over every run's samples
+    assert acc.method is not None and "bootstrap" in acc.method and acc.verdict == "pass"
+    # a latency rise under the rule's floor never fails, whatever the runs say
+    tiny = policy_from_dict({"bootstrap": {"resamples": 1000}, "speed": {"ttft_p50_ms": {"min_abs_ms": 500}}})
+    assert _rule(evaluate(base, slow, tiny), "TTFT p50").verdict == "pass"
 
 
 def test_any_failed_request_in_the_candidate_fails() -> None:
@@ -142,19 +175,24 @@ def test_speed_is_compared_at_the_common_concurrency_level() -> None:
     assert "baseline ran at concurrency 64→128, candidate at 128→256" in rule.note
     assert "compared at 128 (300 vs 300 requests" in rule.note
     b, c = [x for x in base.ttft_ms if x is not None], [x for x in cand.ttft_ms if x is not None]
-    whole = speed_change(b, c, lower_is_better=True, alpha=0.05, resamples=500, seed=0)
-    assert whole.value > 0.3 and whole.p_value < 0.05  # what comparing the whole runs would have said
-    same = match_load(base, dataclasses.replace(base), 30, require_matched=True)
+    assert float(np.median(c)) / float(np.median(b)) > 1.3  # what comparing the whole runs would have said
+    same = match_load(base, dataclasses.replace(base), 30, "fail")
     assert same.level == 128 and same.matched and len(same.base.ttft_ms) == 300  # type: ignore[union-attr]
 
 
-def test_unmatched_load_is_noted_or_refused_by_policy() -> None:
+def test_unmatched_load_is_not_judged_unless_the_policy_asks() -> None:
     base = speed_records(seed=0, trace=[(0.0, 64)])
-    cand = speed_records(seed=1, trace=[(0.0, 256)], slow_after_s=0.0)
-    loose = evaluate(*_runs(base_speed=base, cand_speed=cand), FAST)
-    rule = _rule(loose, "TTFT p50")
-    assert rule.verdict == "fail"  # twice as slow at a different load: compared over the whole runs, noted
-    assert "share no level" in rule.note and any("share no level" in n for n in loose.notes)
+    slow = speed_records(seed=1, trace=[(0.0, 256)], slow_after_s=0.0)  # twice as slow, at another load
+    default = evaluate(*_runs(base_speed=base, cand_speed=slow), FAST)
+    for name in ("output tokens/s", "TTFT p50", "TPOT p50"):
+        r = _rule(default, name)
+        assert r.verdict == "skip" and r.note.startswith("speed not judged: baseline ran at concurrency 64"), r.note
+    assert default.verdict == "pass"  # accuracy and rates judged; speed at another load is not a verdict
+    judged = policy_from_dict({"speed": {"judge_unmatched_load": True}, "bootstrap": {"resamples": 1000}})
+    loose = evaluate(*_runs(base_speed=base, cand_speed=slow), judged)
+    assert (
+        _rule(loose, "TPOT p50").verdict == "fail" and "compared over the whole runs" in _rule(loose, "TPOT p50").note
+    )
     strict = policy_from_dict({"require_matched_load": True, "bootstrap": {"resamples": 1000}})
     matched = evaluate(*_runs(base_speed=base, cand_speed=speed_records(seed=1, trace=[(0.0, 256)])), strict)
     for name in ("output tokens/s", "TTFT p50", "TPOT p50"):

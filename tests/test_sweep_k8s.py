@@ -149,14 +149,20 @@ def test_jobs_write_runs_that_collect_tabulates(tmp_path: Path) -> None:
         sweep_file = tmp_path / "sweep.yaml"
         sweep_file.write_text(cm["data"]["sweep.yaml"])
         code, out = cli("sweep", sweep_file, "-o", volume, "--collect")
-        assert code == 1 and f"1 combination(s) not finished: {names[-1]}" in out
+        assert (
+            code == 1
+            and f"1 of 4 combination(s) failed or have no finished run of the sweep file's settings: {names[-1]}" in out
+        )
         rows = list(csv.DictReader((volume / "sweep.csv").open()))
         assert [(r["config"], r["sampling"], r["concurrency"]) for r in rows] == [
             ("a", "greedy", "1"),
             ("a", "greedy", "2"),
             ("b", "greedy", "1"),
+            ("b", "greedy", "2"),
         ]
-        assert all(float(r["output_tok_s"]) > 0 and r["gsm8k exact_match,strict-match ci95"] for r in rows)
+        assert all(float(r["output_tok_s"]) > 0 and r["gsm8k exact_match,strict-match ci95"] for r in rows[:-1])
+        assert not any(r["error"] for r in rows[:-1]) and "no finished run" in rows[-1]["error"]
+        assert not rows[-1]["output_tok_s"] and not rows[-1]["gsm8k exact_match,strict-match"]
         assert (volume / "compare.html").is_file()
         sent = len(server.state.requests)
         code, out = cli("sweep", sweep_file, "-o", volume, "--collect")

@@ -9,7 +9,7 @@ gate.md and junit.xml.
 from evalkit._callable import make_callable
 from evalkit.gate.command import gate_runs
 from evalkit.gate.engine import evaluate, evaluate_expected
-from evalkit.gate.errors import CannotCompare, GateInputError, PolicyError
+from evalkit.gate.errors import CannotCompare, CannotDecide, GateInputError, PolicyError
 from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
 from evalkit.gate.load import from_run_dir
 from evalkit.gate.output import append_step_summary, to_json, to_junit, to_markdown, write_outputs
@@ -18,6 +18,7 @@ from evalkit.gate.result import GateResult, Rule
 
 __all__ = [
     "CannotCompare",
+    "CannotDecide",
     "GateInputError",
     "GateResult",
     "Identity",

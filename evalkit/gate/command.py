@@ -7,20 +7,21 @@ writes gate.json / gate.md / junit.xml / compare.html and appends gate.md to ``$
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from evalkit.gate.engine import evaluate, evaluate_expected
-from evalkit.gate.errors import CannotCompare, GateInputError
+from evalkit.gate.engine import combine_runs, evaluate, evaluate_expected
+from evalkit.gate.errors import CannotCompare, CannotDecide, GateInputError
 from evalkit.gate.inputs import RunInputs
 from evalkit.gate.load import from_run_dir
 from evalkit.gate.output import append_step_summary, to_markdown, write_outputs
 from evalkit.gate.policy import Policy, default_policy, load_policy
 from evalkit.gate.result import EXIT_CODES, GateResult
+from evalkit.store.reader import writer_pid
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 COMPARE_HTML = "compare.html"
@@ -74,78 +75,127 @@ def _batch_invariant_notes(runs: Mapping[str, Path]) -> list[str]:
 
 
 def run_gate(
-    baseline: Path | None,
-    candidate: Path,
+    baseline: Path | list[Path] | None,
+    candidate: Path | list[Path],
     policy_file: Path | None = None,
     out_dir: Path | None = None,
     *,
     force: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> GateOutcome:
-    """Gate ``candidate`` against ``baseline`` (or, with ``baseline`` None, against the policy's expected
-    scores) and write the outputs into ``out_dir`` (default :func:`default_out_dir`). Raises CannotCompare,
-    GateInputError or PolicyError (one line each, exit 2) before anything is written."""
+    """Gate ``candidate`` against ``baseline`` (or, with ``baseline`` None or empty, against the policy's expected
+    scores) and write the outputs into ``out_dir`` (default :func:`default_out_dir` of the first candidate).
+    Either side may be several run dirs of one config (:func:`~evalkit.gate.engine.combine_runs`): speed is then
+    judged on run-to-run variation. Raises CannotCompare, CannotDecide, GateInputError or PolicyError (one line
+    each, exit 2) before anything is written."""
+    bases = _dirs(baseline)
+    cands = _dirs(candidate)
+    if not cands:
+        raise GateInputError("no candidate run dir given; pass CANDIDATE or --candidate DIR")
     policy = load_policy(policy_file) if policy_file is not None else default_policy()
-    for path in (baseline, candidate):
-        if path is not None and not path.is_dir():
+    for path in (*bases, *cands):
+        if not path.is_dir():
             raise GateInputError(f"{path} is not a run directory; pass the --output-dir of an evalkit run")
-    cand = from_run_dir(candidate)
-    base = None
-    if baseline is None:
-        result = evaluate_expected(cand, policy)
-        result.notes += _batch_invariant_notes({"candidate": candidate})
-    else:
-        base = from_run_dir(baseline)
-        try:
+    check_decidable(bases, cands)
+    try:
+        cand = combine_runs(_label(cands), [from_run_dir(c) for c in cands], "candidate")
+        base = combine_runs(_label(bases), [from_run_dir(b) for b in bases], "baseline") if bases else None
+        if base is None:
+            result = evaluate_expected(cand, policy)
+        else:
             result = evaluate(base, cand, policy, force=force)
-        except CannotCompare as e:
-            why = str(e).split("; compare runs of the same task setup")[0]
-            raise CannotCompare(f"cannot compare: {why}; pass --force to compare anyway") from None
-        result.notes += _batch_invariant_notes({"baseline": baseline, "candidate": candidate})
-    out = out_dir if out_dir is not None else default_out_dir(candidate)
+    except CannotCompare as e:
+        why = str(e).split("; compare runs of the same task setup")[0]
+        raise CannotCompare(f"cannot compare: {why}; pass --force to compare anyway") from None
+    roles = {f"baseline {b.name}" if len(bases) > 1 else "baseline": b for b in bases}
+    roles.update({f"candidate {c.name}" if len(cands) > 1 else "candidate": c for c in cands})
+    result.notes += _batch_invariant_notes(roles)
+    out = out_dir if out_dir is not None else default_out_dir(cands[0])
     files = write_outputs(result, out)
-    if baseline is not None:
-        files[COMPARE_HTML] = _write_compare(baseline, candidate, out / COMPARE_HTML, result, base, cand)
+    if base is not None:
+        files[COMPARE_HTML] = _write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
     summary = append_step_summary(to_markdown(result), env)
     return GateOutcome(result, policy, policy_file, out, files, summary)
 
 
+def _dirs(x: Path | list[Path] | None) -> list[Path]:
+    return [] if x is None else ([x] if isinstance(x, Path) else list(x))
+
+
+def _label(dirs: list[Path]) -> str:
+    return " + ".join(d.resolve().name for d in dirs)
+
+
+def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
+    """Refuse (CannotDecide, one line) a run dir still being written by an evalkit run, and the same run on both
+    sides (one directory twice, or a copy: byte-identical manifests and samples)."""
+    for role, path in [*(("baseline", b) for b in baselines), *(("candidate", c) for c in candidates)]:
+        pid = writer_pid(path)
+        if pid is not None:
+            raise CannotDecide(
+                f"cannot decide: the {role} {path} is still being written (evalkit run pid {pid}); "
+                "gate it once that run has finished"
+            )
+    for baseline in baselines:
+        for candidate in candidates:
+            same = baseline.resolve() == candidate.resolve() or all(
+                _same_file(baseline / name, candidate / name) for name in ("manifest.json", "samples.jsonl")
+            )
+            if same:
+                raise CannotDecide(
+                    f"cannot decide: the baseline and the candidate are the same run ({baseline}, {candidate}); "
+                    "pass the run dirs of two runs"
+                )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
 def gate_runs(
     *runs: str | Path,
+    baselines: Sequence[str | Path] | None = None,
+    candidates: Sequence[str | Path] | None = None,
     policy: str | Path | None = None,
     output: str | Path | None = None,
     force: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> GateOutcome:
     """``evalkit gate`` (also ``evalkit.gate(...)``): ``runs`` is BASELINE CANDIDATE, or CANDIDATE alone to check
-    it against the policy's expected scores; see :func:`run_gate`. Bad input and outputs that cannot be written
-    raise :class:`~evalkit.errors.EvalkitError` (one line).
+    it against the policy's expected scores; ``baselines`` / ``candidates`` add run dirs to either side (several
+    runs of one config per side); see :func:`run_gate`. Bad input and outputs that cannot be written raise
+    :class:`~evalkit.errors.EvalkitError` (one line).
 
     Example::
 
         outcome = gate_runs("reports/base", "reports/cand", policy="gate.yaml")
         outcome.result.verdict, [r.name for r in outcome.result.failed], outcome.files["gate.json"]
+        gate_runs(baselines=["b1", "b2", "b3"], candidates=["c1", "c2", "c3"])  # speed on run-to-run variation
     """
-    if not 1 <= len(runs) <= 2:
+    if len(runs) > 2:
         raise GateInputError(f"evalkit gate takes BASELINE CANDIDATE or CANDIDATE alone, got {len(runs)} run dirs")
     dirs = [Path(r) for r in runs]
-    baseline, candidate = (dirs[0], dirs[1]) if len(dirs) == 2 else (None, dirs[0])
+    base = dirs[:1] if len(dirs) == 2 else []
+    cand = dirs[-1:]
+    base += [Path(b) for b in baselines or ()]
+    cand += [Path(c) for c in candidates or ()]
     try:
         policy_file = Path(policy) if policy is not None else None
         out_dir = Path(output) if output is not None else None
-        return run_gate(baseline, candidate, policy_file, out_dir, force=force, env=env)
+        return run_gate(base or None, cand, policy_file, out_dir, force=force, env=env)
     except OSError as e:
         raise GateInputError(
             f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"
         ) from None
 
 
-def _write_compare(
-    baseline: Path, candidate: Path, target: Path, result: GateResult, base: RunInputs | None, cand: RunInputs
-) -> Path:
+def _write_compare(dirs: list[Path], target: Path, result: GateResult, base: RunInputs | None, cand: RunInputs) -> Path:
     from evalkit.report import Verdict, render_compare
 
-    return render_compare([baseline, candidate], target, verdict=Verdict(result, base, cand))
+    return render_compare(dirs, target, verdict=Verdict(result, base, cand))
 
 
 def policy_lines(policy: Policy) -> list[str]:

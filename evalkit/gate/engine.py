@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from evalkit.gate.errors import CannotCompare, PolicyError
-from evalkit.gate.inputs import Identity, RunInputs, TaskInputs
-from evalkit.gate.matching import match_load
+from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
+from evalkit.gate.matching import Unmatched, match_runs
 from evalkit.gate.policy import Policy, default_policy
 from evalkit.gate.result import GateResult, Rule, overall
 from evalkit.gate.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
@@ -56,33 +56,111 @@ def check_comparable(task: str, base: TaskInputs, cand: TaskInputs, force: bool)
     return notes
 
 
-def _accuracy_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) -> tuple[list[Rule], list[str]]:
+def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> RunInputs:
+    """Several runs of one config as one side of the gate: per document every run's samples (accuracy is paired
+    over all of them), status counts added up, the documents asked of and scored by every run, and each run's
+    speed kept apart (``TaskInputs.runs``) for rules judged on run-to-run variation. Only tasks every run holds
+    are kept; runs of a task that measured different things are refused (CannotCompare)."""
+    if len(runs) == 1:
+        return runs[0]
+    tasks: dict[str, TaskInputs] = {}
+    for name in [t for t in runs[0].tasks if all(t in r.tasks for r in runs[1:])]:
+        parts = [r.tasks[name] for r in runs]
+        for r, t in zip(runs[1:], parts[1:], strict=True):
+            diffs = identity_differences(parts[0].identity, t.identity)
+            if diffs:
+                raise CannotCompare(
+                    f"{name}: the {side} runs {runs[0].label} and {r.label} are not runs of one config "
+                    f"({'; '.join(diffs)}); pass runs of the same task setup"
+                )
+        metrics: dict[str, MetricSamples] = {}
+        for m in [m for m in parts[0].metrics if all(m in t.metrics for t in parts)]:
+            items: dict[int, tuple[int, ...]] = {}
+            for t in parts:
+                for doc, v in t.metrics[m].items.items():
+                    items[doc] = items.get(doc, ()) + v
+            metrics[m] = MetricSamples(m, parts[0].metrics[m].filter, items)
+        asked = [t.asked_docs for t in parts]
+        tasks[name] = TaskInputs(
+            name=name,
+            identity=parts[0].identity,
+            metrics=metrics,
+            speed=parts[0].speed,
+            counts=StatusCounts.combined(t.counts for t in parts),
+            asked_docs=None
+            if any(a is None for a in asked)
+            else frozenset.intersection(*(a or frozenset() for a in asked)),
+            scored_docs=frozenset.intersection(*(t.scored() for t in parts)),
+            runs=tuple(t.speed for t in parts),
+            problems=tuple(p for t in parts for p in t.problems),
+        )
+    return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} of {whole} ({part / whole:.0%})"
+
+
+def coverage_reasons(task: str, base: TaskInputs | None, cand: TaskInputs, min_coverage: float) -> list[str]:
+    """Why the runs of ``task`` do not cover enough to decide: each run's scored share of the documents both
+    were asked for (the candidate's alone without a baseline) below ``min_coverage``, or records that disagree
+    with their summary. A document counts as scored when one of its samples got an answer (not api_error)."""
+    reasons = [*(base.problems if base is not None else ()), *cand.problems]
+    sides = [("baseline", base), ("candidate", cand)] if base is not None else [("candidate", cand)]
+    asked_sets = [t.asked_docs for _, t in sides if t.asked_docs is not None]
+    if asked_sets:
+        asked = frozenset.intersection(*asked_sets)
+    else:  # older or hand-made inputs: what either run scored
+        asked = frozenset.union(*(t.scored() for _, t in sides))
+    if not asked:
+        what = "the runs were asked for no common document" if len(asked_sets) > 1 else "no document was asked for"
+        return [*reasons, f"{task}: {what}; compare runs of the same documents"]
+    for side, t in sides:
+        n = len(t.scored() & asked)
+        if n < min_coverage * len(asked) - 1e-9:
+            reasons.append(
+                f"{task}: the {side} scored only {_share(n, len(asked))} of the documents "
+                f"{'both runs were' if len(sides) == 2 else 'it was'} asked for (minimum {min_coverage:.0%}; "
+                f"{t.counts.api_error} failed requests); re-run it to complete it, or lower min_coverage"
+            )
+    return reasons
+
+
+def _accuracy_rules(
+    task: str, base: TaskInputs, cand: TaskInputs, policy: Policy
+) -> tuple[list[Rule], list[str], list[str]]:
+    """Rules for the metrics both runs scored; a metric only one run has is a reason the gate cannot decide
+    (unless the policy turned it off)."""
     rules = [
         accuracy_rule(task, base.metrics[m], cand.metrics[m], policy.accuracy.rule(task, m), policy.bootstrap)
         for m in base.metrics
         if m in cand.metrics
     ]
-    notes = [
-        f"{task}: metric {m} is only in the {side} run and was not compared"
+    reasons = [
+        f"{task}: metric {m} has scores only in the {side}, so it was not compared"
         for side, only in (
             ("baseline", base.metrics.keys() - cand.metrics.keys()),
             ("candidate", cand.metrics.keys() - base.metrics.keys()),
         )
         for m in sorted(only)
+        if policy.accuracy.rule(task, m).enabled
     ]
-    notes += [
+    if not base.metrics and not cand.metrics:
+        reasons.append(f"{task}: neither run has a scored accuracy metric")
+    notes = [
         f"{task}: the policy names metric {m}, which neither run has"
         for m in sorted(policy.accuracy.tasks.get(task, {}))
         if m not in base.metrics and m not in cand.metrics
     ]
-    return rules, notes
+    return rules, notes, reasons
 
 
 def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) -> tuple[list[Rule], list[str]]:
     sp = policy.speed
-    match = match_load(base.speed, cand.speed, sp.min_requests, policy.require_matched_load)
+    unmatched: Unmatched = "fail" if policy.require_matched_load else ("whole" if sp.judge_unmatched_load else "skip")
+    match = match_runs(list(base.runs or (base.speed,)), list(cand.runs or (cand.speed,)), sp.min_requests, unmatched)
     rules = [
-        speed_rule(task, key, rule, match, sp.min_requests, policy.bootstrap)
+        speed_rule(task, key, rule, match, sp.min_requests)
         for key in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
         if (rule := getattr(sp, key)) is not None
     ]
@@ -105,18 +183,28 @@ def evaluate(
 ) -> GateResult:
     """Compare the candidate with the baseline task by task: accuracy (paired), speed (at matched load),
     status rates and the policy's expected scores. Raises CannotCompare when a shared task was run with a
-    different version, data, limit, few-shot setting or prompts, unless ``force``."""
+    different version, data, limit, few-shot setting or prompts, unless ``force``. The verdict is cannot_decide
+    (with ``reasons``) when no rule failed but a task's coverage is below the policy's ``min_coverage``, a
+    metric was scored on one side only, the runs share no task, or no rule was evaluated."""
     policy = policy or default_policy()
     rules: list[Rule] = []
     notes: list[str] = []
+    reasons: list[str] = []
     shared = [t for t in baseline.tasks if t in candidate.tasks]
     for task in shared:  # refuse before computing anything
         notes += check_comparable(task, baseline.tasks[task], candidate.tasks[task], force)
     for task in shared:
-        for part in (_accuracy_rules, _speed_rules):
-            r, n = part(task, baseline.tasks[task], candidate.tasks[task], policy)
-            rules += r
-            notes += n
+        base, cand = baseline.tasks[task], candidate.tasks[task]
+        reasons += coverage_reasons(task, base, cand, policy.min_coverage)
+        r, n, why = _accuracy_rules(task, base, cand, policy)
+        rules += r
+        notes += n
+        reasons += why
+        r, n = _speed_rules(task, base, cand, policy)
+        rules += r
+        notes += n
+    if not shared:
+        reasons.append("the runs share no task; compare runs of the same task")
     for task in baseline.tasks:
         if task not in candidate.tasks:
             rules.append(
@@ -130,7 +218,6 @@ def evaluate(
             )
     notes += [f"{t}: only in the candidate, not compared" for t in candidate.tasks if t not in baseline.tasks]
     rules += _candidate_rules(candidate, policy)
-    reasons: list[str] = []
     verdict = overall(rules, reasons)
     return GateResult(
         verdict=verdict,
@@ -148,7 +235,11 @@ def evaluate_expected(candidate: RunInputs, policy: Policy) -> GateResult:
     if not policy.expected:
         raise PolicyError("the policy lists no expected scores; add an 'expected:' list or compare with a baseline")
     rules = _candidate_rules(candidate, policy)
-    reasons: list[str] = []
+    reasons = [
+        why
+        for task in sorted({e.task for e in policy.expected} & candidate.tasks.keys())
+        for why in coverage_reasons(task, None, candidate.tasks[task], policy.min_coverage)
+    ]
     verdict = overall(rules, reasons)
     return GateResult(
         verdict=verdict,

@@ -15,3 +15,7 @@ class PolicyError(EvalkitError):
 
 class CannotCompare(EvalkitError):
     """Two runs that measured different things (task version, data, limit, few-shot or prompts)."""
+
+
+class CannotDecide(EvalkitError):
+    """Inputs no verdict may rest on: a run still being written, or the same run on both sides (exit 2)."""

@@ -122,6 +122,19 @@ class TaskInputs:
     # the documents the run was asked for (its manifest: the selection, limit and request count); None when
     # unknown. Coverage (the share of them scored) is measured against these.
     asked_docs: frozenset[int] | None = None
+    # the documents with at least one sample that got an answer (not api_error); None: those in ``metrics``
+    scored_docs: frozenset[int] | None = None
+    # several runs of one side merged (evalkit gate --baseline A --baseline B): each run's speed, for rules judged
+    # on run-to-run variation; empty for one run (``speed`` is then its speed)
+    runs: tuple[SpeedRecords, ...] = ()
+    # what makes this run's records untrustworthy (samples that disagree with the summary): the gate cannot decide
+    problems: tuple[str, ...] = ()
+
+    def scored(self) -> frozenset[int]:
+        """The documents scored in this run (``scored_docs``, else every item of any metric)."""
+        if self.scored_docs is not None:
+            return self.scored_docs
+        return frozenset(d for m in self.metrics.values() for d in m.items)
 
 
 @dataclass(frozen=True)

@@ -74,13 +74,68 @@ def _num(x: Any) -> float | None:
 
 
 def _task(name: str, manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]]) -> TaskInputs:
+    names = _metric_names(name, manifest, summary)
+    counts = _counts(samples)
     return TaskInputs(
         name=name,
         identity=_identity(manifest, summary, samples),
-        metrics=_metrics(list(_dict(summary.get("metrics"))), samples),
+        metrics=_metrics(names, samples),
         speed=_speed(summary, samples),
-        counts=_counts(samples),
+        counts=counts,
+        asked_docs=asked_docs(manifest),
+        scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
+        problems=tuple(_consistency(name, summary, counts)),
     )
+
+
+def _metric_names(task: str, manifest: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """The task's metric names: as its manifest recorded them from the task definition, else (older stores) the
+    summary's, else the task registry's. Never only the summary's when the manifest has them: a stale or cut
+    summary must not decide which metrics are compared."""
+    recorded = manifest.get("metrics")
+    if isinstance(recorded, list) and recorded:
+        return [str(m) for m in recorded]
+    in_summary = [str(m) for m in _dict(summary.get("metrics"))]
+    return in_summary or _registry_metrics(task)
+
+
+def _registry_metrics(task: str) -> list[str]:
+    """The metric names of ``task`` in the builtin task registry ([] when it is not a builtin task)."""
+    try:
+        from evalkit.tasks.registry import Registry
+
+        return Registry().get(task).metric_names()
+    except Exception:  # an unknown or unloadable task: the samples' own filter names are used
+        return []
+
+
+def asked_docs(manifest: dict[str, Any]) -> frozenset[int] | None:
+    """The documents the run was asked for, from its manifest: the ``docs`` selection (capped by the request
+    count, as ``limit`` caps it) or the first ``requests / num_samples`` documents; None when the manifest does
+    not say."""
+    requests, settings = manifest.get("requests"), _dict(manifest.get("settings"))
+    per_doc = settings.get("num_samples")
+    per_doc = per_doc if isinstance(per_doc, int) and not isinstance(per_doc, bool) and per_doc > 0 else 1
+    if not isinstance(requests, int) or isinstance(requests, bool) or requests < 0:
+        return None
+    n = requests // per_doc
+    docs = settings.get("docs")
+    if isinstance(docs, list):
+        chosen = sorted({d for d in docs if isinstance(d, int) and not isinstance(d, bool) and d >= 0})
+        return frozenset(chosen[:n])
+    return frozenset(range(n))
+
+
+def _consistency(task: str, summary: dict[str, Any], counts: StatusCounts) -> list[str]:
+    """Disagreements between the samples and the summary's counts (a cut, replaced or hand-edited file)."""
+    recorded = _dict(_dict(summary.get("counts")))
+    total = recorded.get("total")
+    if not isinstance(total, int) or isinstance(total, bool) or total == counts.total:
+        return []
+    return [
+        f"{task}: {SAMPLES} holds {counts.total} requests but {SUMMARY} counts {total} "
+        "(a cut, replaced or hand-edited run dir); re-run the same command to complete it"
+    ]
 
 
 def _identity(manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]]) -> Identity:

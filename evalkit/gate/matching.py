@@ -3,8 +3,9 @@
 A request's level is the concurrency limit active when it was sent (its ``start_s`` against the run's
 concurrency trace). Two runs that each ran at one and the same level are compared over all their requests;
 otherwise at the common level where both sent the most requests (at least ``min_requests`` each), over the
-requests sent at that level. Without a common level the runs are compared as a whole with a note, or not at
-all when the policy requires matched load.
+requests sent at that level. Without a common level their speed is not judged (skipped with a note), fails
+when the policy requires matched load, or is compared over the whole runs when the policy asks to judge
+unmatched load.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Literal
 
 from evalkit.gate.inputs import SpeedRecords
 
@@ -27,15 +29,21 @@ class SpeedSlice:
     wall_s: float | None = None
 
 
+Unmatched = Literal["skip", "fail", "whole"]
+"""What to do with runs that share no load: leave speed not judged, fail it, or compare the whole runs."""
+
+
 @dataclass(frozen=True)
 class LoadMatch:
-    """The slices to compare (None: cannot compare), the level they share (None: whole runs) and a note."""
+    """The slices to compare (None: not compared; ``verdict`` then says whether the rules skip or fail), the
+    level they share (None: whole runs) and a note."""
 
     base: SpeedSlice | None
     cand: SpeedSlice | None
     level: int | None
     matched: bool
     note: str = ""
+    verdict: Literal["skip", "fail"] = "skip"
 
 
 def level_at(t: float | None, trace: list[tuple[float, int]], default: int | None) -> int | None:
@@ -89,38 +97,77 @@ def _describe(counts: Counter[int | None]) -> str:
     return "→".join(str(x) for x in used) if used else "an unknown concurrency"
 
 
-def match_load(base: SpeedRecords, cand: SpeedRecords, min_requests: int, require_matched: bool) -> LoadMatch:
-    """Pick the requests to compare: whole runs at one shared level, else the best common level, else the
-    whole runs with a note (or nothing, with a "cannot compare" note, when ``require_matched``)."""
+def match_load(base: SpeedRecords, cand: SpeedRecords, min_requests: int, unmatched: Unmatched) -> LoadMatch:
+    """Pick the requests to compare: whole runs at one shared level, else the best common level, else (no
+    shared load) as ``unmatched`` says: not judged, failed, or the whole runs with a note."""
     lb, lc = request_levels(base), request_levels(cand)
     cb, cc = Counter(lb), Counter(lc)
     if len(cb) <= 1 and cb.keys() == cc.keys():
         level = next(iter(cb), None)
         if level is not None:
             return LoadMatch(slice_of(base, lb, None), slice_of(cand, lc, None), level, matched=True)
-        if require_matched:
-            return LoadMatch(
-                None,
-                None,
-                None,
-                matched=False,
-                note="cannot compare speed at matched load: the concurrency of both runs is unknown",
-            )
-        return LoadMatch(
-            slice_of(base, lb, None),
-            slice_of(cand, lc, None),
-            None,
-            matched=False,
-            note="the concurrency of both runs is unknown; speed compared over the whole runs",
-        )
+        return _unmatched(base, cand, lb, lc, "the concurrency of both runs is unknown", unmatched)
     loads = f"baseline ran at concurrency {_describe(cb)}, candidate at {_describe(cc)}"
     common = [x for x in cb.keys() & cc.keys() if x is not None and min(cb[x], cc[x]) >= min_requests]
     if common:
         level = max(common, key=lambda x: (min(cb[x], cc[x]), x))
         note = f"{loads}; speed compared at {level} ({cb[level]} vs {cc[level]} requests sent at that level)"
         return LoadMatch(slice_of(base, lb, level), slice_of(cand, lc, level), level, matched=True, note=note)
-    if require_matched:
-        note = f"cannot compare speed at matched load: {loads}, with no common level of ≥{min_requests} requests"
-        return LoadMatch(None, None, None, matched=False, note=note)
-    note = f"{loads} and share no level with ≥{min_requests} requests each; speed compared over the whole runs"
-    return LoadMatch(slice_of(base, lb, None), slice_of(cand, lc, None), None, matched=False, note=note)
+    return _unmatched(base, cand, lb, lc, f"{loads}, with no common level of ≥{min_requests} requests", unmatched)
+
+
+def _unmatched(
+    base: SpeedRecords,
+    cand: SpeedRecords,
+    lb: list[int | None],
+    lc: list[int | None],
+    why: str,
+    unmatched: Unmatched,
+) -> LoadMatch:
+    if unmatched == "whole":
+        note = f"{why}; speed compared over the whole runs (judge_unmatched_load)"
+        return LoadMatch(slice_of(base, lb, None), slice_of(cand, lc, None), None, matched=False, note=note)
+    if unmatched == "fail":
+        note = f"cannot compare speed at matched load: {why} (require_matched_load)"
+        return LoadMatch(None, None, None, matched=False, note=note, verdict="fail")
+    note = (
+        f"speed not judged: {why}; speed at different load says nothing about a regression "
+        "(set speed.judge_unmatched_load: true to compare anyway)"
+    )
+    return LoadMatch(None, None, None, matched=False, note=note)
+
+
+@dataclass(frozen=True)
+class RunsMatch:
+    """Per-run slices of each side (None: not compared; ``verdict`` then says whether rules skip or fail)."""
+
+    base: list[SpeedSlice] | None
+    cand: list[SpeedSlice] | None
+    note: str = ""
+    verdict: Literal["skip", "fail"] = "skip"
+
+
+def match_runs(
+    bases: list[SpeedRecords], cands: list[SpeedRecords], min_requests: int, unmatched: Unmatched
+) -> RunsMatch:
+    """Slices to compare, one per run. One run per side: :func:`match_load` (the common concurrency level).
+    Several: every run over its whole request phase when all ran at one and the same level; otherwise as
+    ``unmatched`` says."""
+    if len(bases) == 1 and len(cands) == 1:
+        m = match_load(bases[0], cands[0], min_requests, unmatched)
+        if m.base is None or m.cand is None:
+            return RunsMatch(None, None, m.note, m.verdict)
+        return RunsMatch([m.base], [m.cand], m.note)
+    levels = [set(request_levels(r)) for r in (*bases, *cands)]
+    whole = RunsMatch(
+        [slice_of(r, request_levels(r), None) for r in bases], [slice_of(r, request_levels(r), None) for r in cands]
+    )
+    if all(len(x) == 1 for x in levels) and len(set().union(*levels)) == 1 and None not in levels[0]:
+        return whole
+    shown = ", ".join("→".join(str(x) for x in sorted(v, key=str)) or "?" for v in levels)
+    why = f"the runs ran at concurrency {shown} (baseline runs first), not all at one and the same level"
+    if unmatched == "whole":
+        return RunsMatch(whole.base, whole.cand, f"{why}; speed compared over the whole runs (judge_unmatched_load)")
+    if unmatched == "fail":
+        return RunsMatch(None, None, f"cannot compare speed at matched load: {why} (require_matched_load)", "fail")
+    return RunsMatch(None, None, f"speed not judged: {why} (set speed.judge_unmatched_load: true to compare anyway)")

@@ -1,8 +1,10 @@
 """The gate's policy: what counts as a regression, read from a YAML file (unknown keys are refused).
 
 With no file the default policy applies: an accuracy drop of more than 1 point that is significant at alpha 0.05
-(one-sided) fails; output tokens/s dropping, or TTFT p50 or TPOT p50 rising, by more than 10% beyond noise
-fails; any failed request (api_error) in the candidate fails. Example file::
+(one-sided) fails; output tokens/s dropping, or TTFT p50 or TPOT p50 rising, by more than 10% fails when several
+runs per side show it significant, or, with one run per side, by more than the metric's run-to-run noise budget
+(:data:`NOISE_BUDGETS`); speed at different load is not judged; any failed request (api_error) in the candidate
+fails. Example file::
 
     accuracy:
       default: {max_drop: 0.01, alpha: 0.05, mode: regression}
@@ -10,12 +12,13 @@ fails; any failed request (api_error) in the candidate fails. Example file::
         gsm8k:
           "exact_match,strict-match": {max_drop: 0.02, mode: non-inferiority}
     speed:
-      ttft_p50_ms: {max_change: 0.15}
+      ttft_p50_ms: {max_change: 0.15, noise: 1.0, min_abs_ms: 5}
       e2e_p50_ms: {max_change: 0.10}
     rates: {max_error_rate: 0.0, max_truncated_rate: 0.02}
     expected:
       - {task: aime25, metric: avg@8, value: 0.9333}
     require_matched_load: true
+    min_coverage: 0.95            # each run must have scored 95% of the documents both were asked for
 """
 
 from __future__ import annotations
@@ -82,20 +85,42 @@ class AccuracyPolicy(_Strict):
 
 
 class SpeedRule(_Strict):
-    """Allowed relative change of one speed metric in its bad direction (0.10 = 10%)."""
+    """One speed metric's rule. With several runs per side: fail when the candidate is worse by more than
+    ``max_change`` (0.10 = 10%) and that is significant at ``alpha`` (Welch's t-test over the runs). With one run
+    per side there is no run-to-run variation to test against: fail when worse by more than ``noise`` (the
+    run-to-run noise budget; None: :data:`NOISE_BUDGETS`' value for the metric) or ``max_change``, whichever is
+    larger. ``min_abs_ms`` (latencies; None: :data:`LATENCY_FLOORS_MS`): a change of fewer milliseconds never
+    fails."""
 
     max_change: float = Field(default=0.10, gt=0)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    noise: float | None = Field(default=None, gt=0)
+    min_abs_ms: float | None = Field(default=None, ge=0)
+
+
+# One run per side: how far a speed figure moves between identical runs of one config (H200, vLLM 0.26,
+# SmolLM2-135M, GSM8K at concurrency 256; BENCHMARKS.md "Run-to-run noise"). A worsening beyond the budget fails.
+NOISE_BUDGETS: dict[str, float] = {
+    "output_tokens_per_s": 0.25,
+    "ttft_p50_ms": 1.0,
+    "tpot_p50_ms": 0.30,
+    "e2e_p50_ms": 0.30,
+}
+# Latency changes smaller than this (ms) never fail: timer and scheduling jitter, not a regression.
+LATENCY_FLOORS_MS: dict[str, float] = {"ttft_p50_ms": 5.0, "tpot_p50_ms": 0.5, "e2e_p50_ms": 10.0}
 
 
 class SpeedPolicy(_Strict):
-    """Speed rules (None turns one off) and the fewest answered requests per run a comparison needs."""
+    """Speed rules (None turns one off), the fewest answered requests per run a comparison needs, and whether
+    runs measured at different load (concurrency, request rate) are compared at all (``judge_unmatched_load``:
+    false leaves their speed not judged)."""
 
     output_tokens_per_s: SpeedRule | None = Field(default_factory=SpeedRule)
     ttft_p50_ms: SpeedRule | None = Field(default_factory=SpeedRule)
     tpot_p50_ms: SpeedRule | None = Field(default_factory=SpeedRule)
     e2e_p50_ms: SpeedRule | None = None
     min_requests: int = Field(default=30, ge=2)
+    judge_unmatched_load: bool = False
 
 
 class RatesPolicy(_Strict):
@@ -130,6 +155,9 @@ class Policy(_Strict):
     rates: RatesPolicy = Field(default_factory=RatesPolicy)
     expected: list[ExpectedScore] = Field(default_factory=list)
     require_matched_load: bool = False
+    # the smallest share of the documents both runs were asked for that each must have scored (a sample that
+    # is not api_error) for the gate to decide; below it the gate cannot decide (unless a rule already failed)
+    min_coverage: float = Field(default=0.95, ge=0, le=1)
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
 
 

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from evalkit.gate.inputs import MetricSamples, StatusCounts
-from evalkit.gate.matching import LoadMatch, SpeedSlice
-from evalkit.gate.policy import AccuracyRule, BootstrapSettings, ExpectedScore, RatesPolicy, SpeedRule
-from evalkit.gate.result import Rule, RuleVerdict, decide
+from evalkit.gate.matching import RunsMatch, SpeedSlice
+from evalkit.gate.policy import (
+    LATENCY_FLOORS_MS,
+    NOISE_BUDGETS,
+    AccuracyRule,
+    BootstrapSettings,
+    ExpectedScore,
+    RatesPolicy,
+    SpeedRule,
+)
+from evalkit.gate.result import EPS, Rule, RuleVerdict, decide
 from evalkit.gate.stats import (
     Estimate,
     binomial_vs_expected,
     bootstrap_vs_expected,
     mcnemar_exact,
     paired_bootstrap,
-    speed_change,
+    speed_runs_change,
 )
 
 SPEED_METRICS = {  # policy key -> (label, SpeedSlice field, lower is better)
@@ -197,66 +207,68 @@ def _figure(s: SpeedSlice, field: str) -> float | None:
     return float(np.median(values))
 
 
-def speed_rule(
-    task: str, key: str, rule: SpeedRule, match: LoadMatch, min_requests: int, boot: BootstrapSettings
-) -> Rule:
-    """Relative change of one speed figure between the matched slices; fails when it worsens by more than
-    ``max_change`` and the worsening is significant, and fails with the "cannot compare" note when the policy
-    requires matched load and the runs share no level."""
+def _speed_skip(name: str, task: str, rule: SpeedRule, note: str, verdict: RuleVerdict = "skip") -> Rule:
+    return Rule(name=name, task=task, kind="speed", verdict=verdict, budget=rule.max_change, note=note)
+
+
+def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_requests: int) -> Rule:
+    """Relative change of one speed figure (each run's median latency, or its output tokens/s). Several runs per
+    side: fails when worse by more than ``max_change`` and Welch's test over the runs says so at ``alpha``. One
+    run per side: fails when worse by more than the run-to-run noise budget (or ``max_change``, if larger); no
+    significance is claimed from the requests of one run. A latency change under the rule's floor never fails.
+    Not compared (load not matched): skipped, or failed when the policy requires matched load."""
     label, field, lower_is_better = SPEED_METRICS[key]
     name = f"{task}: {label}"
     if match.base is None or match.cand is None:
-        return Rule(name=name, task=task, kind="speed", verdict="fail", budget=rule.max_change, note=match.note)
-    bv, cv = getattr(match.base, field), getattr(match.cand, field)
-    if min(len(bv), len(cv)) < min_requests:
-        return Rule(
-            name=name,
-            task=task,
-            kind="speed",
-            verdict="skip",
-            budget=rule.max_change,
-            note=f"too few requests with this figure ({len(bv)} vs {len(cv)}, need {min_requests})",
+        return _speed_skip(name, task, rule, match.note, match.verdict)
+    short = [len(getattr(s, field)) for s in (*match.base, *match.cand) if len(getattr(s, field)) < min_requests]
+    if short:
+        return _speed_skip(
+            name, task, rule, f"too few requests with this figure in a run ({min(short)}, need {min_requests})"
         )
-    walls = (match.base.wall_s, match.cand.wall_s) if field == "output_tokens" else (None, None)
-    if field == "output_tokens" and None in walls:
-        return Rule(
-            name=name,
-            task=task,
-            kind="speed",
-            verdict="skip",
-            budget=rule.max_change,
-            note="the request phase's wall time is unknown",
+    bf = [_figure(s, field) for s in match.base]
+    cf = [_figure(s, field) for s in match.cand]
+    if any(x is None or x <= 0 for x in (*bf, *cf)):
+        return _speed_skip(name, task, rule, "a run's figure is unknown (no wall time or no positive values)")
+    b = [float(x) for x in bf if x is not None]
+    c = [float(x) for x in cf if x is not None]
+    b_mid, c_mid = float(np.exp(np.mean(np.log(b)))), float(np.exp(np.mean(np.log(c))))  # geometric means
+    if len(b) >= 2 and len(c) >= 2:
+        est = speed_runs_change(b, c, lower_is_better=lower_is_better, budget=rule.max_change, alpha=rule.alpha)
+        worse = est.value if lower_is_better else -est.value
+        failed = worse > rule.max_change + EPS and est.p_value < rule.alpha
+        verdict: RuleVerdict = "fail" if failed else "pass"
+        note = _verdict_note(worse, est, rule.max_change, rule.alpha, verdict, "regression", "%")
+        fields: dict[str, Any] = dict(
+            observed=est.value, budget=rule.max_change, alpha=rule.alpha, p_value=est.p_value, ci=est.ci,
+            ci_level=est.ci_level, mde=est.mde, decided_by="p_value", method=est.method,
+        )  # fmt: skip
+    else:
+        change = c_mid / b_mid - 1.0
+        worse = change if lower_is_better else -change
+        budget = max(rule.max_change, rule.noise if rule.noise is not None else NOISE_BUDGETS[key])
+        failed = worse > budget + EPS
+        what = f"worse by {worse:.1%}" if worse > 0 else f"no worse (better by {-worse:.1%})"
+        note = (
+            f"{what}: {'beyond' if failed else 'within'} the run-to-run noise budget of {budget:.0%} "
+            f"(one run per side); run each side ≥2 times to test changes of {rule.max_change:.0%}"
         )
-    est = speed_change(
-        bv,
-        cv,
-        lower_is_better=lower_is_better,
-        alpha=rule.alpha,
-        resamples=boot.resamples,
-        seed=boot.seed,
-        base_wall_s=walls[0],
-        cand_wall_s=walls[1],
-    )
-    worse = est.value if lower_is_better else -est.value
-    upper = est.ci[1] if lower_is_better else -est.ci[0]
-    verdict, decided_by = decide(worse, upper, est.p_value, rule.max_change, rule.alpha, "regression")
-    note = _verdict_note(worse, est, rule.max_change, rule.alpha, verdict, "regression", "%")
+        fields = dict(
+            observed=change, budget=budget, decided_by="threshold",
+            method=f"one run per side: against the run-to-run noise budget of {budget:.0%}, no significance test",
+        )  # fmt: skip
+    floor = rule.min_abs_ms if rule.min_abs_ms is not None else LATENCY_FLOORS_MS.get(key)
+    if failed and floor is not None and field != "output_tokens" and abs(c_mid - b_mid) < floor:
+        failed = False
+        note += f"; the change of {abs(c_mid - b_mid):.3g} ms is under the {floor:g} ms floor, so it does not fail"
     return Rule(
         name=name,
         task=task,
         kind="speed",
-        verdict=verdict,
-        observed=est.value,
-        baseline=_figure(match.base, field),
-        candidate=_figure(match.cand, field),
-        budget=rule.max_change,
+        verdict="fail" if failed else "pass",
+        baseline=b_mid,
+        candidate=c_mid,
         mode="regression",
-        alpha=rule.alpha,
-        p_value=est.p_value,
-        ci=est.ci,
-        ci_level=est.ci_level,
-        mde=est.mde,
-        decided_by=decided_by,
-        method=est.method,
         note="; ".join(x for x in (note, match.note) if x),
+        **fields,
     )

@@ -10,7 +10,8 @@ and the minimum detectable effect (MDE): the smallest drop the test finds with 8
   percentile interval, and a paired sign-flip permutation test for the p-value (the percentile bootstrap
   rejects too often when only a few dozen items carry the difference); scipy, seeded generators
   (deterministic).
-- Speed: two independent bootstraps over requests (medians, output token throughput).
+- Speed, several runs per side: Welch's t-test on the log of each run's figure (its median latency or output
+  tokens/s); one run per side is judged against a noise budget, never by resampling its requests.
 """
 
 from __future__ import annotations
@@ -232,43 +233,36 @@ def bootstrap_vs_expected(
     )
 
 
-def _median_change(b: np.ndarray, c: np.ndarray, axis: int = -1) -> Any:
-    return np.median(c, axis=axis) / np.median(b, axis=axis) - 1.0
-
-
-def speed_change(
-    base: Sequence[float],
-    cand: Sequence[float],
-    *,
-    lower_is_better: bool,
-    alpha: float,
-    resamples: int,
-    seed: int,
-    base_wall_s: float | None = None,
-    cand_wall_s: float | None = None,
+def speed_runs_change(
+    base: Sequence[float], cand: Sequence[float], *, lower_is_better: bool, budget: float, alpha: float
 ) -> Estimate:
-    """Relative change (candidate / baseline - 1) of a speed figure, bootstrapped over each run's requests
-    independently. Without walls the figure is the median of the values; with walls it is their sum over the
-    wall time (output tokens/s, the wall held fixed). The p-value is against "no change in the bad direction"
-    (a rise when ``lower_is_better``, else a fall)."""
-    b, c = np.asarray(base, dtype=np.float64), np.asarray(cand, dtype=np.float64)
-    statistic: Callable[..., Any] = _median_change
-    what = "median"
-    if base_wall_s is not None and cand_wall_s is not None:
-        bw, cw = base_wall_s, cand_wall_s
-
-        def throughput_change(x: np.ndarray, y: np.ndarray, axis: int = -1) -> Any:
-            return (y.sum(axis=axis) / cw) / (x.sum(axis=axis) / bw) - 1.0
-
-        statistic, what = throughput_change, "throughput"
-    observed, ci, dist, se = _bootstrap((b, c), statistic, alpha, resamples, seed, paired=False)
-    no_worse = dist <= 0.0 if lower_is_better else dist >= 0.0
+    """Relative change (candidate / baseline - 1) of a speed figure measured once per run, several runs per side:
+    Welch's t-test on the logs of the per-run figures, so the variation it tests against is how runs spread, not
+    how the requests of one run spread. The p-value is one-sided against "worse by no more than ``budget``" (a
+    rise of ``budget`` when ``lower_is_better``, else a fall of ``budget``); the interval is that of the ratio
+    (Welch-Satterthwaite degrees of freedom)."""
+    lb, lc = np.log(np.asarray(base, dtype=np.float64)), np.log(np.asarray(cand, dtype=np.float64))
+    if min(len(lb), len(lc)) < 2:
+        raise ValueError("Welch's test needs at least two runs per side")
+    diff = float(lc.mean() - lb.mean())
+    vb, vc = float(lb.var(ddof=1)) / len(lb), float(lc.var(ddof=1)) / len(lc)
+    se = math.sqrt(vb + vc)
+    df = (vb + vc) ** 2 / (vb**2 / (len(lb) - 1) + vc**2 / (len(lc) - 1)) if se > 0 else float(len(lb) + len(lc) - 2)
+    worse = diff if lower_is_better else -diff
+    threshold = math.log1p(budget) if lower_is_better else (-math.log1p(-budget) if budget < 1 else math.inf)
+    if se > 0:
+        p_value = float(stats.t.sf((worse - threshold) / se, df))
+        half = float(stats.t.ppf(1.0 - alpha, df)) * se
+        mde_log = threshold + float(stats.t.ppf(1.0 - alpha, df) + stats.t.ppf(POWER, df)) * se
+        mde: float | None = math.expm1(mde_log) if lower_is_better else -math.expm1(-mde_log)
+    else:  # every run gave the same figure: the observed change is the change
+        p_value, half, mde = (0.0 if worse > threshold else 1.0), 0.0, None
     return Estimate(
-        value=observed,
-        ci=ci,
+        value=math.expm1(diff),
+        ci=(math.expm1(diff - half), math.expm1(diff + half)),
         ci_level=1.0 - 2.0 * alpha,
-        p_value=_tail(dist, no_worse),
-        mde=_mde_from_se(se, alpha),
-        n=min(len(b), len(c)),
-        method=f"bootstrap of the {what} over requests ({len(b)} vs {len(c)}, B={resamples})",
+        p_value=p_value,
+        mde=mde,
+        n=min(len(lb), len(lc)),
+        method=f"Welch's t-test on log per-run figures ({len(lb)} vs {len(lc)} runs, df {df:.1f})",
     )

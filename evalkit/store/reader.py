@@ -16,7 +16,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +29,7 @@ from typing import Any
 import orjson
 
 from evalkit.contracts import Manifest, RunSummary, SampleRecord
-from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
+from evalkit.store.files import LOCK, MANIFEST, SAMPLES, SUMMARY
 
 
 def as_dict(x: Any) -> dict[str, Any]:
@@ -176,3 +180,25 @@ def open_run(
     run.summary = _read_json(run_dir / SUMMARY, run)
     run.samples = _read_samples(run_dir / SAMPLES, run, drop) if with_samples else []
     return run
+
+
+def writer_pid(run_dir: str | Path) -> str | None:
+    """The pid of the evalkit run that holds ``run_dir``'s lock (it is still being written; "unknown" when the
+    lock file names none), else None. Takes and drops a shared lock for an instant; changes nothing."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                return None
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            return text if text.isdigit() else "unknown"
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -3,8 +3,12 @@
 
 A server starts once per distinct server config (its log in ``DIR/servers/<config>/server.log``) and every
 combination of that config runs against it through :class:`~evalkit.runner.Runner`, which records the server's
-provenance in the run's manifest. Re-running the same sweep skips finished combinations (a manifest with
-``finished_at`` and a summary) and resumes an interrupted one in its run dir.
+provenance in the run's manifest. Re-running the same sweep reuses a finished combination only when its recorded
+settings (:func:`~evalkit.store.manifest.fingerprint`) are the sweep file's and no more of its requests failed
+than allowed; it resumes an interrupted one in its run dir, and moves a run with other settings aside to
+``runs/<name>.stale-<time>/`` before running the combination again. A combination that cannot run (endpoint
+unreachable or serving another model, server that does not start, run dir in use) is recorded in
+``SweepResult.failed`` and in the table's ``error`` column; the other combinations still run.
 """
 
 from __future__ import annotations
@@ -13,25 +17,30 @@ import csv
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from evalkit.config import load_config
-from evalkit.errors import RunError, ServerError
+from evalkit.config import RunConfig, load_config
+from evalkit.errors import EndpointError, EvalkitError, RunError, ServerError, StoreError
 from evalkit.store.files import write_text_atomic
+from evalkit.store.manifest import fingerprint
 from evalkit.sweep.plan import Combination, plan
 from evalkit.sweep.spec import SweepSpec
 
 SPEED_COLUMNS = ("output_tok_s", "requests_s", "ttft_p50_ms", "tpot_p50_ms", "ttft_p99_ms")
+ERROR_COLUMN = "error"  # the table's last column when a combination has no numbers, or numbers that failed
 Echo = Callable[[str], None]
 
 
 @dataclass
 class SweepResult:
-    """The rows of the sweep table (one per finished combination), the files written, the combinations whose run
-    failed more requests than allowed (``failed``: name -> one-line reason) and those with no finished run
-    (``missing``)."""
+    """The rows of the sweep table (one per combination, in the plan's order), the files written, the
+    combinations that could not run or failed more requests than allowed (``failed``: name -> one-line reason),
+    those with no finished run with the sweep file's settings (``missing``), runs whose settings are not the sweep
+    file's (``stale``: name -> reason; left in place by :func:`collect`) and where :func:`run_sweep` moved them
+    (``moved``)."""
 
     rows: list[dict[str, Any]]
     files: dict[str, Path]
@@ -39,6 +48,8 @@ class SweepResult:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    stale: dict[str, str] = field(default_factory=dict)
+    moved: dict[str, Path] = field(default_factory=dict)
 
 
 def run_dir_of(out_dir: Path, combo: Combination) -> Path:
@@ -56,6 +67,83 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     if not run.manifest.get("finished_at") or not run.summary_tasks:
         return None
     return run.manifest, run.summary
+
+
+def recorded_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """The manifest of whatever run ``run_dir`` holds, finished or not; None without one (or with one that cannot
+    be read: the Runner says so when it runs there)."""
+    from evalkit.store.reader import open_run
+
+    if not (run_dir / "manifest.json").is_file():
+        return None
+    run = open_run(run_dir, with_samples=False)
+    return None if "manifest.json" in run.problems or not run.manifest else run.manifest
+
+
+class Expected:
+    """What each combination's run must have recorded to be reused: the run config the sweep file gives it and
+    the fingerprint its run would record. Built before anything runs: a run config the sweep file makes invalid
+    or a task the registry does not know is bad input (an EvalkitError, exit 2)."""
+
+    def __init__(self, spec: SweepSpec, out_dir: Path):
+        from evalkit.tasks.registry import Registry
+
+        self.configs: dict[str, RunConfig] = {}
+        self._tasks: dict[str, list[Any]] = {}
+        loaded: dict[tuple[str, str], Any] = {}  # (tasks_dir, name) -> Task: its data hashed once
+        for combo in plan(spec):
+            cfg = load_config({**combo.settings, "output_dir": run_dir_of(out_dir, combo)})
+            self.configs[combo.name] = cfg
+            for name in cfg.tasks:
+                key = (repr(cfg.tasks_dir), name)
+                if key not in loaded:
+                    loaded[key] = Registry(cfg.tasks_dir).get(name)
+            self._tasks[combo.name] = [loaded[repr(cfg.tasks_dir), name] for name in cfg.tasks]
+
+    def differences(self, combo: Combination, manifest: dict[str, Any]) -> str | None:
+        """What the run of ``manifest`` recorded otherwise than the sweep file says, as ``key: run A, sweep file
+        B; ...``; None when it is this combination's run."""
+        from evalkit.runner import planned_fingerprint
+
+        cfg = self.configs[combo.name]
+        model = cfg.model or manifest.get("model")  # without `model:`, the one the endpoint serves
+        return _differences(fingerprint(manifest), planned_fingerprint(cfg, self._tasks[combo.name], model))
+
+    def too_many_errors(self, combo: Combination, summary: dict[str, Any]) -> str | None:
+        """The first task of a finished run with more failed requests than ``max_error_rate`` allows (its re-run
+        resumes and sends those again), as one line; None when none has."""
+        limit = self.configs[combo.name].max_error_rate
+        for name, task in (summary.get("tasks") or {}).items():
+            counts = task.get("counts") or {}
+            total, failed = counts.get("total") or 0, counts.get("api_error") or 0
+            if total and failed / total > limit:
+                return f"{name}: {failed} of {total} requests failed (more than max_error_rate {limit})"
+        return None
+
+
+def _differences(run: dict[str, Any], sweep: dict[str, Any]) -> str | None:
+    out: list[str] = []
+    if list(run["tasks"]) != list(sweep["tasks"]):
+        out.append(f"tasks: run {list(run['tasks'])}, sweep file {list(sweep['tasks'])}")
+    for key in ("model", "endpoint_kind"):
+        if run[key] != sweep[key]:
+            out.append(f"{key}: run {run[key]}, sweep file {sweep[key]}")
+    one = len(sweep["tasks"]) == 1
+    for task in (t for t in sweep["tasks"] if t in run["tasks"]):
+        a, b = dict(_flat(run["tasks"][task])), dict(_flat(sweep["tasks"][task]))
+        for key in dict.fromkeys([*a, *b]):
+            if a.get(key) != b.get(key):
+                label = key.removeprefix("settings.") if one else f"{task} {key.removeprefix('settings.')}"
+                hashed = key.startswith("data_sha256")
+                out.append(f"{label} differs" if hashed else f"{label}: run {a.get(key)}, sweep file {b.get(key)}")
+    return "; ".join(out) or None
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        out += _flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [(f"{prefix}{k}", v)]
+    return out
 
 
 def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> dict[str, Any]:
@@ -86,48 +174,136 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
     return row
 
 
+def failed_row(combo: Combination) -> dict[str, Any]:
+    """The row of a combination without numbers (its ``error`` cell says why)."""
+    return {"config": combo.config, "sampling": combo.sampling, "concurrency": combo.concurrency}
+
+
 def run_sweep(spec: SweepSpec, out_dir: Path, *, echo: Echo | None = None, quiet: bool = True) -> SweepResult:
-    """Run every combination of ``spec`` not finished yet into ``out_dir`` and write the sweep's tables and
-    comparison report. Raises EvalkitError for a run dir that cannot be used or a server that does not start
-    (what finished before is kept; the same command resumes)."""
+    """Run every combination of ``spec`` without a finished run of its settings into ``out_dir`` and write the
+    sweep's tables and comparison report. A combination that cannot run is recorded in ``failed`` and the others
+    still run (an endpoint that is unreachable or serves another model fails the rest of its config at once).
+    Raises EvalkitError, before anything runs, for a sweep whose run configs or tasks are bad input."""
     say = echo or (lambda _: None)
     combos = plan(spec)
+    expected = Expected(spec, out_dir)
     result = SweepResult(rows=[], files={})
     for key, group in groupby(combos, key=lambda c: c.server_key()):
-        todo = list(group)
-        pending = [c for c in todo if read_run(run_dir_of(out_dir, c)) is None]
-        result.skipped += [c.name for c in todo if c not in pending]
+        pending = []
+        for combo in group:
+            if _reusable(combo, out_dir, expected, result, say):
+                result.skipped.append(combo.name)
+            elif combo.name not in result.failed:
+                pending.append(combo)
         if not pending:
             continue
-        server = _start(pending[0], out_dir, say) if key is not None else None
+        try:
+            server = _start(pending[0], out_dir, say) if key is not None else None
+        except ServerError as e:
+            say(f"sweep: {e}")
+            result.failed.update((c.name, str(e).splitlines()[0]) for c in pending)
+            continue
+        endpoint_down: dict[str, str] = {}  # endpoint config -> why it cannot be evaluated
         try:
             for combo in pending:
+                if combo.config in endpoint_down:
+                    result.failed[combo.name] = endpoint_down[combo.config]
+                    continue
                 say(f"sweep: running {combo.name}")
                 try:
-                    _run_one(combo, out_dir, server)
+                    _run_one(combo, expected.configs[combo.name], server)
+                    result.ran.append(combo.name)
                 except RunError as e:  # finished and written, with more failed requests than allowed
                     result.failed[combo.name] = str(e)
-                result.ran.append(combo.name)
+                    result.ran.append(combo.name)
+                except EvalkitError as e:
+                    reason = " ".join(str(e).split())
+                    result.failed[combo.name] = reason
+                    say(f"sweep: {combo.name} failed: {reason}")
+                    if isinstance(e, EndpointError) and server is None:
+                        endpoint_down[combo.config] = reason
+                        say(f"sweep: config {combo.config}: its other combinations are not run (the same endpoint)")
         finally:
             if server is not None:
                 server.stop()
-    return collect(spec, out_dir, result)
+    return collect(spec, out_dir, result, expected)
 
 
-def collect(spec: SweepSpec, out_dir: Path, result: SweepResult | None = None) -> SweepResult:
-    """Tabulate the finished combinations under ``out_dir/runs/`` (whoever ran them: this process, or Jobs
-    writing a shared volume) into sweep.csv, sweep.md and compare.html; runs nothing. Combinations without a
-    finished run are listed in ``missing``."""
+def _reusable(combo: Combination, out_dir: Path, expected: Expected, result: SweepResult, say: Echo) -> bool:
+    """True for a finished run of this combination's settings; a run with other settings is moved aside (or,
+    when that fails, recorded in ``result.failed``) and False returned, as for none or an interrupted one."""
+    run_dir = run_dir_of(out_dir, combo)
+    manifest = recorded_manifest(run_dir)
+    if manifest is None:
+        return False
+    differs = expected.differences(combo, manifest)
+    if differs is None:
+        read = read_run(run_dir)
+        return read is not None and expected.too_many_errors(combo, read[1]) is None
+    try:
+        dest = move_aside(run_dir)
+    except EvalkitError as e:
+        result.failed[combo.name] = f"{run_dir} holds a run with other settings ({differs}) and {e}"
+        return False
+    result.moved[combo.name] = dest
+    say(f"sweep: {run_dir} held a run with other settings than the sweep file ({differs}); moved it to {dest}")
+    return False
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Rename ``run_dir`` to ``<name>.stale-<local time>`` beside it (nothing is deleted) and return the new path;
+    a run dir in use by another run (its lock) or that cannot be renamed is an EvalkitError."""
+    from evalkit.store.writer import RunStore
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    dest, n = run_dir.with_name(f"{run_dir.name}.stale-{stamp}"), 2
+    while dest.exists():
+        dest, n = run_dir.with_name(f"{run_dir.name}.stale-{stamp}-{n}"), n + 1
+    store = RunStore(run_dir).lock()  # a ConfigError naming the pid of a run writing it now
+    try:
+        run_dir.rename(dest)
+    except OSError as e:
+        raise StoreError(f"cannot be moved to {dest} ({e.strerror}); move it away yourself and re-run") from None
+    finally:
+        store.unlock()
+    return dest
+
+
+def collect(
+    spec: SweepSpec, out_dir: Path, result: SweepResult | None = None, expected: Expected | None = None
+) -> SweepResult:
+    """Tabulate the combinations under ``out_dir/runs/`` (whoever ran them: this process, or Jobs writing a
+    shared volume) into sweep.csv, sweep.md and compare.html; runs nothing. A run is tabulated only when its
+    recorded settings are the sweep file's (else it is in ``stale``); combinations without such a finished run
+    are in ``missing``, and their row's ``error`` cell says why."""
     result = result or SweepResult(rows=[], files={})
+    expected = expected or Expected(spec, out_dir)
     combos = plan(spec)
+    dirs: list[Path] = []
     for combo in combos:
-        read = read_run(run_dir_of(out_dir, combo))
-        if read is not None:
-            result.rows.append(table_row(combo, read[1], spec.tasks))
+        run_dir = run_dir_of(out_dir, combo)
+        read = read_run(run_dir)
+        differs = expected.differences(combo, read[0]) if read is not None else None
+        if read is not None and differs is None:
+            row = table_row(combo, read[1], spec.tasks)
+            dirs.append(run_dir)
+            error = result.failed.get(combo.name) or expected.too_many_errors(combo, read[1])
+            if error is not None:
+                result.failed.setdefault(combo.name, error)
         else:
+            row = failed_row(combo)
             result.missing.append(combo.name)
+            if differs is not None:
+                result.stale[combo.name] = (
+                    f"{run_dir} holds a run with other settings than the sweep file ({differs}); running the "
+                    f"sweep again moves it to {run_dir.name}.stale-<time> and runs the combination"
+                )
+            error = result.failed.get(combo.name) or result.stale.get(combo.name) or f"no finished run in {run_dir}"
+        if error is not None:
+            row[ERROR_COLUMN] = error
+        result.rows.append(row)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result.files = write_outputs(result.rows, combos, spec, out_dir)
+    result.files = write_outputs(result.rows, dirs, spec, out_dir)
     return result
 
 
@@ -141,29 +317,30 @@ def _start(combo: Combination, out_dir: Path, say: Echo) -> Any:
     try:
         server.start()
     except ServerStartError as e:
-        raise ServerError(f"config {combo.config}: {e} (log: {log_dir / 'server.log'})") from None
+        tail = "".join(f"\n    {line}" for line in (e.log_tail or "").splitlines()[-15:])
+        raise ServerError(f"config {combo.config}: {str(e).removesuffix(' below')}{tail}") from None
     return server
 
 
-def _run_one(combo: Combination, out_dir: Path, server: Any) -> None:
+def _run_one(combo: Combination, cfg: RunConfig, server: Any) -> None:
     from evalkit.runner import Runner
 
-    settings = {**combo.settings, "output_dir": run_dir_of(out_dir, combo)}
-    if server is not None:
-        settings["endpoint"] = server.base_url + "/v1"
-    cfg = load_config(settings)
+    if server is not None:  # the endpoint is known once the config's server is up
+        cfg = load_config({**combo.settings, "output_dir": cfg.output_dir, "endpoint": server.base_url + "/v1"})
     Runner(cfg, argv=["evalkit", "sweep", f"({combo.name})"], server=server).run()
 
 
-def write_outputs(rows: list[dict[str, Any]], combos: list[Combination], spec: SweepSpec, out: Path) -> dict[str, Path]:
-    """sweep.csv, sweep.md and compare.html (with speed against concurrency when the sweep has that axis)."""
+def write_outputs(rows: list[dict[str, Any]], dirs: list[Path], spec: SweepSpec, out: Path) -> dict[str, Path]:
+    """sweep.csv, sweep.md (the ``error`` column last, when a row has one) and compare.html over the run dirs
+    ``dirs`` (with speed against concurrency when the sweep has that axis)."""
     columns: list[str] = ["config", "sampling", "concurrency", *SPEED_COLUMNS]
     for row in rows:
-        columns += [k for k in row if k not in columns]
+        columns += [k for k in row if k not in columns and k != ERROR_COLUMN]
+    if any(ERROR_COLUMN in row for row in rows):
+        columns.append(ERROR_COLUMN)
     files = {"sweep.csv": out / "sweep.csv", "sweep.md": out / "sweep.md"}
     write_text_atomic(files["sweep.csv"], to_csv(rows, columns))
     write_text_atomic(files["sweep.md"], to_markdown(rows, columns))
-    dirs = [run_dir_of(out, c) for c in combos if read_run(run_dir_of(out, c)) is not None]
     if dirs:
         from evalkit.report import render_compare
 

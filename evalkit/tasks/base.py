@@ -90,7 +90,8 @@ class Task(ABC):
         task-specific detail (per-problem tables...). ``records`` hold every request of the run, failed ones
         included; metrics state their denominators in ``n``."""
 
-    def metric_names(self) -> list[str]:
+    def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
+        """The metric names summary.json will hold for a run with ``settings`` (the task's defaults when None)."""
         return []
 
     def quick_to_build(self, settings: TaskSettings) -> bool:

@@ -141,7 +141,7 @@ class LmEvalTask(Task):
             "num_samples": int(self._base_config().get("repeats", 1)),
         }
 
-    def metric_names(self) -> list[str]:
+    def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
         cfg = self._base_config()
         metrics = [m["metric"] for m in cfg.get("metric_list") or []]
         filters = [f["name"] for f in cfg.get("filter_list") or [{"name": "none"}]]

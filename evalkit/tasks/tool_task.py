@@ -138,7 +138,7 @@ class ToolCallTask(Task):
     def defaults(self) -> dict[str, Any]:
         return dict(self._defaults)
 
-    def metric_names(self) -> list[str]:
+    def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
         return [self.metric]
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
