@@ -175,6 +175,24 @@ def test_a_baseline_with_no_scored_document_is_refused_at_start(tmp_path: Path) 
     )
 
 
+def test_coverage_is_measured_on_the_windows_documents_not_the_whole_baseline(tmp_path: Path) -> None:
+    """A baseline that failed 10 of its 40 documents: the ticks rotate through the 30 it scored, and the window's
+    documents (the union of its ticks' asked_docs) are all covered, so the watch passes; measured against the
+    whole baseline (75% scored, under min_coverage) it could never decide."""
+    with TestServer(Behaviour(correct_ratio=0.8)) as srv:
+        srv.faults.extend([{"status": 500}] * 10)
+        cfg = {"tasks": ["gsm8k"], "endpoint": srv.url, "limit": 40, "output_dir": tmp_path / "base", "concurrency": 1}
+        Runner(load_config({**cfg, "report": False, "max_error_rate": 1.0, "max_attempts": 1, **RUN})).run()
+        policy = write_policy(tmp_path, ACCURACY_ONLY)
+        s = settings(srv.url, tmp_path / "w", baseline=tmp_path / "base", per_tick=10, window=2, ticks=3, policy=policy)
+        history = Watch(s).run()
+    scored = {r["doc_id"] for r in map(orjson.loads, (tmp_path / "base" / "samples.jsonl").read_bytes().splitlines())
+              if r["status"] != "api_error"}  # fmt: skip
+    assert len(scored) == 30
+    assert all(set(r.docs) <= scored for r in history)
+    assert [r.verdict for r in history] == ["pass"] * 3, [r.reason for r in history]
+
+
 @pytest.mark.parametrize(
     ("task", "samples_per_doc"),
     [("gsm8k", 1), ("aime25", 2), ("bfcl-simple", 1), ("bfcl-parallel-multiple", 1), ("bfcl-multi-turn-base", 1)],

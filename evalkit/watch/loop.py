@@ -44,7 +44,7 @@ from evalkit.watch.history import (
     tick_dir,
 )
 from evalkit.watch.webhook import Webhook, webhook_target
-from evalkit.watch.window import Accuracy, judge, merge, scored_docs, tick_inputs, watch_policy
+from evalkit.watch.window import Accuracy, judge, merge, tick_inputs, watch_policy
 from evalkit.worker import Worker, WorkerError
 
 CANARY_USER = "evalkit-canary"
@@ -151,7 +151,7 @@ class Watch:
             base = self._baseline.tasks.get(s.task)
             if base is None:
                 raise ConfigError(f"the baseline {s.baseline} holds no {s.task} run; pass a baseline of that task")
-            docs = scored_docs(base)
+            docs = base.scored()
             if not docs:
                 raise ConfigError(
                     f"the baseline {s.baseline} has no scored {s.task} document ({base.counts.api_error} of its "
@@ -282,7 +282,7 @@ class Watch:
     def _baseline_gaps(self, base: RunInputs, window_docs: set[int]) -> list[str]:
         """Why the baseline cannot judge the window's documents (empty when it holds a scored answer for some)."""
         s = self.s
-        scored = scored_docs(base.tasks[s.task])
+        scored = base.tasks[s.task].scored()
         if not scored:
             counts = base.tasks[s.task].counts
             return [

@@ -81,9 +81,9 @@ def _merge_asked(ticks: list[TaskInputs]) -> frozenset[int] | None:
 
 def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = None) -> RunInputs:
     """Several ticks of ``task`` as one run: per document the latest tick's answers, every request's timings
-    and status (the gate's own :meth:`StatusCounts.combined`), the documents asked for (the union of the ticks';
-    None when a tick's are unknown). ``limit``: the identity's limit (the baseline's: a tick's slice is a
-    selection of its docs)."""
+    and status (the gate's own :meth:`StatusCounts.combined`), the documents asked for and scored (the union of
+    the ticks'; asked None when a tick's are unknown), the ticks' problems. ``limit``: the identity's limit (the
+    baseline's: a tick's slice is a selection of its docs)."""
     last = ticks[-1].identity
     digests: dict[int, str] = {}
     for t in ticks:
@@ -96,13 +96,10 @@ def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = No
         _merge_speed(ticks),
         StatusCounts.combined(t.counts for t in ticks),
         asked_docs=_merge_asked(ticks),
+        scored_docs=frozenset().union(*(t.scored() for t in ticks)),
+        problems=tuple(p for t in ticks for p in t.problems),
     )
     return RunInputs(label=label, tasks={task: merged}, concurrency_setting=None)
-
-
-def scored_docs(inputs: TaskInputs) -> set[int]:
-    """The documents with at least one scored sample (an answer that was not api_error) in any metric."""
-    return {d for m in inputs.metrics.values() for d, v in m.items.items() if v}
 
 
 def judge(baseline: RunInputs, window: RunInputs, policy: Policy) -> GateResult:
