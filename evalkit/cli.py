@@ -636,14 +636,17 @@ def watch(
         int | None, typer.Option(min=1, help="Stop after this many ticks in all (default: run until stopped).")
     ] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus /metrics on this port (0: a free one).")
+        int | None, typer.Option(help="Serve Prometheus /metrics on this port (0..65535; 0: a free one).")
     ] = None,
     metrics_addr: Annotated[
         str, typer.Option(help="Address /metrics listens on (0.0.0.0 in a container).")
     ] = "127.0.0.1",
     alert_webhook: Annotated[
         str | None,
-        typer.Option(help="POST a JSON message here when the verdict changes (retried, never blocks ticks)."),
+        typer.Option(
+            help="POST a JSON message here when the verdict changes: an http(s) URL; user:password@ in it is sent "
+            "as Basic auth (retried, never blocks ticks)."
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
     api_key_file: Annotated[
@@ -654,13 +657,15 @@ def watch(
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
     tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files (repeatable).")] = None,
 ) -> None:
-    """Run a slice of TASK against ENDPOINT every interval and judge the last ticks against a baseline
-    (exit 1 when the last verdict failed). `evalkit watch report DIR` draws the history."""
+    """Run a slice of TASK against ENDPOINT every interval and judge the last ticks against a baseline. Exit
+    status of the last tick: 0 pass, 1 fail, 2 cannot decide (the tick failed, no usable baseline, no tick
+    judged). `evalkit watch report DIR` draws the history."""
     if ctx.invoked_subcommand is not None:
         return
     import signal
 
     from evalkit.watch import Watch, WatchSettings
+    from evalkit.watch.history import exit_code, outcome_line
 
     if endpoint is None or task is None or output is None:
         _fail(EvalkitError("evalkit watch needs --endpoint URL, --task NAME and -o DIR; see evalkit watch --help"))
@@ -700,7 +705,8 @@ def watch(
     except KeyboardInterrupt:
         typer.echo("evalkit: watch stopped; the history and ticks are kept (the same command carries on)", err=True)
         raise typer.Exit(130) from None
-    raise typer.Exit(1 if history and history[-1].verdict == "fail" else 0)
+    typer.echo(f"evalkit watch: {outcome_line(history)}", err=True)
+    raise typer.Exit(exit_code(history))
 
 
 @watch_app.command("report")

@@ -2,6 +2,8 @@
 
 >>> redact_url("http://user:pw@127.0.0.1:8000/v1")
 'http://***@127.0.0.1:8000/v1'
+>>> redact_url("https://hooks.example.com/alert?token=abc&channel=ops")
+'https://hooks.example.com/alert?token=***&channel=ops'
 >>> redact_argv(["evalkit", "run", "--endpoint", "user:pw@host:8000", "--server-env", "HF_TOKEN=hf_x"])
 ['evalkit', 'run', '--endpoint', '***@host:8000', '--server-env', 'HF_TOKEN=***']
 """
@@ -19,11 +21,22 @@ _USERINFO = re.compile(
     r"|(?P<bare>^|(?<==))[^\s/?#@:=]+:[^\s/?#]*@"
 )
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a query parameter (?name=value or &name=value); its value is a secret when the name holds one of these words
+_QUERY_PARAM = re.compile(r"(?P<head>[?&](?P<name>[^=&#?\s\"']+)=)(?P<value>[^&#\s\"']*)")
+_QUERY_WORDS = (*SECRET_WORDS, "SIG", "AUTH", "PASS", "CREDENTIAL")
+
+
+def _query_secret(m: re.Match[str]) -> str:
+    name = m.group("name").upper()
+    secret = any(w in name for w in _QUERY_WORDS) and m.group("value")
+    return m.group("head") + ("***" if secret else m.group("value"))
 
 
 def redact_url(text: str) -> str:
-    """``text`` with the ``user:password@`` of every URL in it replaced by ``***@``."""
-    return _USERINFO.sub(lambda m: (m.group("scheme") or m.group("bare") or "") + "***@", text)
+    """``text`` with the ``user:password@`` of every URL in it replaced by ``***@``, and the values of query
+    parameters named like a secret (``token``, ``api_key``, ``sig``, ``password``, ``auth``...) by ``***``."""
+    text = _USERINFO.sub(lambda m: (m.group("scheme") or m.group("bare") or "") + "***@", text)
+    return _QUERY_PARAM.sub(_query_secret, text)
 
 
 def _secret_variable(name: str) -> bool:

@@ -115,10 +115,8 @@ class Aime25Task(Task):
             raise TaskError(f"{self.name}: max_tokens is not set; pass --max-tokens")
         temperature = self._setting(settings, "temperature")
         top_p = self._setting(settings, "top_p")
-        chosen = [(d, p) for d, p in enumerate(self.problems) if settings.wants(d)]
-        problems = chosen if settings.limit is None else chosen[: max(settings.limit, 0)]
         requests: list[Request] = []
-        for doc_id, problem in problems:
+        for doc_id, problem in settings.select(self.problems):
             text = build_prompt(problem["problem"])
             messages = ({"role": "user", "content": text},) if kind == "chat" else None
             for i in range(k):

@@ -14,9 +14,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score, ToolExecutor
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,12 @@ class TaskSettings:
     def wants(self, doc_id: int) -> bool:
         """Whether document ``doc_id`` is in the run's selection (every document when ``docs`` is None)."""
         return self.docs is None or doc_id in self.docs
+
+    def select(self, items: Sequence[T]) -> list[tuple[int, T]]:
+        """The ``(doc_id, item)`` pairs of a task's documents (doc_id = position) that the run takes: those in
+        ``docs``, then at most ``limit`` of them."""
+        chosen = [(d, item) for d, item in enumerate(items) if self.wants(d)]
+        return chosen if self.limit is None else chosen[: max(self.limit, 0)]
 
 
 def sha256_file(path: Path) -> str:

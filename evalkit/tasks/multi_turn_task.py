@@ -98,9 +98,8 @@ class MultiTurnToolTask(ToolCallTask):
         max_tokens = settings.max_tokens or self._defaults["max_tokens"]
         temperature = settings.temperature if settings.temperature is not None else self._defaults["temperature"]
         drop = self._defaults["drop_reasoning"] if settings.drop_reasoning is None else settings.drop_reasoning
-        items = self.items if settings.limit is None else self.items[: max(settings.limit, 0)]
         out = []
-        for doc_id, item in enumerate(items):
+        for doc_id, item in settings.select(self.items):
             turns = tuple(
                 tuple({"role": str(m["role"]), "content": str(m["content"])} for m in t) for t in item["question"]
             )

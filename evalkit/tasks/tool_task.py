@@ -146,9 +146,8 @@ class ToolCallTask(Task):
             raise TaskError(f"{self.name}: tool calling needs the chat endpoint; drop --endpoint-kind completions")
         max_tokens = settings.max_tokens or self._defaults["max_tokens"]
         temperature = settings.temperature if settings.temperature is not None else self._defaults["temperature"]
-        items = self.items if settings.limit is None else self.items[: max(settings.limit, 0)]
         out = []
-        for doc_id, item in enumerate(items):
+        for doc_id, item in settings.select(self.items):
             messages = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in item["question"][0])
             truth = item["ground_truth"]
             for i in range(max(1, settings.num_samples)):

@@ -10,8 +10,11 @@ Metric names (every one carries a ``task`` label; accuracy also ``metric``):
 - ``evalkit_canary_requests_total{status}``; ``evalkit_canary_error_rate``, ``…_empty_rate``,
   ``…_truncated_rate``: over the window
 - ``evalkit_watch_ticks_total``, ``evalkit_watch_ticks_failed_total``, ``evalkit_watch_last_tick_timestamp_seconds``
+- ``evalkit_watch_can_judge``: 1 when the last tick reached a verdict, 0 when it could not (baseline still
+  forming, tick failed, no usable baseline, the gate could not compare: the history says why)
 - ``evalkit_watch_verdict`` (1 pass, 0 fail), ``evalkit_watch_verdict_p_value`` (the first accuracy rule's),
-  ``evalkit_watch_rule_failed{rule}``
+  ``evalkit_watch_rule_failed{rule}``: the last verdict's, present only while ``can_judge`` is 1 (never a
+  stale pass while the watch cannot judge)
 - ``evalkit_server_kv_cache_usage_ratio``, ``evalkit_server_requests_running``, ``evalkit_server_requests_waiting``
   (peaks during the last tick), ``evalkit_server_preemptions_total``
 - ``evalkit_gpu_memory_used_bytes{gpu}`` (peak during the last tick), ``evalkit_gpu_memory_total_bytes{gpu}``
@@ -19,14 +22,24 @@ Metric names (every one carries a ``task`` label; accuracy also ``metric``):
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from evalkit.errors import ConfigError
+
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
 MIB = 1024 * 1024
+
+
+def check_port(port: int) -> None:
+    """ConfigError unless ``port`` is a TCP port number (0: a free one)."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--metrics-port {port} is not a port; pass 0..65535 (0: a free one)")
 
 
 class WatchMetrics:
@@ -68,7 +81,12 @@ class WatchMetrics:
             "evalkit_watch_ticks_failed", "Ticks that failed (endpoint down, ...)", t, registry=r
         )
         self.last_tick = Gauge("evalkit_watch_last_tick_timestamp_seconds", "When the last tick ended", t, registry=r)
-        self.verdict = Gauge("evalkit_watch_verdict", "Last drift verdict: 1 pass, 0 fail", t, registry=r)
+        self.can_judge = Gauge(
+            "evalkit_watch_can_judge", "1 when the last tick reached a verdict, 0 when it could not", t, registry=r
+        )
+        self.verdict = Gauge(
+            "evalkit_watch_verdict", "Last drift verdict: 1 pass, 0 fail (absent when it cannot judge)", t, registry=r
+        )
         self.p_value = Gauge(
             "evalkit_watch_verdict_p_value", "p-value of the last verdict's accuracy rule", t, registry=r
         )
@@ -92,8 +110,23 @@ class WatchMetrics:
         self._server: Any = None
 
     def serve(self, port: int, addr: str) -> int:
-        """Serve ``/metrics`` on ``addr:port`` (0: a free port) in a thread; returns the port."""
-        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        """Serve ``/metrics`` on ``addr:port`` (0: a free port) in a thread; returns the port. ConfigError
+        (one line: the port, the address, the fix) when it cannot listen there."""
+        check_port(port)
+        try:
+            self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        except socket.gaierror as e:
+            raise ConfigError(
+                f"--metrics-addr {addr!r} is not an address of this host ({e.strerror}); pass an IP address such "
+                "as 127.0.0.1, or 0.0.0.0 for every interface"
+            ) from None
+        except (OSError, OverflowError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            if isinstance(e, OSError) and e.errno == errno.EADDRINUSE:
+                fix = "pass another --metrics-port (0: a free one) or stop what listens there"
+            else:
+                fix = "pass --metrics-addr an address of this host (127.0.0.1, 0.0.0.0) and a free --metrics-port"
+            raise ConfigError(f"cannot serve /metrics on {addr}:{port} ({why}); {fix}") from None
         return int(self._server.server_port)
 
     def close(self) -> None:
@@ -107,6 +140,7 @@ class WatchMetrics:
         self.ticks.labels(task)
         self.ticks_failed.labels(task)
         self.requests.labels(task, "api_error")
+        self.can_judge.labels(task).set(0)
 
     def tick_done(self, task: str, failed: bool, at: float) -> None:
         self.ticks.labels(task).inc()
@@ -139,11 +173,28 @@ class WatchMetrics:
                 gauge.labels(task).set(counts.get(status, 0) / total)
 
     def verdict_made(self, task: str, passed: bool, p_value: float | None, rules: dict[str, bool]) -> None:
+        """A verdict was reached: can_judge 1, the verdict, its p-value and rules (those of an earlier verdict
+        dropped)."""
         self.verdict.labels(task).set(1 if passed else 0)
+        self.can_judge.labels(task).set(1)
         if p_value is not None:
             self.p_value.labels(task).set(p_value)
+        else:
+            self.p_value.remove(task)
         for name, failed in rules.items():
             self.rule_failed.labels(task, name).set(1 if failed else 0)
+        for labels in {s.labels["rule"] for m in self.rule_failed.collect() for s in m.samples} - set(rules):
+            self.rule_failed.remove(task, labels)
+
+    def cannot_judge(self, task: str) -> None:
+        """No verdict now: can_judge 0, and the last verdict's series removed (not left showing a pass)."""
+        self.can_judge.labels(task).set(0)
+        self._clear_verdict(task)
+
+    def _clear_verdict(self, task: str) -> None:
+        self.verdict.remove(task)
+        self.p_value.remove(task)
+        self.rule_failed.clear()  # the registry is this watch's, of one task
 
     def server_figures(self, task: str, server: dict[str, Any], gpu: dict[str, Any], totals: dict[str, float]) -> None:
         """The figures the tick's run recorded from the server's /metrics and nvidia-smi (absent ones are left

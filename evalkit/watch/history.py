@@ -2,7 +2,8 @@
 (``history.jsonl``, one line per tick, appended and fsynced as each tick ends).
 
 A restart reads the history and carries on after its last tick; a tick that has a run dir but no history line
-(the watch was killed while it ran) is run again with the same settings, so the Runner resumes it.
+(the watch was killed while it ran) is run again with the same settings, so the Runner resumes it. The last
+tick's verdict is the watch's outcome (:func:`exit_code`, :func:`outcome_line`).
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ import orjson
 from pydantic import BaseModel, Field
 
 from evalkit.errors import ConfigError
+from evalkit.gate.result import EXIT_CODES
 from evalkit.store.files import write_json_atomic
 
 HISTORY, SETTINGS, TICKS = "history.jsonl", "watch.json", "ticks"
+JUDGED = ("pass", "fail", "cannot_decide")  # the verdicts of a tick past the baseline ticks
 
 
 class TickRecord(BaseModel):
     """One tick as the history keeps it. ``status``: ok (the run finished; its requests may still have failed)
-    or failed (nothing usable: ``error`` says why). ``verdict``: the gate's on the window after this tick,
-    ``baseline`` while the first ticks form the baseline, ``none`` when no verdict could be made."""
+    or failed (nothing usable: ``error`` says why). ``verdict``: the gate's on the window after this tick (pass
+    or fail), ``baseline`` while the first ticks form the baseline, ``cannot_decide`` when no verdict could be
+    reached (the tick failed, no usable baseline, the gate could not compare): ``reason`` says why. ``none``
+    appears only in histories written before ``cannot_decide`` existed."""
 
     tick: int
     dir: str
@@ -39,6 +44,7 @@ class TickRecord(BaseModel):
     speed: dict[str, float | None] = Field(default_factory=dict)  # this tick alone
     window: dict[str, Any] = Field(default_factory=dict)  # ticks, items, accuracy/baseline value and CI
     verdict: Literal["pass", "fail", "cannot_decide", "baseline", "none"] = "none"
+    reason: str | None = None  # why the verdict is cannot_decide
     p_value: float | None = None
     failed_rules: list[str] = Field(default_factory=list)
     rules: list[dict[str, Any]] = Field(default_factory=list)
@@ -112,7 +118,25 @@ def slice_for(order: list[int], tick: int, per_tick: int) -> list[int]:
     """The documents of tick ``tick`` (from 1): the next ``per_tick`` of the rotation, wrapping around, so that
     every document is covered once per ``len(order) / per_tick`` ticks."""
     if not order:
-        return []
+        raise ConfigError("the watch has no documents to rotate through; pass a baseline that scored some")
     k = min(per_tick, len(order))
     start = ((tick - 1) * k) % len(order)
     return sorted(order[(start + i) % len(order)] for i in range(k))
+
+
+def exit_code(history: list[TickRecord]) -> int:
+    """The watch's exit status from its last tick: 0 pass, 1 fail, 2 cannot decide (that tick could not judge,
+    or no tick was judged: none ran, or only baseline ticks)."""
+    return EXIT_CODES.get(history[-1].verdict, 2) if history else 2
+
+
+def outcome_line(history: list[TickRecord]) -> str:
+    """One line on how the watch ended (what :func:`exit_code` says)."""
+    last = history[-1] if history else None
+    if last is None:
+        return "cannot decide: no tick ran"
+    if last.verdict in ("pass", "fail"):
+        return f"last verdict {last.verdict} (tick {last.tick})"
+    if last.verdict == "cannot_decide":
+        return f"cannot decide (tick {last.tick}): {last.reason}"
+    return f"cannot decide: no tick was judged (tick {last.tick} is a {last.verdict} tick)"

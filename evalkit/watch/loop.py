@@ -6,6 +6,11 @@ into a run dir of its own, at a low concurrency and request rate, every request 
 baseline by the gate (:mod:`evalkit.watch.window`), the tick and its verdict are appended to the history, and
 ``/metrics`` and the alert webhook are updated. A tick that fails (endpoint down) is recorded as failed and the
 watch goes on; a restart carries on after the last recorded tick.
+
+Each tick ends in one of three verdicts: ``pass`` or ``fail`` (the gate's, on the window), or ``cannot_decide``
+with a reason (the tick failed, the baseline has no scored answer for the window's documents, the gate could not
+compare); :func:`~evalkit.watch.history.exit_code` maps the last one to 0, 1 or 2, and ``/metrics`` says which
+through ``evalkit_watch_can_judge``.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from evalkit.server.gpu import gpu_info
 from evalkit.store.reader import as_dict, as_num, open_run
 from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry
-from evalkit.watch.exporter import WatchMetrics
+from evalkit.watch.exporter import WatchMetrics, check_port
 from evalkit.watch.history import (
+    JUDGED,
     TickRecord,
     append_history,
     check_settings,
@@ -37,12 +43,13 @@ from evalkit.watch.history import (
     slice_for,
     tick_dir,
 )
-from evalkit.watch.webhook import Webhook
+from evalkit.watch.webhook import Webhook, webhook_target
 from evalkit.watch.window import Accuracy, judge, merge, tick_inputs, watch_policy
 from evalkit.worker import Worker, WorkerError
 
 CANARY_USER = "evalkit-canary"
 CANARY_HEADER = "X-Evalkit-Canary"
+NO_BASELINE_FIX = "run the watch again in another -o once the endpoint answers, or pass --baseline RUN_DIR"
 
 
 @dataclass
@@ -98,6 +105,10 @@ class Watch:
         self._baseline: RunInputs | None = None
         self.policy: Policy = load_policy(s.policy) if s.policy is not None else watch_policy()
         self.tick_config(1, [0])  # bad settings are refused now, in one line, not at every tick
+        if s.metrics_port is not None:
+            check_port(s.metrics_port)
+        if s.alert_webhook:
+            webhook_target(s.alert_webhook)
 
     def stop(self) -> None:
         self._stop.set()
@@ -105,6 +116,8 @@ class Watch:
     # -- setup -----------------------------------------------------------------------------------------------
     def tick_config(self, tick: int, docs: list[int]) -> RunConfig:
         s = self.s
+        if not docs:  # an empty selection would be no selection: every document of the task
+            raise ConfigError(f"tick {tick} has no documents to send; pass a baseline that scored some")
         cli = {
             **s.run,
             "tasks": [s.task],
@@ -123,17 +136,28 @@ class Watch:
         return load_config(cli)
 
     def _order(self) -> list[int]:
-        """The documents the ticks rotate through: the baseline's, or (no baseline) those the first
-        ``baseline_ticks`` ticks cover, which later ticks cover again."""
+        """The documents the ticks rotate through: those the baseline scored, or (no baseline) those the first
+        ``baseline_ticks`` ticks cover, which later ticks cover again. Refuses a baseline with no scored
+        document and a task that does not keep to a document selection (each tick would send all of it)."""
         s = self.s
+        task = Registry(self.tick_config(1, [0]).tasks_dir).get(s.task)
+        if task.count_requests(TaskSettings(num_samples=1, max_tokens=1, docs=(0,))) > 1:
+            raise ConfigError(
+                f"task {s.task} does not keep to a document selection (each tick would send all of it); "
+                "evalkit watch cannot run it: build only the documents TaskSettings.docs names"
+            )
         if s.baseline is not None:
             self._baseline = from_run_dir(s.baseline)
             base = self._baseline.tasks.get(s.task)
             if base is None:
                 raise ConfigError(f"the baseline {s.baseline} holds no {s.task} run; pass a baseline of that task")
-            docs = {d for m in base.metrics.values() for d in m.items}
+            docs = base.scored()
+            if not docs:
+                raise ConfigError(
+                    f"the baseline {s.baseline} has no scored {s.task} document ({base.counts.api_error} of its "
+                    f"{base.counts.total} requests api_error); pass a baseline run that got answers"
+                )
             return rotation(sorted(docs), s.seed)
-        task = Registry(self.tick_config(1, [0]).tasks_dir).get(s.task)
         n = task.count_requests(TaskSettings(num_samples=1, max_tokens=1))
         return rotation(rotation(list(range(n)), s.seed)[: s.baseline_ticks * s.per_tick], s.seed)
 
@@ -151,7 +175,7 @@ class Watch:
                 self.metrics_port = self.metrics.serve(s.metrics_port, s.metrics_addr)
                 self.echo(f"metrics on http://{s.metrics_addr}:{self.metrics_port}/metrics")
             hook = Webhook(s.alert_webhook) if s.alert_webhook else None
-            previous = next((r.verdict for r in reversed(history) if r.verdict in ("pass", "fail")), None)
+            previous = next((r.verdict for r in reversed(history) if r.verdict in JUDGED), None)
             tick = history[-1].tick + 1 if history else 1
             try:
                 while not self._stop.is_set() and (s.ticks is None or tick <= s.ticks):
@@ -160,9 +184,9 @@ class Watch:
                     history.append(rec)
                     append_history(s.out, rec)
                     self.echo(_line(rec))
-                    if hook is not None and rec.verdict in ("pass", "fail") and rec.verdict != previous:
+                    if hook is not None and rec.verdict in JUDGED and rec.verdict != previous:
                         hook.post(_message(s, rec, previous))
-                    previous = rec.verdict if rec.verdict in ("pass", "fail") else previous
+                    previous = rec.verdict if rec.verdict in JUDGED else previous
                     tick += 1
                     if s.ticks is None or tick <= s.ticks:
                         self._stop.wait(max(0.0, began + s.every_s - time.monotonic()))
@@ -204,6 +228,8 @@ class Watch:
             rec.status = "failed"
             rec.error = rec.error or "the tick stored no answers"
             self.metrics.tick_done(s.task, True, time.time())
+            gone = tick > s.baseline_ticks and self._baseline_inputs([*history, rec]) is None
+            self._cannot_decide(rec, f"tick {tick} failed: {rec.error}" + (f"; {self._no_baseline()}" if gone else ""))
             return rec
         self._record_tick(rec, d)
         self._verdict(rec, [*history, rec])
@@ -242,25 +268,57 @@ class Watch:
         self._baseline = merge("baseline (first ticks)", s.task, ticks)
         return self._baseline
 
+    def _cannot_decide(self, rec: TickRecord, reason: str) -> None:
+        rec.verdict, rec.reason = "cannot_decide", reason
+        self.metrics.cannot_judge(self.s.task)
+
+    def _baseline_name(self) -> str:
+        s = self.s
+        return f"the baseline {s.baseline}" if s.baseline is not None else f"the first {s.baseline_ticks} ticks"
+
+    def _no_baseline(self) -> str:
+        return f"no usable baseline: every one of {self._baseline_name()} failed; {NO_BASELINE_FIX}"
+
+    def _baseline_gaps(self, base: RunInputs, window_docs: set[int]) -> list[str]:
+        """Why the baseline cannot judge the window's documents (empty when it holds a scored answer for some)."""
+        s = self.s
+        scored = base.tasks[s.task].scored()
+        if not scored:
+            counts = base.tasks[s.task].counts
+            return [
+                f"no usable baseline: no scored answer in {self._baseline_name()} ({counts.api_error} of "
+                f"{counts.total} requests api_error); {NO_BASELINE_FIX}"
+            ]
+        if not scored & window_docs:
+            return [f"no scored answer in {self._baseline_name()} for any of the window's {len(window_docs)} documents"]
+        return []
+
     def _verdict(self, rec: TickRecord, history: list[TickRecord]) -> None:
         s = self.s
         if s.baseline is None and rec.tick <= s.baseline_ticks:
             rec.verdict = "baseline"
+            self.metrics.cannot_judge(s.task)
             if rec.tick == s.baseline_ticks:
                 self._baseline_inputs(history)
             return
         base = self._baseline_inputs(history)
+        if base is None:
+            return self._cannot_decide(rec, self._no_baseline())
         floor = s.baseline_ticks if s.baseline is None else 0
         recent = [r for r in history if r.status == "ok" and r.tick > floor][-s.window :]
         ticks = [t for r in recent if (t := tick_inputs(s.out / r.dir, s.task)) is not None]
-        if base is None or not ticks:
-            return
+        if not ticks:
+            return self._cannot_decide(rec, "the window holds no tick with stored answers")
         limit = base.tasks[s.task].identity.limit
         window = merge(f"ticks {recent[0].tick}-{recent[-1].tick}", s.task, ticks, limit=limit)
         try:
             result = judge(base, window, self.policy)
         except CannotCompare as e:
             raise ConfigError(f"the baseline cannot be compared with the watch's ticks: {e}") from None
+        gaps = self._baseline_gaps(base, {d for r in recent for d in r.docs})
+        if gaps:  # a failure found on what was compared stands; a pass without a baseline to compare is none
+            verdict = "cannot_decide" if result.verdict == "pass" else result.verdict
+            result = result.model_copy(update={"verdict": verdict, "reasons": [*gaps, *result.reasons]})
         self._store_verdict(rec, result, base, window, [r.tick for r in recent])
 
     def _store_verdict(
@@ -269,6 +327,7 @@ class Watch:
         task = self.s.task
         acc_rules = [r for r in result.rules if r.kind == "accuracy" and r.p_value is not None]
         rec.verdict = result.verdict
+        rec.reason = "; ".join(result.reasons) if result.verdict == "cannot_decide" else None
         rec.p_value = acc_rules[0].p_value if acc_rules else None
         rec.failed_rules = [r.name for r in result.failed]
         rec.rules = [
@@ -288,19 +347,23 @@ class Watch:
                 baseline=base_acc.__dict__ if base_acc else None,
             )
             self.metrics.window(task, metric, acc, base_acc, cand.counts.__dict__)
-        self.metrics.verdict_made(
-            task, result.verdict == "pass", rec.p_value, {r.name: r.verdict == "fail" for r in result.rules}
-        )
+        if result.verdict == "cannot_decide":
+            self.metrics.cannot_judge(task)
+        else:
+            self.metrics.verdict_made(
+                task, result.verdict == "pass", rec.p_value, {r.name: r.verdict == "fail" for r in result.rules}
+            )
 
 
 def _line(rec: TickRecord) -> str:
     if rec.status == "failed":
-        return f"tick {rec.tick}: failed: {rec.error}"
+        return f"tick {rec.tick}: failed: {rec.error}; verdict cannot_decide"
     acc = rec.window.get("accuracy") or {}
     shown = f" window accuracy {acc['value']:.3f} [{acc['lo']:.3f}, {acc['hi']:.3f}]" if acc else ""
     p = f" p={rec.p_value:.3g}" if rec.p_value is not None else ""
     failed = f" failed: {', '.join(rec.failed_rules)}" if rec.failed_rules else ""
-    return f"tick {rec.tick}: {rec.counts.get('total', 0)} requests, verdict {rec.verdict}{p}{shown}{failed}"
+    reason = f": {rec.reason}" if rec.reason else ""
+    return f"tick {rec.tick}: {rec.counts.get('total', 0)} requests, verdict {rec.verdict}{p}{shown}{failed}{reason}"
 
 
 def _message(s: WatchSettings, rec: TickRecord, previous: str | None) -> dict[str, Any]:
@@ -313,6 +376,7 @@ def _message(s: WatchSettings, rec: TickRecord, previous: str | None) -> dict[st
         "at": rec.finished_at,
         "p_value": rec.p_value,
         "failed_rules": rec.failed_rules,
+        "reason": rec.reason,
         "window": rec.window,
         "watch_dir": str(s.out),
     }

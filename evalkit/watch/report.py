@@ -3,6 +3,8 @@ machinery: inline CSS and Chart.js, a restrictive Content-Security-Policy, no ne
 
 Charts use the report's ``line`` kind with the time since the first tick on x: the window's accuracy with its 95%
 interval and the baseline on the same documents (failed verdicts drawn over it), TTFT/TPOT p50 and tokens/s.
+Ticks that could not judge (``cannot_decide``) are shown as such, with their reason, in the cards, the verdict
+changes and the history: never as a pass.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from evalkit.errors import EvalkitError
 from evalkit.report.common import fmt_pct, fmt_sig, now_iso
 from evalkit.report.html import render_template
 from evalkit.store.files import write_text_atomic
-from evalkit.watch.history import HISTORY, SETTINGS, TickRecord, read_history
+from evalkit.watch.history import HISTORY, JUDGED, SETTINGS, TickRecord, read_history
+
+
+def _shown(verdict: str | None) -> str:
+    return "cannot decide" if verdict == "cannot_decide" else (verdict or "—")
+
 
 UNITS = (("minutes", 60.0, 3 * 3600.0), ("hours", 3600.0, 3 * 86400.0), ("days", 86400.0, float("inf")))
 
@@ -81,15 +88,16 @@ def _charts(records: list[TickRecord], metric: str) -> list[dict[str, Any]]:
 def _changes(records: list[TickRecord]) -> list[dict[str, Any]]:
     out, before = [], None
     for r in records:
-        if r.verdict in ("pass", "fail") and r.verdict != before:
+        if r.verdict in JUDGED and r.verdict != before:
             out.append(
                 {
                     "tick": r.tick,
                     "at": r.finished_at,
-                    "before": before,
+                    "before": before and _shown(before),
                     "after": r.verdict,
+                    "after_shown": _shown(r.verdict),
                     "p_value": fmt_sig(r.p_value),
-                    "rules": ", ".join(r.failed_rules),
+                    "rules": r.reason if r.verdict == "cannot_decide" else ", ".join(r.failed_rules),
                 }
             )
             before = r.verdict
@@ -109,6 +117,8 @@ def _row(r: TickRecord) -> dict[str, Any]:
         "window_acc": _acc(r.window.get("accuracy")),
         "base_acc": _acc(r.window.get("baseline")),
         "verdict": r.verdict,
+        "verdict_shown": _shown(r.verdict),
+        "reason": r.reason,
         "p_value": fmt_sig(r.p_value),
         "ttft": r.speed.get("ttft_ms_p50"),
         "tpot": r.speed.get("tpot_ms_p50"),
@@ -117,16 +127,16 @@ def _row(r: TickRecord) -> dict[str, Any]:
 
 
 def _cards(records: list[TickRecord]) -> list[dict[str, str]]:
+    now = next((r for r in reversed(records) if r.verdict in JUDGED), None)
     last = next((r for r in reversed(records) if r.verdict in ("pass", "fail")), None)
     acc = (last.window.get("accuracy") if last else None) or {}
     base = (last.window.get("baseline") if last else None) or {}
+    if now is not None and now.verdict == "cannot_decide":
+        sub = f"after tick {now.tick}: {now.reason}"
+    else:
+        sub = f"after tick {now.tick}, p={fmt_sig(now.p_value)}" if now else "no verdict yet"
     return [
-        {
-            "label": "verdict",
-            "value": last.verdict if last else "—",
-            "cls": "acc",
-            "sub": f"after tick {last.tick}, p={fmt_sig(last.p_value)}" if last else "no verdict yet",
-        },
+        {"label": "verdict", "value": _shown(now.verdict) if now else "—", "cls": "acc", "sub": sub},
         {
             "label": "window accuracy",
             "value": fmt_pct(acc.get("value")),
@@ -166,6 +176,7 @@ def render_watch_html(watch_dir: Path) -> str:
         "metric": metric,
         "ticks": len(records),
         "failed": sum(r.status == "failed" for r in records),
+        "undecided": sum(r.verdict == "cannot_decide" for r in records),
         "first": records[0].started_at if records else None,
         "last": records[-1].finished_at if records else None,
         "cards": _cards(records),

@@ -1,27 +1,51 @@
 """``--alert-webhook URL``: a JSON message POSTed when the verdict changes, from a thread of its own.
 
 Each message is retried with exponential backoff (tenacity) on connection errors, 429 and 5xx, and given up
-after ``attempts`` with one warning line; ticks never wait for it. Redirects are not followed.
+after ``attempts`` with one warning line; ticks never wait for it. Redirects are not followed. Only http(s)
+URLs with a host are taken (:func:`webhook_target`); credentials in the URL (``https://user:pw@host/...``) are
+sent as HTTP Basic auth, and the URL is shown with them and any secret query parameter redacted.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from evalkit.errors import warn
+from evalkit.errors import ConfigError, warn
 from evalkit.redact import redact_url
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None  # the 3xx is raised as an HTTPError
+
+
+def webhook_target(url: str) -> tuple[str, dict[str, str]]:
+    """The URL to POST to and the headers to send: ``url`` without its credentials, which become a Basic
+    ``Authorization`` header. ConfigError unless it is an http(s) URL with a host (and a valid port)."""
+    shown = redact_url(url)
+    fix = "pass an http(s) URL such as https://hooks.example.com/evalkit"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in 0..65535
+    except ValueError as e:
+        raise ConfigError(f"--alert-webhook {shown!r} is not a valid URL ({e}); {fix}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--alert-webhook {shown!r} is not an http(s) URL with a host; {fix}")
+    headers = {"Content-Type": "application/json"}
+    if "@" in parts.netloc:
+        user, pw = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
+        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return url, headers
 
 
 def _retryable(e: BaseException) -> bool:
@@ -36,7 +60,8 @@ class Webhook:
     def __init__(
         self, url: str, attempts: int = 5, backoff_s: float = 1.0, max_backoff_s: float = 60.0, timeout_s: float = 10.0
     ) -> None:
-        self.url = url
+        self.url, self._headers = webhook_target(url)
+        self.shown = redact_url(url)
         self.attempts, self.backoff_s, self.max_backoff_s, self.timeout_s = (
             attempts,
             backoff_s,
@@ -61,7 +86,7 @@ class Webhook:
 
     def _send(self, message: dict[str, Any]) -> None:
         body = json.dumps(message).encode()
-        req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(self.url, data=body, headers=self._headers)
         with self._opener.open(req, timeout=self.timeout_s) as resp:
             resp.read()
 
@@ -79,6 +104,8 @@ class Webhook:
             except Exception as e:
                 self.failed += 1
                 warn(
-                    f"alert webhook {redact_url(self.url)} failed after {self.attempts} attempts ({e}); "
-                    "the verdict is in the history and /metrics"
+                    redact_url(
+                        f"alert webhook {self.shown} failed after {self.attempts} attempts ({e}); "
+                        "the verdict is in the history and /metrics"
+                    )
                 )

@@ -74,24 +74,30 @@ def _merge_speed(ticks: list[TaskInputs]) -> SpeedRecords:
     )
 
 
-def _merge_counts(ticks: list[TaskInputs]) -> StatusCounts:
-    fields = ("total", "ok", "truncated", "no_answer", "empty", "api_error")
-    return StatusCounts(**{f: sum(getattr(t.counts, f) for t in ticks) for f in fields})
+def _merge_asked(ticks: list[TaskInputs]) -> frozenset[int] | None:
+    asked = [t.asked_docs for t in ticks]
+    return None if any(a is None for a in asked) else frozenset().union(*(a for a in asked if a is not None))
 
 
 def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = None) -> RunInputs:
     """Several ticks of ``task`` as one run: per document the latest tick's answers, every request's timings
-    and status. ``limit``: the identity's limit (the baseline's: a tick's slice is a selection of its docs)."""
+    and status (the gate's own :meth:`StatusCounts.combined`), the documents asked for and scored (the union of
+    the ticks'; asked None when a tick's are unknown), the ticks' problems. ``limit``: the identity's limit (the
+    baseline's: a tick's slice is a selection of its docs)."""
     last = ticks[-1].identity
     digests: dict[int, str] = {}
     for t in ticks:
         digests.update(t.identity.prompt_digests)
     identity = replace(last, limit=limit, prompt_digests=digests, prompt_hash=None)
-    asked = (
-        None if any(t.asked_docs is None for t in ticks) else frozenset().union(*(t.asked_docs or () for t in ticks))
-    )
     merged = TaskInputs(
-        task, identity, _merge_metrics(ticks), _merge_speed(ticks), _merge_counts(ticks), asked_docs=asked
+        task,
+        identity,
+        _merge_metrics(ticks),
+        _merge_speed(ticks),
+        StatusCounts.combined(t.counts for t in ticks),
+        asked_docs=_merge_asked(ticks),
+        scored_docs=frozenset().union(*(t.scored() for t in ticks)),
+        problems=tuple(p for t in ticks for p in t.problems),
     )
     return RunInputs(label=label, tasks={task: merged}, concurrency_setting=None)
 
