@@ -99,6 +99,13 @@ def run(
         float | None, typer.Option(help="Seconds without data before a request is abandoned and retried.")
     ] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Attempts per request (retries + 1).")] = None,
+    allow_model_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-model-mismatch",
+            help="Accept answers whose `model` is neither the run's model nor an id /v1/models lists (else each such request fails).",
+        ),
+    ] = False,
     serve: Annotated[str | None, typer.Option(help=SERVE_HELP, rich_help_panel=_OPT)] = None,
     served_model_name: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
     tensor_parallel_size: Annotated[
@@ -293,6 +300,7 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         report=False if take("no_report") else None,
         idle_timeout_s=take("idle_timeout"),
         max_attempts=take("max_attempts"),
+        allow_model_mismatch=take("allow_model_mismatch") or None,
         server=server,
     )
     config_file = take("config")

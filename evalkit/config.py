@@ -63,6 +63,7 @@ class RunConfig(BaseSettings):
     idle_timeout_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=5, ge=1)
     max_retry_s: float = Field(default=600.0, gt=0)
+    allow_model_mismatch: bool = False  # accept responses naming a model the endpoint does not list (not the run's)
     server: ServerConfig | None = None
     docs: list[int] | None = None  # only these document ids (evalkit watch: one slice of the task per tick)
     request_rate: float | None = Field(default=None, gt=0)  # at most this many requests sent per second

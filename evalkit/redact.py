@@ -1,4 +1,5 @@
-"""Secrets kept out of everything evalkit records or shows: URL credentials, secret flags, secret variables.
+"""Secrets kept out of everything evalkit records or shows: URL credentials, secret flags, secret variables,
+and the credentials a server may quote back in what it sends (:func:`redact_text`).
 
 >>> redact_url("http://user:pw@127.0.0.1:8000/v1")
 'http://***@127.0.0.1:8000/v1'
@@ -6,11 +7,16 @@
 'https://hooks.example.com/alert?token=***&channel=ops'
 >>> redact_argv(["evalkit", "run", "--endpoint", "user:pw@host:8000", "--server-env", "HF_TOKEN=hf_x"])
 ['evalkit', 'run', '--endpoint', '***@host:8000', '--server-env', 'HF_TOKEN=***']
+>>> redact_text("invalid header Authorization: Bearer sk-live-123456", ["sk-live-123456"])
+'invalid header Authorization: ***'
 """
 
 from __future__ import annotations
 
+import base64
 import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote, urlsplit
 
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 _PATH_WORDS = ("FILE", "PATH", "DIR")  # --api-key-file names where a secret is, not the secret
@@ -30,6 +36,19 @@ def _query_secret(m: re.Match[str]) -> str:
     name = m.group("name").upper()
     secret = any(w in name for w in _QUERY_WORDS) and m.group("value")
     return m.group("head") + ("***" if secret else m.group("value"))
+
+
+# credentials in free text (a server's error message): the value of an Authorization / API-key header or field,
+# a Bearer or Basic token (one with a digit or symbol: not "Basic auth"), an OpenAI-style sk- key, a
+# user:password@host standing alone
+_TEXT_SECRETS = re.compile(
+    r"(?i)(?P<name>\b(?:proxy-)?authorization|\bx-api-key|\bapi[-_]?key)(?P<sep>[\"']?\s*[:=]\s*[\"']?)"
+    r"(?:(?:bearer|basic|token)\s+)?[^\s\"',;)}\]]+"
+    r"|(?P<scheme>\b(?:bearer|basic))\s+(?=[A-Za-z0-9._~+/=-]*[0-9+/=._~-])[A-Za-z0-9._~+/=-]{4,}"
+    r"|\bsk-[A-Za-z0-9_-]{6,}"
+    r"|(?P<userinfo>(?<![^\s\"'(<])[^\s/?#@:=\"'(<]+:[^\s/?#@\"']+@(?=[\w\[]))"
+)
+MIN_SECRET_CHARS = 4  # a shorter literal secret is not searched for in texts (it would cut up ordinary words)
 
 
 def redact_url(text: str) -> str:
@@ -71,3 +90,52 @@ def redact_argv(argv: list[str]) -> list[str]:
         else:
             out.append(redact_url(arg))
     return out
+
+
+def _text_secret(m: re.Match[str]) -> str:
+    if m.group("name"):
+        return m.group("name") + m.group("sep") + "***"
+    if m.group("scheme"):
+        return m.group("scheme") + " ***"
+    if m.group("userinfo"):
+        return "***@"
+    return "sk-***"
+
+
+def redact_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` (literal values, longest first; those under MIN_SECRET_CHARS
+    characters skipped) replaced by ``***``."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= MIN_SECRET_CHARS and secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """A text a server sent (an error message) fit to record or show: the literal ``secrets`` (the run's API
+    key, URL password, ...: :func:`secrets_of`) replaced by ``***``, then credentials by their shape:
+    ``Authorization: …`` / ``api_key=…`` values, ``Bearer …`` / ``Basic …`` tokens, ``sk-…`` keys and the
+    ``user:password@`` of URLs."""
+    text = redact_secrets(text, secrets)
+    return redact_url(_TEXT_SECRETS.sub(_text_secret, text))
+
+
+def secrets_of(
+    api_key: str | None, urls: Iterable[str] = (), headers: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """The literal secrets a client sends: the API key, each URL's ``user:password`` (as given, decoded, the
+    password alone and base64'd as HTTP Basic sends it), and the values of headers that carry credentials
+    (``Authorization``, or a name with KEY, TOKEN, SECRET, PASSWORD or AUTH), whole and after their scheme."""
+    found: list[str] = [api_key] if api_key else []
+    for url in urls:
+        netloc = urlsplit(url if "://" in url else "http://" + url).netloc
+        userinfo, at, _ = netloc.rpartition("@")
+        if not at:
+            continue
+        user, _, password = userinfo.partition(":")
+        plain = f"{unquote(user)}:{unquote(password)}"
+        found += [userinfo, plain, password, unquote(password), base64.b64encode(plain.encode()).decode()]
+    for name, value in (headers or {}).items():
+        if name.lower() == "authorization" or any(w in name.upper() for w in (*SECRET_WORDS, "AUTH")):
+            found += [value, value.partition(" ")[2]]
+    return tuple(dict.fromkeys(s for s in found if s))

@@ -38,7 +38,7 @@ from evalkit.contracts import (
     summary_json,
 )
 from evalkit.errors import ConfigError, EndpointError, RunError, ServerError
-from evalkit.redact import redact_argv
+from evalkit.redact import redact_argv, redact_text, secrets_of
 from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
 from evalkit.requests.client import Client, ClientOptions
 from evalkit.requests.conversation import converse
@@ -198,6 +198,7 @@ class Runner:
         self._urls: list[str] = []  # the endpoints' base URLs (several: the run is sharded over them)
         self._given_scoring = scoring
         self._first_error: dict[str, str] = {}  # task -> the first failure's message (for the run's error line)
+        self._listed: set[str] = set()  # the model ids the endpoints list
 
     # -- setup -------------------------------------------------------------------------------------------
     def _tasks(self) -> list[Task]:
@@ -224,12 +225,16 @@ class Runner:
 
     def _served(self, urls: list[str], api_key: str | None) -> ServedModel:
         """The model every endpoint serves (its smallest ``max_model_len``); a one-line error naming the first
-        endpoint that is unreachable or does not serve it."""
+        endpoint that is unreachable or does not serve it. ``self._listed``: every id the endpoints list (the ids
+        a response's ``model`` may name)."""
         wanted = self.cfg.model or (self.cfg.server.expected_model_name if self.cfg.server else None)
-        served = resolve_model(list_models(urls[0], api_key, timeout_s=self.cfg.connect_timeout_s), wanted, urls[0])
+        first = list_models(urls[0], api_key, timeout_s=self.cfg.connect_timeout_s)
+        served = resolve_model(first, wanted, urls[0])
+        self._listed = {m.id for m in first}
         lens = [served.max_model_len]
         for url in urls[1:]:
             models = list_models(url, api_key, timeout_s=self.cfg.connect_timeout_s)
+            self._listed |= {m.id for m in models}
             same = next((m for m in models if m.id == served.id), None)
             if same is None:
                 raise EndpointError(
@@ -253,7 +258,9 @@ class Runner:
         except ServerStartError as e:
             if not (e.log_tail or "").strip():  # refused before launching (e.g. port in use): one line
                 raise ServerError(str(e)) from None
-            tail = "\n".join("    " + line for line in (e.log_tail or "").splitlines()[-15:])
+            key = self.cfg.server.api_key
+            shown = redact_text(e.log_tail or "", secrets_of(key.get_secret_value() if key else None))
+            tail = "\n".join("    " + line for line in shown.splitlines()[-15:])
             raise ServerError(f"{e}\n  last lines of {log_dir / 'server.log'}:\n{tail}") from None
         return self.server.base_url.rstrip("/") + "/v1"
 
@@ -550,9 +557,18 @@ class Runner:
         """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
         all of them together, and the client gives each to the least loaded endpoint. A request with a
         conversation is one sample of several requests (requests/conversation.py), tools run by the task's
-        backends."""
+        backends. A response naming a model that is neither ``model`` nor listed by the endpoints fails its
+        attempt, unless ``allow_model_mismatch``."""
+        accepted = None if self.cfg.allow_model_mismatch else self._listed
         async with Client(
-            urls, model, kind=kind, api_key=api_key, options=options, extra_body=extra, headers=self.cfg.headers
+            urls,
+            model,
+            kind=kind,
+            api_key=api_key,
+            options=options,
+            extra_body=extra,
+            headers=self.cfg.headers,
+            models=accepted,
         ) as client:
 
             async def send(req: Request) -> Response:

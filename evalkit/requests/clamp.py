@@ -1,8 +1,8 @@
 """Keep ``prompt + max_tokens`` within the server's ``max_model_len`` so no request is refused with a 400.
 
 Prompt lengths come from vLLM's ``POST /tokenize`` (exact, chat template included). Where a server has no
-``/tokenize``, the prompt's UTF-8 byte count plus a margin for the chat template stands in: a BPE token is at
-least one byte, so the bound never undercounts.
+``/tokenize`` (or whose answer is not a count, or longer than ``MAX_BODY_BYTES``), the prompt's UTF-8 byte count
+plus a margin for the chat template stands in: a BPE token is at least one byte, so the bound never undercounts.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import aiohttp
 import orjson
 
 from evalkit.contracts import Request
-from evalkit.requests.endpoint import credentials, server_root
+from evalkit.limits import BodyTooLarge
+from evalkit.requests.endpoint import credentials, read_capped, server_root
 
 TEMPLATE_MARGIN = 64  # tokens a chat template may add around the messages
 
@@ -41,9 +42,9 @@ async def _count_tokens(
         ) as r:
             if r.status != 200:
                 return None
-            data = await r.json(content_type=None)
+            data = orjson.loads(await read_capped(r))
             return int(data["count"])
-    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError, TypeError):
+    except (aiohttp.ClientError, asyncio.TimeoutError, BodyTooLarge, KeyError, ValueError, TypeError):
         return None
 
 

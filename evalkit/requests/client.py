@@ -1,5 +1,8 @@
 """The one HTTP client: sends a request, streams the answer, times it, retries it.
 
+Over 400 lines: one attempt's read of the stream (timing, checks and bounds on what the server sends) is one loop,
+kept together for the per-chunk cost, beside the retries and the dispatch over endpoints.
+
 Timing follows vLLM's ``vllm/benchmarks/serve.py``: ``time.perf_counter()`` from just before the request is
 sent; TTFT at the first chunk that carries generated text (content, reasoning, or a piece of a tool call: its
 name or arguments, which is where a tool-calling answer's tokens arrive); ITL between such chunks; TPOT =
@@ -14,6 +17,15 @@ What the server sends is checked off the per-chunk path: text pieces are joined 
 is not a string fails the attempt as a malformed event), ``finish_reason`` and ``usage`` are checked once per
 request (a count that is not a plausible token count is dropped with a note, see :func:`read_usage`). The idle
 timeout runs between ``data:`` events: SSE comments (``: ping``) do not reset it.
+
+What the server sends is bounded and cleaned where it enters: a stream is read up to
+:func:`evalkit.limits.max_stream_bytes` of its ``max_tokens`` and an error body up to
+``MAX_ERROR_BODY_BYTES`` (its message cut to ``MESSAGE_CHARS``); every error text and note is redacted
+(:func:`evalkit.redact.redact_text`: the key, URL credentials and header secrets this client sends, and
+credentials by their shape), and the answer's texts lose any of those literal secrets. With ``models`` given,
+a chunk whose ``model`` is neither the run's model nor one of ``models`` (the ids the endpoint lists) fails the
+attempt, which is retried like a dropped connection (behind a load balancer the next attempt may reach another
+replica).
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ import asyncio
 import errno
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +50,9 @@ from tenacity import (
 )
 
 from evalkit.contracts import Request, Response
-from evalkit.requests.endpoint import credentials, display_url, redirect_error
+from evalkit.limits import MAX_ERROR_BODY_BYTES, max_stream_bytes, size_text
+from evalkit.redact import redact_secrets, redact_text, secrets_of
+from evalkit.requests.endpoint import credentials, display_url, read_capped, redirect_error
 from evalkit.requests.tool_stream import ToolCallAssembler
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -89,11 +103,16 @@ class ClientOptions:
 
 MAX_PROMPT_TOKENS = 2**31 - 1
 USAGE_SLACK = 2  # completion (and reasoning) tokens may be at most this many times max_tokens
+MESSAGE_CHARS = 500  # of a server's error message
 
 
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _clip(text: str, most: int = MESSAGE_CHARS) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def _join(parts: list[Any], what: str) -> str | None:
@@ -134,6 +153,7 @@ def read_usage(usage: Any, max_tokens: int) -> tuple[dict[str, int | None], str 
 
 
 def _error_message(status: int, body: bytes) -> str:
+    """``HTTP status: message`` from an error body (its message cut to MESSAGE_CHARS, whitespace folded)."""
     text = body.decode("utf-8", "replace").strip()
     try:
         obj = orjson.loads(body)
@@ -144,7 +164,7 @@ def _error_message(status: int, body: bytes) -> str:
             text = str(obj["detail"])
     except orjson.JSONDecodeError:
         text = " ".join(text.split())[:200]
-    return f"HTTP {status}: {text}"
+    return f"HTTP {status}: {_clip(' '.join(text.split()))}"
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -181,7 +201,9 @@ class Client:
         options: ClientOptions | None = None,
         extra_body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        models: Collection[str] | None = None,
     ) -> None:
+        """``models``: the ids a response's ``model`` may name besides ``model`` (None: any id is accepted)."""
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         path = "/chat/completions" if kind == "chat" else "/completions"
         self.endpoints = [display_url(u) for u in urls]  # what records name: no credentials
@@ -191,6 +213,8 @@ class Client:
             sent = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {}), **auth}
             self._targets.append((bare.rstrip("/") + path, sent))
         self.url, self._headers = self._targets[0]
+        self._secrets = secrets_of(api_key, urls, {k: v for _, h in self._targets for k, v in h.items()})
+        self.accepted = None if models is None else frozenset({model, *models})
         self.outstanding = [0] * len(urls)  # attempts in flight or in backoff, per endpoint
         self._turn = 0  # round robin among the least loaded
         self.model = model
@@ -273,6 +297,7 @@ class Client:
         finish: Any = None
         usage: Any = None
         tools = ToolCallAssembler()
+        accepted, received, most = self.accepted, 0, max_stream_bytes(req.gen.max_tokens)
         try:
             async with self._session.post(
                 url, data=body, headers=headers, timeout=timeout, allow_redirects=False
@@ -281,7 +306,7 @@ class Client:
                     where = resp.headers.get("Location")
                     raise RequestRejected(redirect_error(resp.status, where, url), resp.status)
                 if resp.status != 200:
-                    raw = await resp.read()
+                    raw = await read_capped(resp, MAX_ERROR_BODY_BYTES, cut=True)
                     msg = _error_message(resp.status, raw)
                     if resp.status in RETRYABLE_STATUS:
                         raise RequestFailed(msg, resp.status, _retry_after(resp.headers))
@@ -296,6 +321,12 @@ class Client:
                         resp.status,
                     )
                 async for line in resp.content:
+                    received += len(line)
+                    if received > most:
+                        raise RequestFailed(
+                            f"the stream went past {size_text(most)}, the most evalkit reads for max_tokens "
+                            f"{req.gen.max_tokens}: more than any answer of that length"
+                        )
                     if not line.startswith(b"data:"):
                         # comments (": ping") and other fields are not progress: the idle timeout runs on
                         if len(line) > 2 and time.perf_counter() - seen > o.idle_timeout_s:
@@ -314,7 +345,15 @@ class Client:
                     if "error" in chunk and not chunk.get("choices"):
                         err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
                         code = int(err.get("code") or 500) if str(err.get("code", "")).isdigit() else 500
-                        raise RequestFailed(f"server error mid-stream: {err.get('message')}", code)
+                        raise RequestFailed(f"server error mid-stream: {_clip(str(err.get('message')))}", code)
+                    if accepted is not None:
+                        named = chunk.get("model")
+                        if named is not None and (not isinstance(named, str) or named not in accepted):
+                            raise RequestFailed(
+                                f"model mismatch: the response came from model {_show(named)}, not the run's "
+                                f"model {self.model!r} (nor an id the endpoint lists); a replica behind the "
+                                "endpoint serves another model (fix it, or pass --allow-model-mismatch)"
+                            )
                     choices = chunk.get("choices")
                     if choices:
                         c = choices[0]
@@ -368,6 +407,10 @@ class Client:
             raise RequestFailed(f"malformed event from server: finish_reason {_show(finish)} is not a string")
         e2e = end - st
         counts, note = read_usage(usage, req.gen.max_tokens)
+        calls = tools.calls()
+        if self._secrets:  # a server that echoes a credential into the answer (the texts are not otherwise changed)
+            text, reasoning = self._scrub(text), self._scrub(reasoning)
+            calls = [{k: self._scrub(v) for k, v in c.items()} for c in calls] if calls else calls
         out_tokens = counts["completion_tokens"]
         tpot = None
         if ttft is not None and out_tokens is not None and out_tokens > 1:
@@ -376,7 +419,7 @@ class Client:
             text=text,
             reasoning=reasoning,
             finish_reason=finish,
-            note=note,
+            note=None if note is None else redact_text(note, self._secrets),
             prompt_tokens=counts["prompt_tokens"],
             output_tokens=out_tokens,
             reasoning_tokens=counts["reasoning_tokens"],
@@ -385,8 +428,12 @@ class Client:
             e2e_ms=e2e * 1000.0,
             itl_ms=itl,
             start_s=st - self.t0,
-            tool_calls=tools.calls(),
+            tool_calls=calls,
         )
+
+    def _scrub(self, value: Any) -> Any:
+        """A string with the secrets this client sends replaced by ``***`` (other values as they are)."""
+        return redact_secrets(value, self._secrets) if isinstance(value, str) else value
 
     # -- with retries ------------------------------------------------------------------------------------
     def _wait(self, state: RetryCallState) -> float:
@@ -420,7 +467,8 @@ class Client:
                     return resp
         except (RequestFailed, RequestRejected) as e:
             where = self.endpoints[endpoint] if sharded and endpoint is not None else None
-            return Response(text=None, error=str(e), http_status=e.status, attempts=attempts, endpoint=where)
+            error = redact_text(str(e), self._secrets)
+            return Response(text=None, error=error, http_status=e.status, attempts=attempts, endpoint=where)
         finally:
             if sharded and endpoint is not None:
                 self.outstanding[endpoint] -= 1

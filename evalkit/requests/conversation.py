@@ -21,12 +21,12 @@ the sample, with the turn and request named and the requests so far in ``turns``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 from evalkit.contracts import Request, Response, ToolExecutor
+from evalkit.limits import loads_arguments
 
 Send = Callable[[Request], Awaitable[Response]]
 
@@ -40,16 +40,14 @@ def _step(resp: Response, results: list[str] | None) -> dict[str, Any]:
 
 
 def _decoded(calls: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]] | None:
-    """The calls as ``(name, arguments)``; None when an ``arguments`` is not a JSON object, ``""`` included (the
-    turn ends: BFCL's decoding fails on it, and the scorer leaves that request out)."""
+    """The calls as ``(name, arguments)``; None when an ``arguments`` is not a JSON object, ``""`` included, or is
+    too long or deep to decode (the turn ends: BFCL's decoding fails on it, and the scorer leaves that request
+    out)."""
     out = []
     for c in calls:
         raw = c.get("arguments")
-        try:
-            args = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError:
-            return None
-        if not isinstance(args, dict):
+        args, why = loads_arguments(raw) if isinstance(raw, str) else (raw, None)
+        if why is not None or not isinstance(args, dict):
             return None
         out.append((str(c.get("name")), args))
     return out

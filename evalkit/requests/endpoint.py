@@ -1,24 +1,34 @@
-"""Where the server is and what it serves: URL normalisation, credentials, model discovery (through ``openai``).
+"""Where the server is and what it serves: URL normalisation, credentials, model discovery (through ``httpx``),
+and the bounded reading of every body evalkit takes from a server.
 
 Credentials go to the endpoint's own origin and nowhere else: ``user:password@`` is taken out of the URL
 (:func:`credentials`) and sent, like the API key, only in the ``Authorization`` header, and no HTTP request
 evalkit makes follows a redirect (a redirect could take the header to another origin, or turn a POST into a
 GET): API requests fail with :func:`redirect_error`'s one line, metrics and health reads count as not served.
+
+Bodies are read in pieces up to a bound on their decompressed size (:mod:`evalkit.limits`), so a gzip bomb or
+an endless body stops early: :func:`read_capped` (aiohttp), :func:`http_get` (urllib, which never
+decompresses), :func:`list_models` (httpx, streamed).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit, urlunsplit
 
 from evalkit.errors import EndpointError
+from evalkit.limits import MAX_BODY_BYTES, BodyTooLarge, size_text
 from evalkit.redact import redact_url
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +108,34 @@ def redirect_error(status: int, location: str | None, url: str) -> str:
     return f"HTTP {status}: the endpoint redirected to {target} (use that URL as --endpoint)"
 
 
-def http_get(url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+async def read_capped(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES, cut: bool = False) -> bytes:
+    """The body of an aiohttp response, read in pieces (decompressed, when the session decompresses) up to
+    ``limit`` bytes: past it, the first ``limit`` bytes when ``cut``, else BodyTooLarge."""
+    if resp.content_length is not None and resp.content_length > limit and not cut:
+        raise BodyTooLarge(f"more than {size_text(limit)}")
+    buf = bytearray()
+    async for piece in resp.content.iter_any():
+        buf += piece
+        if len(buf) > limit:
+            if cut:
+                return bytes(buf[:limit])
+            raise BodyTooLarge(f"more than {size_text(limit)}")
+    return bytes(buf)
+
+
+def http_get(
+    url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0, limit: int = MAX_BODY_BYTES
+) -> tuple[int, bytes]:
     """GET ``url`` without following redirects: (status, body); (status, b"") for an HTTP error status or a
-    redirect; (0, b"") when unreachable."""
+    redirect; (0, b"") when unreachable, and with a warning when the body is longer than ``limit`` bytes."""
     opener = urllib.request.build_opener(_NoRedirects)
     try:
         with opener.open(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as resp:
-            return int(resp.status), resp.read()
+            body = resp.read(limit + 1)
+            if len(body) > limit:
+                log.warning("evalkit: warning: %s answered more than %s; ignored", display_url(url), size_text(limit))
+                return 0, b""
+            return int(resp.status), body
     except urllib.error.HTTPError as exc:
         return int(exc.code), b""
     except (urllib.error.URLError, OSError, ValueError):
@@ -125,8 +156,9 @@ class ServedModel:
 
 
 def list_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> list[ServedModel]:
-    """``GET /v1/models`` through the openai package, with one-line errors for the usual mistakes."""
-    import openai
+    """``GET /v1/models`` (no redirect followed, the body read up to ``MAX_BODY_BYTES`` decompressed), with
+    one-line errors for the usual mistakes."""
+    import httpx
 
     if api_key and _host_port(urlsplit(base_url))[1] is not None:
         log.warning(
@@ -136,49 +168,60 @@ def list_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> 
     base_url, headers = credentials(base_url, api_key)
     where = display_url(base_url)
     try:
-        with openai.OpenAI(
-            base_url=base_url,
-            api_key=api_key or "EMPTY",
-            default_headers=headers,
-            max_retries=0,
-            timeout=timeout_s,
-            http_client=openai.DefaultHttpxClient(follow_redirects=False),
-        ) as client:
-            raw = client.models.with_raw_response.list()
-    except openai.AuthenticationError:
+        with (
+            httpx.Client(follow_redirects=False, timeout=timeout_s) as client,
+            client.stream("GET", base_url.rstrip("/") + "/models", headers=headers) as resp,
+        ):
+            _check_models_status(resp.status_code, resp, where)
+            ctype = resp.headers.get("content-type", "")
+            if "json" not in ctype:
+                raise EndpointError(
+                    f"{where}/models answered {ctype or 'no content type'}, not JSON; this is not an "
+                    "OpenAI-compatible API (pass the URL of the vLLM server, ending in /v1)"
+                )
+            body = bytearray()
+            for piece in resp.iter_bytes():  # decompressed piece by piece: a gzip bomb stops at the bound
+                body += piece
+                if len(body) > MAX_BODY_BYTES:
+                    raise BodyTooLarge(f"more than {size_text(MAX_BODY_BYTES)}")
+    except BodyTooLarge as e:
         raise EndpointError(
-            f"{where} answered 401 Unauthorized: the API key is wrong or missing; set EVALKIT_API_KEY "
-            "(or OPENAI_API_KEY, or --api-key-file)"
+            f"{where}/models answered {e} (decompressed), far more than a list of models; this is not an "
+            "OpenAI-compatible API, or a broken proxy (pass the URL of the vLLM server, ending in /v1)"
         ) from None
-    except openai.PermissionDeniedError:
-        raise EndpointError(f"{where} answered 403 Forbidden: this API key may not list models") from None
-    except openai.NotFoundError:
-        raise EndpointError(
-            f"{where}/models answered 404: not an OpenAI-compatible API root; pass the URL that ends in /v1"
-        ) from None
-    except openai.APITimeoutError:
+    except httpx.TimeoutException:
         raise EndpointError(f"{where} did not answer within {timeout_s:.0f}s; is the server up?") from None
-    except openai.APIConnectionError:
+    except httpx.DecodingError:
+        raise EndpointError(f"{where}/models sent a body that does not decode (bad compression)") from None
+    except (httpx.TransportError, httpx.InvalidURL):
         raise EndpointError(f"cannot connect to {where}; is the server running and the host/port right?") from None
-    except openai.APIStatusError as e:
-        if 300 <= e.status_code < 400:
-            location = e.response.headers.get("location")
-            raise EndpointError(redirect_error(e.status_code, location, str(e.response.request.url))) from None
-        raise EndpointError(f"{where}/models answered HTTP {e.status_code}; check the server log") from None
-    ctype = raw.headers.get("content-type", "")
-    if "json" not in ctype:
-        raise EndpointError(
-            f"{where}/models answered {ctype or 'no content type'}, not JSON; this is not an OpenAI-compatible "
-            "API (pass the URL of the vLLM server, ending in /v1)"
-        )
     try:
-        data: Any = raw.http_response.json()
+        data: Any = json.loads(body)
         items = data["data"]
         return [ServedModel(id=str(m["id"]), max_model_len=m.get("max_model_len")) for m in items]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise EndpointError(
             f"{where}/models answered JSON without a 'data' list; not an OpenAI-compatible API"
         ) from None
+
+
+def _check_models_status(status: int, resp: Any, where: str) -> None:
+    """The one-line error for a ``/models`` status that is not a success (nothing for 2xx)."""
+    if status == 401:
+        raise EndpointError(
+            f"{where} answered 401 Unauthorized: the API key is wrong or missing; set EVALKIT_API_KEY "
+            "(or OPENAI_API_KEY, or --api-key-file)"
+        )
+    if status == 403:
+        raise EndpointError(f"{where} answered 403 Forbidden: this API key may not list models")
+    if status == 404:
+        raise EndpointError(
+            f"{where}/models answered 404: not an OpenAI-compatible API root; pass the URL that ends in /v1"
+        )
+    if 300 <= status < 400:
+        raise EndpointError(redirect_error(status, resp.headers.get("location"), str(resp.request.url)))
+    if status >= 400 or status < 200:
+        raise EndpointError(f"{where}/models answered HTTP {status}; check the server log")
 
 
 def resolve_model(models: list[ServedModel], wanted: str | None, base_url: str) -> ServedModel:

@@ -44,7 +44,7 @@ class ToolCallAssembler:
             index = frag.get("index", self._last if self._last is not None else 0)
             if not isinstance(index, int):
                 raise ValueError(f"tool call index {index!r} is not an integer")
-            call = self._calls.setdefault(index, {"id": None, "name": None, "arguments": ""})
+            call = self._calls.setdefault(index, {"id": None, "name": None, "arguments": []})
             self._last = index
             if frag.get("id"):
                 call["id"] = frag["id"]
@@ -60,7 +60,7 @@ class ToolCallAssembler:
             if args:
                 if not isinstance(args, str):
                     raise ValueError(f"tool call arguments {str(args)[:40]!r} are not a string")
-                call["arguments"] += args
+                call["arguments"].append(args)  # joined once in calls(): no quadratic concatenation
                 carried = True
         return carried
 
@@ -68,4 +68,4 @@ class ToolCallAssembler:
         """The calls in index order; None when no chunk had a ``tool_calls`` field."""
         if not self.seen:
             return None
-        return [self._calls[i] for i in sorted(self._calls)]
+        return [{**c, "arguments": "".join(c["arguments"])} for _, c in sorted(self._calls.items())]

@@ -4,7 +4,8 @@
 Statuses (the server's or the format's problems, each flagged apart and never hidden in the score):
 
 - ``tool_calls_empty``: ``finish_reason`` is ``tool_calls`` but the list of calls is empty or missing;
-- ``bad_arguments``: a call's ``arguments`` is not a JSON object;
+- ``bad_arguments``: a call's ``arguments`` is not a JSON object (or is too long or too deeply nested to decode:
+  :func:`evalkit.limits.loads_arguments`);
 - ``tool_text``: no call was parsed but the text looks like one (markup such as ``<tool_call>``, a JSON object
   with ``name`` and ``arguments``, or an answer that opens with ``offered_function(``): the server's tool-call
   parser is off or wrong;
@@ -21,11 +22,11 @@ an answer is right when it holds no decodable call; elsewhere the decoded calls 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from evalkit.contracts import Score, Status
+from evalkit.limits import loads_arguments
 from evalkit.scoring.bfcl_ast import api_name, check
 from evalkit.scoring.reasoning import split_reasoning
 
@@ -63,12 +64,12 @@ def decode(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]] | None, st
     out: list[dict[str, Any]] = []
     for c in calls:
         raw = c.get("arguments")
-        try:
-            args = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError as e:
-            return None, f"arguments of {c.get('name')!r} are not JSON ({e.msg}): {str(raw)[:200]!r}"
+        name = str(c.get("name"))[:100] if c.get("name") is not None else None
+        args, why = loads_arguments(raw) if isinstance(raw, str) else (raw, None)
+        if why is not None:  # not JSON, or too long or deep to decode (evalkit.limits)
+            return None, f"arguments of {name!r} are {why}: {str(raw)[:200]!r}"
         if not isinstance(args, dict):
-            return None, f"arguments of {c.get('name')!r} are not a JSON object: {str(raw)[:200]!r}"
+            return None, f"arguments of {name!r} are not a JSON object: {str(raw)[:200]!r}"
         out.append({str(c.get("name")): args})
     return out, None
 

@@ -35,7 +35,8 @@ from typing import Any
 
 import aiohttp
 
-from evalkit.requests.endpoint import http_get
+from evalkit.limits import BodyTooLarge
+from evalkit.requests.endpoint import http_get, read_capped
 from evalkit.server.periodic import PeriodicSampler
 
 Labels = dict[str, str]
@@ -143,7 +144,8 @@ def scrape(
     only: Iterable[str] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Snapshot | None:
-    """GET ``{base_url}/metrics`` and parse it; None when the endpoint is missing, unreachable or redirects.
+    """GET ``{base_url}/metrics`` and parse it; None when the endpoint is missing, unreachable, redirects or
+    answers more than ``MAX_BODY_BYTES`` (:func:`~evalkit.requests.endpoint.http_get`).
 
     >>> scrape("http://127.0.0.1:9")  # nothing listens on the discard port
     """
@@ -157,13 +159,14 @@ async def scrape_async(
     session: aiohttp.ClientSession, metrics_url: str, only: Iterable[str] | None = None, timeout: float = 2.0
 ) -> Snapshot | None:
     """:func:`scrape` on an event loop, through the caller's session (the scheduler reads the server's queue
-    while its requests stream); None when the endpoint is missing, unreachable or redirects."""
+    while its requests stream); None when the endpoint is missing, unreachable, redirects or answers more than
+    ``MAX_BODY_BYTES``."""
     try:
         async with session.get(metrics_url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False) as r:
             if r.status != 200:
                 return None
-            text = await r.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+            text = (await read_capped(r)).decode("utf-8", errors="replace")
+    except (aiohttp.ClientError, asyncio.TimeoutError, BodyTooLarge):
         return None
     return parse_text(text, only)
 

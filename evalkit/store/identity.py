@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from evalkit.contracts import Request, Response, SampleRecord, Score
+from evalkit.limits import MAX_STORED_CHARS, cap_texts
 
 
 def request_key(model: str, kind: str, task: str, version: str, data_sha: dict[str, str], req: Request) -> str:
@@ -33,8 +34,27 @@ def request_key(model: str, kind: str, task: str, version: str, data_sha: dict[s
     return hashlib.sha256(blob).hexdigest()
 
 
+# the fields of a record that hold what the server sent (or what was computed from it): each of their texts is
+# stored cut to MAX_STORED_CHARS
+SERVER_FIELDS = ("response", "reasoning", "tool_calls", "turns", "extracted", "extraction", "error")
+
+
+def _capped(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with every text of SERVER_FIELDS cut to MAX_STORED_CHARS (each cut marked in the text), and the
+    cuts named in ``error`` (the sample's note)."""
+    cuts: list[str] = []
+    for name in SERVER_FIELDS:
+        if fields.get(name) is not None:
+            fields[name] = cap_texts(fields[name], name, cuts)
+    if cuts:
+        note = f"stored cut to {MAX_STORED_CHARS:,} characters per text: {', '.join(cuts)}"
+        fields["error"] = f"{fields['error']}; {note}" if fields.get("error") else note
+    return fields
+
+
 def record_for(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
-    """The record stored for a request: its answer and timings, with its score (None: the request failed)."""
+    """The record stored for a request: its answer and timings, with its score (None: the request failed).
+    Texts longer than MAX_STORED_CHARS are stored cut, and the record's ``error`` says which."""
     base: dict[str, Any] = dict(
         key=key,
         task=req.task,
@@ -60,16 +80,10 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
         turns=resp.turns,
     )
     if resp.error is not None or score is None:
-        return SampleRecord(**base, status="api_error", error=resp.error)
+        return SampleRecord(**_capped({**base, "error": resp.error}), status="api_error")
     if score.answer is not None:
         base["response"] = score.answer
     if score.reasoning is not None:
         base["reasoning"] = score.reasoning
-    return SampleRecord(
-        **base,
-        status=score.status,
-        error=resp.note,
-        extracted=score.extracted,
-        correct=score.correct,
-        extraction=score.extraction,
-    )
+    scored = {**base, "error": resp.note, "extracted": score.extracted, "extraction": score.extraction}
+    return SampleRecord(**_capped(scored), status=score.status, correct=score.correct)

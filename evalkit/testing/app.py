@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from evalkit.testing.answers import GEN, TOKEN_RE, last_user_text, render_chat
-from evalkit.testing.hostile import PING, PING_INTERVAL_S
+from evalkit.testing.hostile import PING, PING_INTERVAL_S, gzip_bomb
 from evalkit.testing.protocol import ApiError, Encoder, Job, parse_job
 from evalkit.testing.state import RecordedRequest, ServerState, validate_fault
 
@@ -81,12 +81,17 @@ def _auth(state: ServerState, request: web.Request) -> web.Response | None:
 @web.middleware
 async def _front(request: web.Request, handler: Any) -> web.StreamResponse:
     """Notes every request in ``state.seen``; answers ``Behaviour.redirect``'s paths (all when it names none)
-    with a redirect of its status to the same path and query at its ``to`` origin."""
+    with a redirect of its status to the same path and query at its ``to`` origin, and ``Behaviour.gzip_bomb``'s
+    paths with its gzip bomb."""
     state = request.app[STATE_KEY]
     state.seen.append((request.method, request.path, dict(request.headers)))
     r = state.behaviour.redirect
     if r is not None and (not r.get("paths") or request.path in r["paths"]):
         return web.Response(status=int(r.get("status", 307)), headers={"Location": r["to"] + request.path_qs})
+    bomb = state.behaviour.gzip_bomb
+    if bomb is not None and request.path in bomb.get("paths", ()):
+        body = gzip_bomb(int(bomb["bytes"]))
+        return web.Response(body=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
     response: web.StreamResponse = await handler(request)
     return response
 
@@ -149,6 +154,8 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
             rec.status = int(fault["status"])
             headers = {"Retry-After": str(fault["retry_after"])} if "retry_after" in fault else None
             msg = fault.get("message") or f"injected fault: HTTP {rec.status}"
+            if fault.get("echo_auth"):  # as some gateways do: the credentials quoted back in the message
+                msg += f" (request had Authorization: {request.headers.get('Authorization', '')})"
             return error_response(rec.status, msg, fault.get("type"), headers)
         if fault.get("hostile") == "ping_only":
             return await _ping_only(request, rec, float(fault.get("stall_s") or 3600.0))
@@ -209,7 +216,7 @@ async def _run(
     metrics.inc(m, "vllm:prompt_tokens", ptoks)
     for toks in job.prompt_tokens:
         metrics.prefix_cache(m, toks)
-    enc = Encoder(state, job, bool(fault.get("null_content")), fault.get("hostile"))
+    enc = Encoder(state, job, bool(fault.get("null_content")), fault.get("hostile"), fault.get("model"))
     drop = fault.get("drop_after_tokens")
     stall_s = float(fault.get("stall_s") or 0.0)
     stall_after = int(fault.get("after_tokens") or 0)
@@ -328,7 +335,7 @@ async def _fast(
     fault: dict[str, Any],
 ) -> web.StreamResponse:
     """Fast mode: the whole response is serialized once per distinct request (and behaviour)."""
-    enc = Encoder(state, job, bool(fault.get("null_content")), fault.get("hostile"))
+    enc = Encoder(state, job, bool(fault.get("null_content")), fault.get("hostile"), fault.get("model"))
     if job.stream:
         parts: list[bytes] = []
         if job.chat:

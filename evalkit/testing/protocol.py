@@ -180,8 +180,17 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
 
 
 class Encoder:
-    def __init__(self, state: ServerState, job: Job, null_content: bool, hostile_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        state: ServerState,
+        job: Job,
+        null_content: bool,
+        hostile_mode: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        """``model``: the id the chunks name (default: the requested model's)."""
         self.job = job
+        self.model = model or job.model
         self.null = null_content
         self.hostile = hostile_mode
         self.obj = "chat.completion.chunk" if job.chat else "text_completion"
@@ -193,7 +202,7 @@ class Encoder:
             "id": self.job.rid,
             "object": self.obj,
             "created": self.job.created,
-            "model": self.job.model,
+            "model": self.model,
             "choices": choices,
         }
         if usage is not None:
@@ -255,7 +264,7 @@ class Encoder:
             "id": self.job.rid,
             "object": "chat.completion" if self.job.chat else "text_completion",
             "created": self.job.created,
-            "model": self.job.model,
+            "model": self.model,
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": None,

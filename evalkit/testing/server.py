@@ -37,11 +37,15 @@ or ``{}`` = behave normally for that request)::
     {"drop_after_tokens": 3}                 send 3 tokens, then abort the TCP connection (0: no data)
     {"stall_s": 1.5, "after_tokens": 4}      stop sending for 1.5 s after 4 tokens (default 0)
     {"null_content": True}                   content / text is null in every chunk, finishes normally
+    {"status": 502, "echo_auth": True}       ... its message quotes the request's Authorization header
+    {"model": "other-model"}                 the chunks name this model (a replica serving another one)
     {"hostile": "usage_string"}              a malformed stream, one labelled mode each (streams only):
                                              usage_string / _list / _huge / _huge_float / _float / _negative,
                                              reasoning_tokens_string, finish_reason_int, content_int,
                                              long_data_line, long_comment_line (20 MB lines), ping_only
-                                             (only ": ping" comments for "stall_s" seconds, default 3600);
+                                             (only ": ping" comments for "stall_s" seconds, default 3600),
+                                             flood (24 MB of text events), deep_arguments / huge_arguments
+                                             (tool-call arguments 1,500 deep / 8 MB);
                                              see evalkit.testing.hostile.HOSTILE_MODES
 
 Drift: ``Behaviour(switch_after=N, switch_to={"correct_ratio": 0.4})`` answers the first N generation requests
@@ -49,8 +53,9 @@ as configured and every later one with those fields changed (a deployment that s
 
 Credentials and redirects: ``Behaviour(api_key=K)`` wants ``Bearer K`` on ``/v1``, ``basic_auth="user:pw"``
 HTTP Basic auth; ``redirect={"status": 307, "to": other.base_url, "paths": ["/metrics"]}`` answers those paths
-(all when ``paths`` is absent) with a redirect to the same path at ``to``. ``srv.seen`` lists every request
-received (method, path, headers), test endpoints included.
+(all when ``paths`` is absent) with a redirect to the same path at ``to``;
+``gzip_bomb={"paths": ["/v1/models"], "bytes": N}`` answers those paths with a small gzip body that decompresses
+to N bytes. ``srv.seen`` lists every request received (method, path, headers), test endpoints included.
 
 Test endpoints: ``GET /_test/requests``, ``GET|POST /_test/faults``, ``GET|POST /_test/behaviour`` (JSON
 object of Behaviour fields), ``POST /_test/reset``, ``GET /_test/stats``.

@@ -16,7 +16,7 @@ AnswerFn = Callable[[str, dict[str, Any], int], str]
 
 FAULT_KEYS = {
     "status", "retry_after", "message", "type", "html", "delay_s", "drop_after_tokens", "null_content",
-    "stall_s", "after_tokens", "hostile",
+    "stall_s", "after_tokens", "hostile", "echo_auth", "model",
 }  # fmt: skip
 
 
@@ -44,6 +44,8 @@ class Behaviour:
     switch_to: dict[str, Any] | None = None  # Behaviour fields, e.g. {"correct_ratio": 0.4}: a server that drifts
     auto_tool_choice: bool = True  # False: a request with tools is refused with 400, as vLLM without the flag
     tool_variant: str = "right"  # how requests with tools are answered (evalkit.testing.tools.VARIANTS, or "mix")
+    # {"paths": ["/v1/models"], "bytes": N}: those paths answer a gzip body that decompresses to N bytes (a bomb)
+    gzip_bomb: dict[str, Any] | None = None
 
     def update(self, **changes: Any) -> None:
         names = {f.name for f in fields(self)}
