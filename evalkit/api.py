@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # imported where used: the command starts without pydantic mo
     from evalkit.gate.command import GateOutcome
     from evalkit.store.reader import Run
 
-__all__ = ["RunResult", "gate", "offline_environment", "open_run", "report", "run"]
+__all__ = ["RunResult", "gate", "offline_environment", "open_run", "report", "run", "run_repeats"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,62 @@ def run(
         manifest=Manifest.model_validate(out["manifest"]),
         summary=RunSummary.model_validate(out["summary"]),
     )
+
+
+def run_repeats(
+    tasks: str | Sequence[str] | None = None,
+    repeats: int = 3,
+    *,
+    config: str | Path | None = None,
+    progress: Any = None,
+    argv: list[str] | None = None,
+    **settings: Any,
+) -> list[RunResult]:
+    """The same run ``repeats`` times, one after another against the same server, into ``OUTPUT_DIR/repeat-K``
+    (``evalkit run --repeats N``): the runs of one config that ``evalkit gate --baseline A --baseline B ...``
+    judges speed on. With ``server`` (``--serve``) vLLM starts once and serves every repeat. Each repeat is a
+    complete run dir (resumed like any other); a repeat that raises stops the rest, what finished is kept.
+
+    Example::
+
+        results = run_repeats("gsm8k", 3, endpoint="http://127.0.0.1:8000/v1", output_dir="reports/base")
+        [r.run_dir.name for r in results]   # ['repeat-1', 'repeat-2', 'repeat-3']
+    """
+    from evalkit.config import load_config
+    from evalkit.contracts import Manifest, RunSummary
+    from evalkit.errors import ConfigError
+    from evalkit.runner import Runner
+
+    if not 1 <= repeats <= 100:
+        raise ConfigError(f"--repeats {repeats} is out of range; pass 1 to 100")
+    offline_environment()
+    names = [tasks] if isinstance(tasks, str) else list(tasks or [])
+    base_cfg = load_config({"tasks": names, **settings}, Path(config) if config is not None else None)
+    if base_cfg.output_dir is None:
+        raise ConfigError("--repeats needs --output-dir DIR (the repeats are written to DIR/repeat-1 …)")
+    if argv is None:
+        argv = _call_argv(names, config, {**settings, "repeats": repeats})
+    results: list[RunResult] = []
+    server: Any = None
+    try:
+        for k in range(1, repeats + 1):
+            cfg = base_cfg.model_copy(update={"output_dir": base_cfg.output_dir / f"repeat-{k}"})
+            runner = Runner(cfg, progress=progress, argv=argv, server=server, keep_server=True)
+            try:
+                out = runner.run()
+            finally:
+                server = runner.server
+            results.append(
+                RunResult(
+                    run_dir=Path(out["run_dir"]),
+                    manifest=Manifest.model_validate(out["manifest"]),
+                    summary=RunSummary.model_validate(out["summary"]),
+                )
+            )
+    finally:
+        if server is not None:
+            server.stop()
+    return results
 
 
 def _call_argv(names: list[str], config: str | Path | None, settings: dict[str, Any]) -> list[str]:

@@ -211,9 +211,18 @@ def run(
         typer.Option("--server-env", help="KEY=VALUE for the server's environment (repeatable).", rich_help_panel=_OPT),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=100,
+            help="Run it N times, one after another on the same server, into OUTPUT_DIR/repeat-1 … (for the gate's speed rules).",
+        ),
+    ] = 1,
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
     params = dict(locals())  # the options, before anything else is bound here
+    params.pop("repeats")
     from evalkit import api
     from evalkit.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
@@ -221,8 +230,14 @@ def run(
     try:
         settings, config_file = _run_settings(params)
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
-            result = api.run(config=config_file, progress=progress, argv=sys.argv, **settings)
-        print_summary(summary_json(result.summary), str(result.run_dir))
+            if repeats > 1:
+                results = api.run_repeats(
+                    repeats=repeats, config=config_file, progress=progress, argv=sys.argv, **settings
+                )
+            else:
+                results = [api.run(config=config_file, progress=progress, argv=sys.argv, **settings)]
+        for result in results:
+            print_summary(summary_json(result.summary), str(result.run_dir))
     except EvalkitError as e:
         _fail(e)
     except KeyboardInterrupt:

@@ -185,16 +185,19 @@ class Runner:
         argv: list[str] | None = None,
         server: Any = None,
         scoring: Worker | None = None,
+        keep_server: bool = False,
     ) -> None:
-        """``server``: a VLLMServer the caller started and stops, serving ``cfg.endpoint`` (its provenance goes
-        into the manifest); without it, ``cfg.server`` makes the run start and stop its own. ``scoring``: a
-        scoring Worker the caller owns and closes (runs one after another share it); else the run starts its own."""
+        """``server``: a VLLMServer the caller started and stops, serving ``cfg.endpoint`` or started from
+        ``cfg.server`` (its provenance goes into the manifest); without it, ``cfg.server`` makes the run start
+        its own and stop it at the end, unless ``keep_server`` (the caller then takes ``self.server`` and stops
+        it). ``scoring``: a scoring Worker the caller owns and closes (runs one after another share it); else the
+        run starts its own."""
         self.cfg = cfg
         self.progress = progress
         self.argv = argv or sys.argv
         self.registry = Registry(cfg.tasks_dir)
         self.server: Any = server
-        self._owns_server = server is None
+        self._owns_server = server is None and not keep_server
         self._urls: list[str] = []  # the endpoints' base URLs (several: the run is sharded over them)
         self._given_scoring = scoring
         self._first_error: dict[str, str] = {}  # task -> the first failure's message (for the run's error line)
@@ -207,7 +210,10 @@ class Runner:
         return [self.registry.get(name) for name in self.cfg.tasks]
 
     def _endpoints(self, run_dir_hint: Path | None) -> list[str]:
-        """The base URLs to send to: the one server evalkit starts, or every ``--endpoint`` (normalised)."""
+        """The base URLs to send to: the one server evalkit starts (or the caller started), or every
+        ``--endpoint`` (normalised)."""
+        if self.server is not None:
+            return [self.server.base_url.rstrip("/") + "/v1"]
         if self.cfg.server is not None:
             if self.cfg.endpoint:
                 raise ConfigError("give either --endpoint or --serve, not both")

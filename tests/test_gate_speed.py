@@ -5,6 +5,7 @@ run dirs written by evalkit against test servers of known speed over HTTP."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,37 @@ def test_a_watch_on_a_healthy_endpoint_raises_no_speed_alarm_in_30_ticks(tmp_pat
     speed = [rule for r in full for rule in r.rules if rule["name"].endswith(("TTFT p50", "TPOT p50"))]
     assert len(speed) == 2 * len(full) >= 40
     assert all(rule["verdict"] == "pass" for rule in speed)  # judged (the canary's own load), never failed
+
+
+def test_run_repeats_writes_one_run_dir_per_repeat_that_the_gate_judges_together(tmp_path: Path) -> None:
+    with TestServer(Behaviour(ttft_s=0.02, itl_s=0.004)) as srv:
+        for side in ("base", "cand"):
+            args = ["run", "gsm8k", "--endpoint", srv.url, "--limit", "32", "--max-tokens", "16", "--concurrency", "8"]
+            res = CliRunner().invoke(app, [*args, "--repeats", "3", "-o", str(tmp_path / side), "-q"])
+            assert res.exit_code == 0, res.output
+        sent = len(srv.state.requests)
+    assert sorted(p.name for p in (tmp_path / "base").iterdir()) == ["repeat-1", "repeat-2", "repeat-3"]
+    assert sent >= 6 * 32  # every repeat sent its requests (nothing was reused from another repeat)
+    dirs = sides(sorted((tmp_path / "base").iterdir()), sorted((tmp_path / "cand").iterdir()))
+    code, out, data = gate(*dirs, out=tmp_path / "g")
+    assert code == 0, out
+    assert any(r["method"] and "3 vs 3 runs" in r["method"] for r in data["rules"] if r["kind"] == "speed")
+    res = CliRunner().invoke(app, ["run", "gsm8k", "--endpoint", "http://127.0.0.1:9/v1", "--repeats", "2"])
+    assert res.exit_code == 2 and "--repeats needs --output-dir DIR" in res.output
+
+
+def test_run_repeats_with_serve_starts_the_server_once(tmp_path: Path) -> None:
+    from evalkit import api
+
+    server = {
+        "model": "test-model",
+        "command": [sys.executable, "-m", "evalkit.testing.server"],
+        "launcher": "module",
+        "startup_timeout_s": 60,
+    }
+    results = api.run_repeats(
+        "gsm8k", 2, server=server, limit=4, max_tokens=16, output_dir=tmp_path / "r", report=False
+    )
+    urls = {r.manifest.endpoint.base_url for r in results}
+    assert [r.run_dir.name for r in results] == ["repeat-1", "repeat-2"]
+    assert len(urls) == 1 and all(r.manifest.server for r in results), urls  # one server (one port) served both
