@@ -222,7 +222,6 @@ def run(
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
     params = dict(locals())  # the options, before anything else is bound here
-    params.pop("repeats")
     from evalkit import api
     from evalkit.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
@@ -320,6 +319,7 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     )
     config_file = take("config")
     p.pop("quiet", None)  # how the command shows progress, not a setting
+    p.pop("repeats", None)  # how many runs the command makes of these settings, not a setting of one
     assert not p, f"evalkit run options not mapped to settings in cli._run_settings: {sorted(p)}"
     return settings, config_file
 
