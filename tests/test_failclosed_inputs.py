@@ -34,7 +34,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     return {
         "base": build_gsm8k_run(root / "base", n=200, seed=0, accuracy=0.78),
-        "same": build_gsm8k_run(root / "same", n=200, seed=0, accuracy=0.78),
+        "same": build_gsm8k_run(root / "same", n=200, seed=1, accuracy=0.78),  # another draw: not a copy
         "drop": build_gsm8k_run(root / "drop", n=200, seed=1, accuracy=0.40),
     }
 

@@ -64,7 +64,7 @@ def test_non_finite_numbers_are_refused(name: str, tmp_path: Path, server: TestS
     if "server" not in field:
         args += ["--endpoint", server.url]
     before = len(server.requests)
-    assert_one_error_line(invoke(args, env), f"invalid value for '{field}'", "finite number")
+    assert_one_error_line(invoke(args, env), f"'{field}'", "finite number")  # names the setting and the fix
     assert len(server.requests) == before
 
 

@@ -128,7 +128,7 @@ def _label(dirs: list[Path]) -> str:
 
 def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
     """Refuse (CannotDecide, one line) a run dir still being written by an evalkit run, and the same run on both
-    sides (one directory twice, or a copy: byte-identical manifests and samples)."""
+    sides (one directory twice, or a copy: byte-identical manifest, samples and summary)."""
     for role, path in [*(("baseline", b) for b in baselines), *(("candidate", c) for c in candidates)]:
         pid = writer_pid(path)
         if pid is not None:
@@ -139,7 +139,8 @@ def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
     for baseline in baselines:
         for candidate in candidates:
             same = baseline.resolve() == candidate.resolve() or all(
-                _same_file(baseline / name, candidate / name) for name in ("manifest.json", "samples.jsonl")
+                _same_file(baseline / name, candidate / name)
+                for name in ("manifest.json", "samples.jsonl", "summary.json")
             )
             if same:
                 raise CannotDecide(
