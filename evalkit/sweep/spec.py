@@ -10,6 +10,7 @@ sampling:                       # optional: name -> generation settings
   greedy: {temperature: 0}
   t06: {temperature: 0.6, top_p: 0.95, seed: 1}
 concurrency: [8, 32, 128]       # optional: fixed levels (else --concurrency auto)
+warmup: 0                       # optional: warm-up requests per sampling config of each run (default: its level)
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class SweepSpec(_Strict):
     configs: dict[str, dict[str, Any]] = Field(default_factory=_one_config)
     sampling: dict[str, Sampling] | None = None
     concurrency: list[int] | None = None
+    warmup: int | None = Field(default=None, ge=0)  # each run's --warmup (None: the default warm-up)
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
