@@ -7,6 +7,7 @@ manifest and summary, come before the server's /metrics "before" snapshot, and c
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from evalkit.config import load_config
 from evalkit.requests import warmup
 from evalkit.runner import Runner
 from evalkit.sweep import load_spec, plan
-from evalkit.testing.server import Behaviour, TestServer
+from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
 from evalkit.watch.loop import Watch, WatchSettings
 
 TTFT_S = 0.5  # injected time to first token (client and server overheads on loaded cores: 10-50 ms)
@@ -42,17 +43,22 @@ def read(out: Path) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]
     return manifest, summary, samples
 
 
-def stalled_run(out: Path, *extra: str) -> tuple[TestServer, dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    with TestServer(Behaviour(ttft_s=TTFT_S, first_batch_stall_s=STALL_S)) as srv:
+def stalled_run(out: Path, *extra: str) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]], int]:
+    """The run against a test server in a process of its own (so that its work does not share the client's GIL
+    and cores' timing), with the first-batch stall; also how many requests (warm-up ones apart) it received."""
+    args = ("--ttft", str(TTFT_S), "--first-batch-stall", str(STALL_S))
+    with SubprocessServer(*args) as srv:
         code, err = evalkit("run", *RUN, "--endpoint", srv.url, "-o", str(out), "-q", "--no-report", *extra)
         assert code == 0, err
-    return (srv, *read(out))
+        with urllib.request.urlopen(srv.base_url + "/_test/requests") as resp:
+            received = len(json.loads(resp.read()))
+    return (*read(out), received)
 
 
 @pytest.mark.slow
 def test_default_warmup_takes_the_first_batch_stall_out_of_ttft(tmp_path: Path) -> None:
-    _, cold_manifest, cold, cold_samples = stalled_run(tmp_path / "cold", "--no-warmup")
-    srv, manifest, warm, samples = stalled_run(tmp_path / "warm")
+    cold_manifest, cold, cold_samples, _ = stalled_run(tmp_path / "cold", "--no-warmup")
+    manifest, warm, samples, received = stalled_run(tmp_path / "warm")
     cold_p99 = cold["tasks"]["aime25"]["speed"]["ttft_ms"]["p99"]
     warm_p99 = warm["tasks"]["aime25"]["speed"]["ttft_ms"]["p99"]
     print(f"TTFT p99: {cold_p99:.1f} ms without warm-up, {warm_p99:.1f} ms with it (injected {TTFT_S * 1000:g} ms)")
@@ -60,7 +66,7 @@ def test_default_warmup_takes_the_first_batch_stall_out_of_ttft(tmp_path: Path) 
     assert abs(warm_p99 - TTFT_S * 1000) <= 0.15 * TTFT_S * 1000
 
     # one line of samples.jsonl per sample, with or without a warm-up; --no-warmup leaves no trace in the files
-    assert len(samples) == len(cold_samples) == REQUESTS
+    assert len(samples) == len(cold_samples) == received == REQUESTS
     assert "warmup" not in cold_manifest and "warmup" not in cold
     assert warm["warmup"] == {"requests": 8, "failed": 0, "wall_s": warm["warmup"]["wall_s"]}
     assert warm["warmup"]["wall_s"] >= STALL_S * 0.9
@@ -82,23 +88,26 @@ def test_default_warmup_takes_the_first_batch_stall_out_of_ttft(tmp_path: Path) 
             }
         ],
     }
+    # the server's /metrics delta is the timed phase's: the "before" snapshot is taken after the warm-up
+    assert warm["tasks"]["aime25"]["server"]["requests"]["total"] == REQUESTS
 
-    # the warm-up: the run's sampling settings, its own distinct prompts (none of the eval's), marked as such
-    sent = srv.warmup_requests
-    timed = srv.requests
-    assert len(sent) == 8 and len(timed) == REQUESTS
-    bodies = [r.body for r in sent]
-    assert {(b["temperature"], b["top_p"], b["max_tokens"]) for b in bodies} == {(1.0, 0.95, 16)}
+
+def test_warmup_requests_have_the_runs_sampling_and_their_own_prompts(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with TestServer(Behaviour(ttft_s=0.05, first_batch_stall_s=0.3)) as srv:
+        code, err = evalkit("run", *RUN, "--endpoint", srv.url, "-o", str(out), "-q", "--no-report")
+        assert code == 0, err
+        sent, timed = srv.warmup_requests, srv.requests
+    samples = read(out)[2]
+    assert len(sent) == 8 and len(timed) == len(samples) == REQUESTS
+    assert {(r.body["temperature"], r.body["top_p"], r.body["max_tokens"]) for r in sent} == {(1.0, 0.95, 16)}
     assert all(r.headers.get(warmup.WARMUP_HEADER) == "1" for r in sent)
     assert not any(warmup.WARMUP_HEADER in r.headers for r in timed)
     warm_prompts = [r.prompt for r in sent]
-    assert len(set(warm_prompts)) == 8
-    assert not set(warm_prompts) & {r.prompt for r in timed}
-    assert not set(warm_prompts) & {s["prompt"] for s in samples}
-    assert max(r.end_time or 0 for r in sent) <= min(r.time for r in timed)  # before the timed phase
-
-    # the server's /metrics delta is the timed phase's: the "before" snapshot is taken after the warm-up
-    assert warm["tasks"]["aime25"]["server"]["requests"]["total"] == REQUESTS
+    assert len(set(warm_prompts)) == 8  # distinct prompts, none of the eval's
+    assert not set(warm_prompts) & ({r.prompt for r in timed} | {s["prompt"] for s in samples})
+    assert max(r.end_time or 0 for r in sent) <= min(r.time for r in timed)  # all before the timed phase
+    assert all(s["ttft_ms"] < 300 for s in samples)  # the stall fell on the warm-up
 
 
 def test_every_sampling_config_is_warmed(tmp_path: Path) -> None:
