@@ -67,6 +67,14 @@ def run(
     concurrency: Annotated[str | None, typer.Option(help="Requests in flight: a number, or auto (default).")] = None,
     max_concurrency: Annotated[int | None, typer.Option(help="Upper bound for --concurrency auto.")] = None,
     auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 128).")] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Warm-up requests per sampling config before the timed phase (default: the run's concurrency level).",
+        ),
+    ] = None,
+    no_warmup: Annotated[bool, typer.Option("--no-warmup", help="Send no warm-up requests.")] = False,
     limit: Annotated[int | None, typer.Option(help="Only the first N documents.")] = None,
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
     num_samples: Annotated[int | None, typer.Option(help="Samples per problem (repeats).")] = None,
@@ -297,6 +305,7 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         concurrency=take("concurrency"),
         max_concurrency=take("max_concurrency"),
         auto_start=take("auto_start"),
+        warmup=_warmup_setting(take("warmup"), take("no_warmup")),
         limit=take("limit"),
         num_fewshot=take("num_fewshot"),
         num_samples=take("num_samples"),
@@ -322,6 +331,14 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     p.pop("repeats", None)  # how many runs the command makes of these settings, not a setting of one
     assert not p, f"evalkit run options not mapped to settings in cli._run_settings: {sorted(p)}"
     return settings, config_file
+
+
+def _warmup_setting(warmup: int | None, no_warmup: bool) -> int | None:
+    from evalkit.errors import ConfigError
+
+    if no_warmup and warmup:
+        raise ConfigError(f"give either --warmup {warmup} or --no-warmup, not both")
+    return 0 if no_warmup else warmup
 
 
 def config_show(**params: Any) -> None:

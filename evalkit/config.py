@@ -44,6 +44,9 @@ class RunConfig(BaseSettings):
     concurrency: int | Literal["auto"] = "auto"
     max_concurrency: int = Field(default=512, ge=1)
     auto_start: int = Field(default=128, ge=1)
+    # warm-up requests per sampling config before the timed phase (evalkit/requests/warmup.py); None: the run's
+    # concurrency level; 0: none
+    warmup: int | None = Field(default=None, ge=0)
     limit: int | None = Field(default=None, ge=1)
     num_fewshot: int | None = Field(default=None, ge=0)
     num_samples: int | None = Field(default=None, ge=1)
@@ -79,6 +82,16 @@ class RunConfig(BaseSettings):
             return int(v)
         if isinstance(v, int) and v < 1:
             raise ValueError("must be a positive integer or 'auto'")
+        return v
+
+    @field_validator("warmup", mode="before")
+    @classmethod
+    def _warmup(cls, v: Any) -> Any:
+        """``true``/``false`` (a config file or EVALKIT_WARMUP) mean the default warm-up and none."""
+        if isinstance(v, str) and v.strip().lower() in ("true", "false", "on", "off", "yes", "no"):
+            v = v.strip().lower() in ("true", "on", "yes")
+        if isinstance(v, bool):
+            return None if v else 0
         return v
 
     @field_validator("seed")

@@ -235,6 +235,30 @@ class Percentiles(BaseModel):
     n: int = 0
 
 
+class SteadyState(BaseModel):
+    """Speed over the window in which the requests in flight were at the run's level (``target``): from the
+    first moment that many were in flight to the last moment they were (ramp-up and drain tail left out).
+    Latencies are over the requests that started and finished inside the window; tokens/s and requests/s over
+    the requests that finished inside it, divided by its duration. The figures are None, and ``reason`` says
+    why, when fewer than ``min_requests`` requests fall in the window (or the level was never reached)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: int  # requests in flight that count as steady: the run's concurrency, capped by its request count
+    start_s: float | None = None  # the window, in seconds since the request phase began (as ``start_s``)
+    end_s: float | None = None
+    duration_s: float | None = None
+    requests: int = 0  # started and finished inside the window
+    min_requests: int
+    ttft_ms: Percentiles | None = None
+    tpot_ms: Percentiles | None = None
+    itl_ms: Percentiles | None = None
+    e2e_ms: Percentiles | None = None
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    reason: str | None = Field(default=None, exclude_if=_is_none)  # why there are no figures
+
+
 class Speed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -250,6 +274,8 @@ class Speed(BaseModel):
     client_cpu_s: float | None = None
     loop_lag_ms_p99: float | None = None
     client_bound: bool | None = None
+    # the same figures over the window at the target level of requests in flight (a task's speed only)
+    steady_state: SteadyState | None = Field(default=None, exclude_if=_is_none)
 
 
 class EndpointSummary(BaseModel):
@@ -281,6 +307,21 @@ class TaskSummary(BaseModel):
     endpoints: list[EndpointSummary] | None = Field(default=None, exclude_if=_is_none)
 
 
+class WarmupSummary(BaseModel):
+    """What the warm-up before the timed phases did (``summary.json``'s ``warmup``; absent with ``--no-warmup``):
+    its requests are in no speed figure, no metric and no line of ``samples.jsonl``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: int  # warm-up requests sent, over every task
+    failed: int  # of those, failed after their attempts (the run goes on: the timed phase records its own errors)
+    wall_s: float  # seconds the warm-up took (also in ``timings_s`` as ``<task>.warmup``)
+    first_error: str | None = Field(default=None, exclude_if=_is_none)
+    # only when evalkit started the server: whether its prefix cache was reset after the warm-up, and why not
+    prefix_cache_reset: bool | None = Field(default=None, exclude_if=_is_none)
+    prefix_cache_note: str | None = Field(default=None, exclude_if=_is_none)
+
+
 class RunSummary(BaseModel):
     """``summary.json``: one :class:`TaskSummary` per task, and where the command's time went."""
 
@@ -289,6 +330,7 @@ class RunSummary(BaseModel):
     schema_version: int = SCHEMA_VERSION
     tasks: dict[str, TaskSummary] = Field(default_factory=dict)
     timings_s: dict[str, float | None] = Field(default_factory=dict)  # phase -> seconds
+    warmup: WarmupSummary | None = Field(default=None, exclude_if=_is_none)
 
 
 class Endpoint(BaseModel):
@@ -315,6 +357,20 @@ class ManifestTask(BaseModel):
     metrics: list[str] | None = Field(default=None, exclude_if=_is_none)
 
 
+class WarmupSettings(BaseModel):
+    """How the warm-up was asked for and what it sent (``manifest.json``'s ``warmup``; absent with
+    ``--no-warmup``). ``configs``: one entry per sampling config warmed (``task``: the first task that uses it,
+    ``endpoint_kind``, ``temperature``, ``top_p``, ``seeded``, ``requests``, ``concurrency``, ``max_tokens``),
+    filled in as each task's timed phase begins."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: int | None  # per sampling config as asked (--warmup N); None: the run's concurrency level
+    max_tokens: int  # the most each warm-up request generates (less where the run's requests ask for less)
+    prompts_sha256: str  # the shipped warm-up text (evalkit/requests/warmup.txt)
+    configs: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class Manifest(BaseModel):
     """``manifest.json``: what was run, against what, with which versions; written at start and at the end."""
 
@@ -337,6 +393,7 @@ class Manifest(BaseModel):
     tasks: dict[str, ManifestTask]
     server: dict[str, Any] | None = None  # provenance of a server evalkit started (--serve)
     resumed_at: list[str] | None = None  # one timestamp per resume; absent for a run never resumed
+    warmup: WarmupSettings | None = Field(default=None, exclude_if=_is_none)  # absent with --no-warmup
 
 
 def summary_json(summary: RunSummary) -> dict[str, Any]:

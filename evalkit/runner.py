@@ -34,11 +34,14 @@ from evalkit.contracts import (
     SchedulerStats,
     Score,
     TaskSummary,
+    WarmupSettings,
+    WarmupSummary,
     manifest_json,
     summary_json,
 )
 from evalkit.errors import ConfigError, EndpointError, RunError, ServerError
 from evalkit.redact import redact_argv, redact_text, secrets_of
+from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
 from evalkit.requests.client import Client, ClientOptions
 from evalkit.requests.conversation import converse
@@ -111,6 +114,7 @@ class TaskRun:
     source: list[Request] | RequestStream
     clamp: dict[str, Any] | None = None
     done_keys: set[str] = field(default_factory=set)
+    head: list[Request] | None = None  # a streamed task's first batch, taken by peek() before the timed phase
 
     @property
     def kind(self) -> EndpointKind:
@@ -121,8 +125,25 @@ class TaskRun:
     def streamed(self) -> bool:
         return isinstance(self.source, RequestStream)
 
+    async def peek(self) -> list[Request]:
+        """The requests known before sending: all of them, or a streamed task's first batch (kept for
+        ``batches``, which yields it first)."""
+        if not isinstance(self.source, RequestStream):
+            return self.source
+        if self.head is not None:
+            return self.head
+        stream = self.source.batches()
+        try:
+            head: list[Request] = await anext(stream, [])
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+        self.head = head
+        return head
+
     async def batches(self) -> AsyncIterator[list[Request]]:
         if isinstance(self.source, RequestStream):
+            if self.head is not None:
+                yield self.head
             async for batch in self.source.batches():
                 yield batch
         else:
@@ -202,6 +223,8 @@ class Runner:
         self._given_scoring = scoring
         self._first_error: dict[str, str] = {}  # task -> the first failure's message (for the run's error line)
         self._listed: set[str] = set()  # the model ids the endpoints list
+        self._warmed: set[warmup.SamplingKey] = set()  # the sampling configs warmed so far in this run
+        self._warmups: list[tuple[str, warmup.WarmupResult]] = []  # (task, what its warm-up did)
 
     # -- setup -------------------------------------------------------------------------------------------
     def _tasks(self) -> list[Task]:
@@ -367,6 +390,13 @@ class Runner:
                 for p in plans
             },
             server=self.server.provenance() if self.server is not None else None,
+            warmup=(
+                None
+                if self.cfg.warmup == 0
+                else WarmupSettings(
+                    requests=self.cfg.warmup, max_tokens=warmup.MAX_TOKENS, prompts_sha256=warmup.text_sha256()
+                )
+            ),
         )
 
     def _check_resume(self, store: RunStore, manifest: Manifest) -> dict[str, Any] | None:
@@ -418,8 +448,11 @@ class Runner:
                 summary.tasks[p.task.name] = self._run_one(
                     p, base_url, api_key, model, max_model_len, store, last=p is plans[-1]
                 )
+                summary.warmup = self._warmup_summary()
                 store.write_summary(summary)
                 manifest.tasks[p.task.name].max_tokens_clamp = p.clamp
+                if manifest.warmup is not None:
+                    manifest.warmup.configs = [pt.record(name) for name, w in self._warmups for pt in w.points]
                 store.write_manifest(manifest)
         finally:
             store.close()
@@ -514,6 +547,7 @@ class Runner:
             extra["truncate_prompt_tokens"] = max(1, self.cfg.max_length - (p.settings.max_tokens or 0))
         if self.cfg.user is not None:
             extra["user"] = self.cfg.user
+        self._warm_up(p, api_key, model, max_model_len, options, extra, max(0, total - done))
         roots = [server_root(u) for u in self._urls]
         auths = [credentials(u, api_key)[1] for u in self._urls]
         before = [scrape(root, headers=auth) for root, auth in zip(roots, auths, strict=True)]
@@ -536,8 +570,9 @@ class Runner:
             self._scoring.close()
         sharded = len(self._urls) > 1
         itl_by: dict[str, array] | None = {} if sharded else None
-        records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by)
-        out = task_summary(task.version, scored, records, stats, itl)
+        spans: dict[str, tuple[int, int]] = {}
+        records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
+        out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
         out.server = servers[0]
         if sharded:  # the summary's own server section is the first endpoint's, and says so
             shown = [display_url(u) for u in self._urls]
@@ -546,6 +581,64 @@ class Runner:
         out.gpu = gpu.summary()
         self._lap(f"{task.name}.scoring_summary")
         return out
+
+    def _warm_up(
+        self,
+        p: TaskRun,
+        api_key: str | None,
+        model: str,
+        max_model_len: int | None,
+        options: ClientOptions,
+        extra: dict[str, Any],
+        left: int,
+    ) -> None:
+        """The warm-up before the task's timed phase (evalkit/requests/warmup.py), for its sampling configs not
+        warmed yet in this run: ``--warmup`` requests each (default: the run's level of requests in flight,
+        capped by the ``left`` requests to send), at that level; none with ``--warmup 0`` or nothing left."""
+        if self.cfg.warmup == 0 or left == 0:
+            return
+        c = self._in_flight.concurrency
+        level = min(self.cfg.auto_start, self._in_flight.max_concurrency) if c == "auto" else int(c)
+        count = self.cfg.warmup if self.cfg.warmup is not None else min(level, left)
+        reset_root = server_root(self.server.base_url) if self.server is not None else None
+
+        async def go() -> warmup.WarmupResult:
+            return await warmup.run(
+                self._urls,
+                model,
+                p.kind,
+                await p.peek(),
+                count=count,
+                level=level,
+                options=options,
+                api_key=api_key,
+                extra_body=extra,
+                headers=self.cfg.headers,
+                skip=self._warmed,
+                max_model_len=max_model_len,
+                reset_root=reset_root,
+            )
+
+        result = asyncio.run(go())
+        if result.points:
+            self._warmed |= {pt.key for pt in result.points}
+            self._warmups.append((p.task.name, result))
+            self._lap(f"{p.task.name}.warmup")
+
+    def _warmup_summary(self) -> WarmupSummary | None:
+        """``summary.json``'s ``warmup``: every task's warm-up together (None: none was sent)."""
+        if not self._warmups:
+            return None
+        results = [w for _, w in self._warmups]
+        resets = [w.prefix_cache_reset for w in results if w.prefix_cache_reset is not None]
+        return WarmupSummary(
+            requests=sum(w.requests for w in results),
+            failed=sum(w.failed for w in results),
+            wall_s=round(sum(w.wall_s for w in results), 3),
+            first_error=next((w.first_error for w in results if w.first_error), None),
+            prefix_cache_reset=all(resets) if resets else None,
+            prefix_cache_note=next((w.prefix_cache_note for w in results if w.prefix_cache_note), None),
+        )
 
     async def _send(
         self,

@@ -34,6 +34,7 @@ VOLATILE = {
     "e2e_ms",
     "itl_ms",
     "start_s",
+    "wall_s",  # the warm-up's seconds (a speed's wall_s is inside "speed")
     "timings_s",
     "speed",
     "concurrency_trace",

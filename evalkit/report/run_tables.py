@@ -56,7 +56,7 @@ class PctRow:
     n: str
 
 
-def speed_table(speed: dict[str, Any]) -> tuple[list[PctRow], list[KV]]:
+def pct_rows(speed: dict[str, Any]) -> list[PctRow]:
     rows = []
     for key, label in SPEED_KEYS:
         p = as_dict(speed.get(key))
@@ -72,6 +72,11 @@ def speed_table(speed: dict[str, Any]) -> tuple[list[PctRow], list[KV]]:
                 fmt_int(p.get("n")),
             )
         )
+    return rows
+
+
+def speed_table(speed: dict[str, Any]) -> tuple[list[PctRow], list[KV]]:
+    rows = pct_rows(speed)
     extra = [
         KV("Output tokens/s", fmt_num(speed.get("output_tokens_per_s"))),
         KV("Total tokens/s", fmt_num(speed.get("total_tokens_per_s"))),

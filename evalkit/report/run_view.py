@@ -9,6 +9,7 @@ from evalkit.contracts import STATUSES
 from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
 from evalkit.report.banners import run_banners
 from evalkit.report.common import (
+    DASH,
     KV,
     Banner,
     MetricView,
@@ -29,6 +30,7 @@ from evalkit.report.run_tables import (
     detail_view,
     gpu_rows,
     latency_rows,
+    pct_rows,
     server_counters,
     speed_cards,
     speed_table,
@@ -162,6 +164,9 @@ class TaskView:
     cards: list[SpeedCard]
     speed_rows: list[PctRow]
     speed_extra: list[KV]
+    steady_title: str | None  # speed.steady_state: its window, or why it has no figures
+    steady_rows: list[PctRow]
+    steady_extra: list[KV]
     endpoints: list[EndpointRow]
     server_endpoint: str | None  # a sharded run: whose /metrics the server section shows
     server_available: bool | None
@@ -178,6 +183,25 @@ class TaskView:
     has_summary: bool
 
 
+def steady_table(speed: dict[str, Any]) -> tuple[str | None, list[PctRow], list[KV]]:
+    """The steady-state window's heading, percentile rows and rates (``speed.steady_state``); no rows when it
+    holds too few requests (the heading then says why), no heading for a summary without one."""
+    s = as_dict(speed.get("steady_state"))
+    if not s:
+        return None, [], []
+    target = as_str(s.get("target"))
+    if s.get("reason"):
+        return f"Steady state ({target} in flight): no figures; {s['reason']}.", [], []
+    start, end = fmt_num(s.get("start_s")), fmt_num(s.get("end_s"))
+    title = f"Steady state ({fmt_int(s.get('requests'))} requests, {start}–{end} s, {target} in flight)"
+    extra = [
+        KV("Output tokens/s", fmt_num(s.get("output_tokens_per_s"))),
+        KV("Requests/s", fmt_num(s.get("requests_per_s"), 3)),
+        KV("Window", fmt_num(s.get("duration_s")) + " s" if as_num(s.get("duration_s")) is not None else DASH),
+    ]
+    return title, pct_rows(s), extra
+
+
 def task_view(run: Run, name: str, index: int) -> TaskView:
     t = run.summary_tasks.get(name, {})
     counts = as_dict(t.get("counts"))
@@ -188,6 +212,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     speed = as_dict(t.get("speed"))
     server = as_dict(t.get("server"))
     srows, sextra = speed_table(speed)
+    steady_title, steady_rows, steady_extra = steady_table(speed)
     conc = concurrency_str(speed, as_list(t.get("concurrency_trace")), run.manifest.get("concurrency"))
     sextra = [KV("Concurrency", conc) if kv.key == "Concurrency" else kv for kv in sextra]
     split = ttft_split(server, speed)
@@ -212,6 +237,9 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
         cards=speed_cards(speed),
         speed_rows=srows,
         speed_extra=sextra,
+        steady_title=steady_title,
+        steady_rows=steady_rows,
+        steady_extra=steady_extra,
         endpoints=endpoint_rows(t),
         server_endpoint=as_str(server.get("endpoint")),
         server_available=available if isinstance(available, bool) else None,

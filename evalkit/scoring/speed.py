@@ -1,4 +1,4 @@
-"""Percentiles and the speed summary of a set of sample records."""
+"""Percentiles and the speed summary of a set of sample records, over the whole run and over its steady state."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from evalkit.contracts import Percentiles, SampleRecord, Speed
+from evalkit.contracts import Percentiles, SampleRecord, Speed, SteadyState
+
+STEADY_MIN_REQUESTS = 30  # fewer requests inside the steady-state window: no steady-state figures
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -66,3 +68,76 @@ def speed_summary(records: Sequence[SampleRecord], wall_s: float | None = None, 
         requests_per_s=len(done) / wall_s if wall_s > 0 else None,
         wall_s=wall_s,
     )
+
+
+def steady_window(records: Sequence[SampleRecord], target: int) -> tuple[float | None, float | None, int]:
+    """(start, end, most in flight) of the window in which at least ``target`` of the answered ``records`` were in
+    flight: from the first moment that many were to the last moment that many were (the ramp-up before and the
+    drain tail after are left out; the moments in between when one had finished and the next was not yet sent
+    are in). (None, None, most) when the level was never reached."""
+    events: list[tuple[float, int]] = []
+    for r in records:
+        if r.start_s is not None and r.e2e_ms is not None:
+            events += [(r.start_s, 1), (r.start_s + r.e2e_ms / 1000.0, -1)]
+    events.sort()  # at the same moment an end (-1) comes before a start (+1): no level that never was
+    level = peak = 0
+    start: float | None = None
+    end: float | None = None
+    for t, step in events:
+        level += step
+        peak = max(peak, level)
+        if step == 1 and level >= target and start is None:
+            start = t
+        elif step == -1 and level == target - 1 and start is not None:
+            end = t
+    return start, end, peak
+
+
+def steady_state(
+    records: Sequence[SampleRecord],
+    target: int,
+    itl: array | None = None,
+    itl_spans: dict[str, tuple[int, int]] | None = None,
+    min_requests: int = STEADY_MIN_REQUESTS,
+) -> SteadyState:
+    """Speed over the steady-state window (:func:`steady_window`) at ``target`` requests in flight (capped by the
+    number of answered records). Latency percentiles are over the requests that started and finished inside
+    the window; output tokens/s and requests/s count the requests that finished inside it, over its duration.
+    ITLs come from ``itl`` at each record's ``itl_spans`` entry (records loaded without theirs), else from the
+    records. Fewer than ``min_requests`` requests inside: no figures, and ``reason`` says why."""
+    done = [r for r in records if r.status != "api_error" and r.start_s is not None and r.e2e_ms is not None]
+    target = max(1, min(target, len(done)))
+    start, end, peak = steady_window(done, target)
+    out = SteadyState(target=target, min_requests=min_requests)
+    if start is None or end is None:
+        out.reason = f"the requests in flight never reached {target} (at most {peak})"
+        return out
+    out.start_s, out.end_s, out.duration_s = round(start, 3), round(end, 3), round(end - start, 3)
+
+    def end_of(r: SampleRecord) -> float:
+        return (r.start_s or 0.0) + (r.e2e_ms or 0.0) / 1000.0
+
+    inside = [r for r in done if (r.start_s or 0.0) >= start and end_of(r) <= end]
+    out.requests = len(inside)
+    if len(inside) < min_requests or end <= start:
+        out.reason = (
+            f"only {len(inside)} requests ran entirely inside the window at {target} in flight; its figures need "
+            f"at least {min_requests}"
+        )
+        return out
+    finished = [r for r in done if start <= end_of(r) <= end]
+    if itl is not None and itl_spans is not None:
+        gaps = array("f")
+        for r in inside:
+            lo, hi = itl_spans.get(r.key, (0, 0))
+            gaps.extend(itl[lo:hi])
+    else:
+        gaps = array("d", (x for r in inside for x in r.itl_ms))
+    duration = end - start
+    out.ttft_ms = percentiles(r.ttft_ms for r in inside)
+    out.tpot_ms = percentiles(r.tpot_ms for r in inside)
+    out.itl_ms = large_percentiles(gaps)
+    out.e2e_ms = percentiles(r.e2e_ms for r in inside)
+    out.output_tokens_per_s = sum(r.output_tokens or 0 for r in finished) / duration
+    out.requests_per_s = len(finished) / duration
+    return out

@@ -15,7 +15,7 @@ from evalkit.contracts import (
     SchedulerStats,
     TaskSummary,
 )
-from evalkit.scoring.speed import percentile, speed_summary
+from evalkit.scoring.speed import percentile, speed_summary, steady_state
 
 LOOP_LAG_BOUND_MS = 20.0  # event-loop lag p99 above this: the client, not the server, may have set the pace
 CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the same
@@ -58,9 +58,14 @@ def task_summary(
     records: list[SampleRecord],
     stats: SchedulerStats,
     itl: array | None,
+    itl_spans: dict[str, tuple[int, int]] | None = None,
+    earlier: set[str] | None = None,
 ) -> TaskSummary:
     """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process), ``records``
-    every request's latest record, ``itl`` all inter-token latencies of the task."""
+    every request's latest record, ``itl`` all inter-token latencies of the task (``itl_spans``: each record's
+    part of it). ``speed.steady_state``: the same figures at the level of requests in flight the scheduler
+    ended at (a fixed concurrency, or where auto settled), over this session's records (``earlier``: the keys an
+    earlier session of a resumed run answered, timed on another clock)."""
     metrics, detail = scored
     counts = _counts(records)
     speed = speed_summary(records, itl=itl)
@@ -72,6 +77,9 @@ def task_summary(
         (speed.loop_lag_ms_p99 or 0) > LOOP_LAG_BOUND_MS
         or (stats.wall_s > 1 and stats.cpu_s / stats.wall_s > CPU_BOUND_SHARE)
     )
+    if stats.final_concurrency > 0:
+        session = [r for r in records if r.key not in earlier] if earlier else records
+        speed.steady_state = steady_state(session, stats.final_concurrency, itl, itl_spans)
     return TaskSummary(
         version=version,
         metrics=metrics,

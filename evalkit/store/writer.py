@@ -311,19 +311,25 @@ def load_for_summary(
     keep_text: bool,
     keep_itl: bool = True,
     itl_by_endpoint: dict[str, array] | None = None,
+    itl_spans: dict[str, tuple[int, int]] | None = None,
 ) -> tuple[list[SampleRecord], array]:
     """The task's latest records, streamed from samples.jsonl and slimmed for summarising: prompts (and
     responses unless ``keep_text``) dropped, every ITL moved into one float32 array (left empty unless
     ``keep_itl``). Keeps a 20,000-sample run with 1,000-token answers within a few hundred MB.
     ``itl_by_endpoint`` (a sharded run), when given, is filled with the ITLs of each endpoint's answers too
-    (keyed by the records' ``endpoint``, ``UNRECORDED`` for records without one)."""
+    (keyed by the records' ``endpoint``, ``UNRECORDED`` for records without one). ``itl_spans``, when given, is
+    filled with where each record's ITLs lie in the returned array (key -> (start, end)), for the steady-state
+    window's ITLs."""
     itl = array("f")
     by_key: dict[str, SampleRecord] = {}
     for d in iter_sample_dicts(store.samples_path):
         if d.get("task") != task:
             continue
         if keep_itl:
+            start = len(itl)
             itl.extend(d.get("itl_ms") or ())  # only answered requests have ITLs, and those are never re-sent
+            if itl_spans is not None and len(itl) > start:
+                itl_spans[d["key"]] = (start, len(itl))
         if itl_by_endpoint is not None:
             itl_by_endpoint.setdefault(d.get("endpoint") or UNRECORDED, array("f")).extend(d.get("itl_ms") or ())
         d["itl_ms"], d["prompt"], d["messages"] = [], "", None

@@ -53,6 +53,8 @@ def plan(spec: SweepSpec) -> list[Combination]:
     for config in spec.configs:
         server = spec.server_config(config) if spec.server is not None else None
         base: dict[str, Any] = {"tasks": list(spec.tasks), "limit": spec.limit}
+        if spec.warmup is not None:  # each run warms its own server and sampling point (evalkit/requests/warmup.py)
+            base["warmup"] = spec.warmup
         if server is None:
             ep = spec.endpoint_config(config)
             base.update(endpoint=ep.endpoint, model=ep.model)

@@ -29,7 +29,18 @@ from evalkit.store.manifest import fingerprint
 from evalkit.sweep.plan import Combination, plan
 from evalkit.sweep.spec import SweepSpec
 
-SPEED_COLUMNS = ("output_tok_s", "requests_s", "ttft_p50_ms", "tpot_p50_ms", "ttft_p99_ms")
+# steady_*: over the window at the run's level of requests in flight (summary speed.steady_state); empty where it
+# holds fewer requests than its figures need, steady_requests then says how many it held
+SPEED_COLUMNS = (
+    "output_tok_s",
+    "requests_s",
+    "ttft_p50_ms",
+    "tpot_p50_ms",
+    "ttft_p99_ms",
+    "steady_output_tok_s",
+    "steady_ttft_p50_ms",
+    "steady_requests",
+)
 ERROR_COLUMN = "error"  # the table's last column when a combination has no numbers, or numbers that failed
 Echo = Callable[[str], None]
 
@@ -161,6 +172,12 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
         ttft_p50_ms=pct("ttft_ms", "p50"),
         tpot_p50_ms=pct("tpot_ms", "p50"),
         ttft_p99_ms=pct("ttft_ms", "p99"),
+    )
+    steady = speed.get("steady_state") or {}
+    row.update(
+        steady_output_tok_s=steady.get("output_tokens_per_s"),
+        steady_ttft_p50_ms=(steady.get("ttft_ms") or {}).get("p50"),
+        steady_requests=steady.get("requests"),
     )
     if combo.concurrency is None:
         row["concurrency"] = speed.get("concurrency")  # what auto settled on

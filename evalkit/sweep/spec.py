@@ -12,6 +12,7 @@ sampling:                       # optional: name -> generation settings
   t06: {temperature: 0.6, top_p: 0.95, seed: 1}
 concurrency: [8, 32, 128]       # optional: fixed levels (else --concurrency auto)
 repeats: 3                      # optional: every combination 3 times, interleaved (speed from run-to-run variation)
+warmup: 0                       # optional: warm-up requests per sampling config of each run (default: its level)
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class SweepSpec(_Strict):
     sampling: dict[str, Sampling] | None = None
     concurrency: list[int] | None = None
     repeats: int = Field(default=1, ge=1, le=20)
+    warmup: int | None = Field(default=None, ge=0)  # each run's --warmup (None: the default warm-up)
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:

@@ -19,7 +19,7 @@ from aiohttp import web
 from evalkit.testing.answers import GEN, TOKEN_RE, last_user_text, render_chat
 from evalkit.testing.hostile import PING, PING_INTERVAL_S, gzip_bomb
 from evalkit.testing.protocol import ApiError, Encoder, Job, parse_job
-from evalkit.testing.state import RecordedRequest, ServerState, validate_fault
+from evalkit.testing.state import RecordedRequest, ServerState, is_warmup, validate_fault
 
 STATE_KEY = web.AppKey("evalkit_test_state", ServerState)
 
@@ -139,7 +139,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     state.record(rec)
     try:
         try:
-            fault = state.next_fault()
+            fault = None if is_warmup(rec.headers) else state.next_fault()
         except ValueError as e:
             rec.status = 500
             return error_response(500, f"bad test fault: {e}")
@@ -213,6 +213,7 @@ async def _run(
     kv_held = ptoks
     t0 = loop.time()
     metrics.observe(m, "vllm:request_queue_time_seconds", t0 - arrival)
+    _first_of_config(state, rec.body, t0)
     metrics.inc(m, "vllm:prompt_tokens", ptoks)
     for toks in job.prompt_tokens:
         metrics.prefix_cache(m, toks)
@@ -247,6 +248,10 @@ async def _run(
                 due += stall_s
                 stall_s = 0.0
             await _sleep_until(due)
+            while state.stall_until > loop.time():  # the engine is stalled (a first batch compiling): all wait
+                pause = state.stall_until - loop.time()
+                await asyncio.sleep(pause)
+                due += pause
             # a compute-bound engine: beyond batch_knee running requests, each step takes proportionally longer
             # (knee_power 1: throughput flat; above 1 it falls, as when a server thrashes its KV cache)
             knee = b.batch_knee
@@ -309,6 +314,17 @@ async def _run(
     finally:
         metrics.gauge_add(m, running=-1, kv_tokens=-kv_held)
         state.release()
+
+
+def _first_of_config(state: ServerState, body: dict[str, Any], now: float) -> None:
+    """``first_batch_stall_s``: the first request of a sampling config not seen before stalls the engine."""
+    stall = state.behaviour.first_batch_stall_s
+    if not stall:
+        return
+    key = tuple(body.get(k) for k in ("temperature", "top_p", "top_k", "min_p"))
+    if key not in state.sampling_seen:
+        state.sampling_seen.add(key)
+        state.stall_until = max(state.stall_until, now + stall)
 
 
 def _fast_key(state: ServerState, raw: bytes, chat: bool, fault: dict[str, Any] | None) -> tuple[Any, ...]:
@@ -458,6 +474,16 @@ async def _tokenize(request: web.Request) -> web.Response:
     )
 
 
+async def _reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's ``POST /reset_prefix_cache``: only with ``Behaviour.dev_mode`` (vLLM: VLLM_SERVER_DEV_MODE=1)."""
+    state = request.app[STATE_KEY]
+    if not state.behaviour.dev_mode:
+        return _json({"detail": "Not Found"}, status=404)
+    state.metrics.reset_prefix_cache()
+    state.prefix_cache_resets += 1
+    return _json({"success": True})
+
+
 async def _metrics(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     b = state.behaviour
@@ -522,6 +548,7 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/metrics", _metrics)
     app.router.add_post("/tokenize", _tokenize)
+    app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
     app.router.add_get("/_test/requests", _test_requests)
     app.router.add_route("*", "/_test/faults", _test_faults)
     app.router.add_route("*", "/_test/behaviour", _test_behaviour)

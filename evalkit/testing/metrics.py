@@ -106,6 +106,11 @@ class Metrics:
             self._created = time.time()
             self._prefix_blocks: set[int] = set()
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix block (vLLM's ``POST /reset_prefix_cache``); counters keep their values."""
+        with self._lock:
+            self._prefix_blocks.clear()
+
     def _m(self, model: str) -> _ModelStats:
         st = self._models.get(model)
         if st is None:

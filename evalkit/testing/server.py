@@ -48,6 +48,13 @@ or ``{}`` = behave normally for that request)::
                                              (tool-call arguments 1,500 deep / 8 MB);
                                              see evalkit.testing.hostile.HOSTILE_MODES
 
+Warm-up: a generation request with evalkit's warm-up header (``X-Evalkit-Warmup``) is answered as any other but
+kept apart: it is in ``srv.warmup_requests``, not ``srv.requests``, takes no fault and does not count towards
+``switch_after``. ``Behaviour(first_batch_stall_s=S)`` (``--first-batch-stall S``): the first request of each new
+sampling config (temperature, top_p, top_k, min_p) holds every request in flight for S seconds once it starts, as
+vLLM compiling a sampler kernel on the first batch that needs it. ``Behaviour(dev_mode=True)`` serves ``POST
+/reset_prefix_cache`` (vLLM with ``VLLM_SERVER_DEV_MODE=1``; else 404).
+
 Drift: ``Behaviour(switch_after=N, switch_to={"correct_ratio": 0.4})`` answers the first N generation requests
 as configured and every later one with those fields changed (a deployment that starts answering worse).
 
@@ -198,6 +205,11 @@ class TestServer:
         return self.state.requests
 
     @property
+    def warmup_requests(self) -> list[RecordedRequest]:
+        """The generation requests sent with evalkit's warm-up header (never in ``requests``)."""
+        return self.state.warmup_requests
+
+    @property
     def seen(self) -> list[tuple[str, str, dict[str, str]]]:
         """Every request received so far, any path: (method, path, headers)."""
         return list(self.state.seen)
@@ -344,6 +356,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--fast", action="store_true", help="no sleeps, cached responses (client benchmarks)")
     p.add_argument(
+        "--first-batch-stall",
+        type=float,
+        default=0.0,
+        help="the first request of each new sampling config holds every request in flight for S seconds",
+    )
+    p.add_argument(
         "--answer-tokens",
         type=int,
         default=None,
@@ -367,6 +385,7 @@ def behaviour_from_args(args: argparse.Namespace) -> Behaviour:
         batch_knee=args.batch_knee,
         knee_power=args.knee_power,
         fast=args.fast,
+        first_batch_stall_s=args.first_batch_stall,
     )
     if args.answer_tokens:
         b.answer_fn = long_answer_fn(args.answer_tokens, b)

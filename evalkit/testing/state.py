@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from evalkit.requests.warmup import WARMUP_HEADER
 from evalkit.testing.hostile import check_mode
 from evalkit.testing.metrics import Metrics
 
@@ -46,6 +47,10 @@ class Behaviour:
     tool_variant: str = "right"  # how requests with tools are answered (evalkit.testing.tools.VARIANTS, or "mix")
     # {"paths": ["/v1/models"], "bytes": N}: those paths answer a gzip body that decompresses to N bytes (a bomb)
     gzip_bomb: dict[str, Any] | None = None
+    # the first generation request of each new sampling config (temperature, top_p, top_k, min_p) holds every
+    # request in flight for this long once it starts, as vLLM compiling a sampler kernel on the first batch
+    first_batch_stall_s: float = 0.0
+    dev_mode: bool = False  # serve POST /reset_prefix_cache, as vLLM does with VLLM_SERVER_DEV_MODE=1
 
     def update(self, **changes: Any) -> None:
         names = {f.name for f in fields(self)}
@@ -108,6 +113,12 @@ class RecordedRequest:
         }
 
 
+def is_warmup(headers: dict[str, str]) -> bool:
+    """Whether a request carries evalkit's warm-up header (evalkit.requests.warmup.WARMUP_HEADER)."""
+    wanted = WARMUP_HEADER.lower()
+    return any(k.lower() == wanted for k in headers)
+
+
 def validate_fault(fault: Any) -> dict[str, Any] | None:
     """``None`` / ``{}`` mean "no fault for this request"; anything else must use the known keys."""
     if fault is None:
@@ -131,6 +142,7 @@ class ServerState:
         self.metrics = Metrics()
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
+        self._warmup: list[RecordedRequest] = []  # requests sent with evalkit's warm-up header, kept apart
         self.generation_requests = 0  # since start (reset() does not zero it: switch_after counts from start)
         self.seen: list[tuple[str, str, dict[str, str]]] = []  # every request: method, path, headers
         self.inflight = 0
@@ -140,14 +152,22 @@ class ServerState:
         self.running = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.cache: dict[tuple[Any, ...], Any] = {}  # fast mode: prebuilt responses
+        self.sampling_seen: set[tuple[Any, ...]] = set()  # first_batch_stall_s: configs "compiled" already
+        self.stall_until = 0.0  # event-loop time until which every request in flight waits
+        self.prefix_cache_resets = 0
 
     # ---- requests
     def record(self, rec: RecordedRequest) -> None:
+        """Note a generation request. One with evalkit's warm-up header goes to ``warmup_requests``, not
+        ``requests``, takes no fault and does not count towards ``switch_after``: tests see the run's requests."""
         with self._lock:
-            self._requests.append(rec)
-            self.generation_requests += 1
             self.inflight += 1
             self.max_concurrency_seen = max(self.max_concurrency_seen, self.inflight)
+            if is_warmup(rec.headers):
+                self._warmup.append(rec)
+                return
+            self._requests.append(rec)
+            self.generation_requests += 1
             b = self.behaviour
             if b.switch_after is not None and self.generation_requests > b.switch_after:
                 changes, b.switch_after, b.switch_to = b.switch_to or {}, None, None
@@ -162,6 +182,12 @@ class ServerState:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def warmup_requests(self) -> list[RecordedRequest]:
+        """The generation requests that carried evalkit's warm-up header."""
+        with self._lock:
+            return list(self._warmup)
+
     def completed_count(self, prompt: str) -> int:
         return sum(1 for r in self.requests if r.completed and prompt in r.prompts)
 
@@ -174,6 +200,7 @@ class ServerState:
     def reset(self) -> None:
         with self._lock:
             self._requests = []
+            self._warmup = []
             self.seen = []
             self.max_concurrency_seen = self.inflight
             self.arrivals.clear()

@@ -126,6 +126,7 @@ class Watch:
             "output_dir": tick_dir(s.out, tick),
             "concurrency": s.concurrency,
             "request_rate": s.request_rate,
+            "warmup": 0,  # a tick's load is the canary's, as the user set it: no warm-up
             "user": CANARY_USER,
             "headers": {CANARY_HEADER: "1"},
             "report": False,
