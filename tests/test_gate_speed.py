@@ -194,3 +194,33 @@ def test_run_repeats_with_serve_starts_the_server_once(tmp_path: Path) -> None:
     urls = {r.manifest.endpoint.base_url for r in results}
     assert [r.run_dir.name for r in results] == ["repeat-1", "repeat-2"]
     assert len(urls) == 1 and all(r.manifest.server for r in results), urls  # one server (one port) served both
+
+
+def test_the_gate_judges_speed_over_the_steady_state_when_both_runs_have_one() -> None:
+    """A candidate whose ramp-up and drain (outside its steady-state window) decode 3x slower: over the steady
+    state it is as fast as the baseline; over the whole run its TPOT p50 looks far worse."""
+    import dataclasses
+
+    from evalkit.gate import evaluate, policy_from_dict
+    from tests.gate_fixtures import N_GSM8K, correctness, difficulties, metric, speed_records, task
+    from tests.gate_fixtures import run as run_inputs
+
+    base = dataclasses.replace(speed_records(seed=0), steady=(15.0, 45.0))
+    cand = speed_records(seed=1)
+    slow = [s is not None and not 15.0 <= s <= 44.0 for s in cand.start_s]
+    tpot = [t * 3 if k and t is not None else t for t, k in zip(cand.tpot_ms, slow, strict=True)]
+    e2e = [e + (t2 - t1) * ((n or 1) - 1) if t1 is not None and t2 is not None and e is not None else e
+           for e, t1, t2, n in zip(cand.e2e_ms, cand.tpot_ms, tpot, cand.output_tokens, strict=True)]  # fmt: skip
+    cand = dataclasses.replace(cand, tpot_ms=tpot, e2e_ms=e2e, steady=(15.0, 45.0))
+    p = difficulties(N_GSM8K, 0.75)
+    items = metric(correctness(p, 1, seed=1))
+
+    def tpot_rule(b: object, c: object) -> object:
+        res = evaluate(run_inputs("b", task({"m,f": items}, speed=b)), run_inputs("c", task({"m,f": items}, speed=c)),
+                       policy_from_dict({"bootstrap": {"resamples": 1000}}))  # fmt: skip
+        return next(r for r in res.rules if r.name.endswith("TPOT p50"))
+
+    steady = tpot_rule(base, cand)
+    assert steady.verdict == "pass" and "steady state" in steady.note, steady.note  # type: ignore[attr-defined]
+    whole = tpot_rule(dataclasses.replace(base, steady=None), dataclasses.replace(cand, steady=None))
+    assert whole.verdict == "fail" and "steady state" not in whole.note, whole.note  # type: ignore[attr-defined]

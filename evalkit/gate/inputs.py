@@ -75,6 +75,8 @@ class SpeedRecords:
     trace: list[tuple[float, int]] = field(default_factory=list)
     levels: list[int] = field(default_factory=list)
     request_rate: float | None = None  # the run's --request-rate (None: as fast as the concurrency allowed)
+    # the steady-state window (start_s, end_s) the run's summary gives (speed.steady_state), None when it has none
+    steady: tuple[float, float] | None = None
 
     def __len__(self) -> int:
         return len(self.e2e_ms)

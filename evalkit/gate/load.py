@@ -274,6 +274,7 @@ def _speed(
         trace=_trace(summary.get("concurrency_trace"), f"{where}.concurrency_trace", notes.path),
         levels=_levels(summary, f"{where}.concurrency_levels", notes),
         request_rate=rate,
+        steady=_steady(speed),
     )
 
 
@@ -308,6 +309,13 @@ def _levels(summary: dict[str, Any], where: str, notes: _Notes) -> list[int]:
         elif not level.get("starved") and limit not in levels:
             levels.append(limit)
     return levels
+
+
+def _steady(speed: dict[str, Any]) -> tuple[float, float] | None:
+    """The steady-state window of a summary's speed (None when absent or malformed)."""
+    steady = _dict(speed.get("steady_state"))
+    start, end = _num(steady.get("start_s")), _num(steady.get("end_s"))
+    return (start, end) if start is not None and end is not None and end > start else None
 
 
 def _counts(samples: list[dict[str, Any]]) -> StatusCounts:

@@ -96,6 +96,40 @@ def _rate(speed: SpeedRecords) -> str:
     return "as fast as its concurrency allowed" if speed.request_rate is None else f"{speed.request_rate:g} requests/s"
 
 
+def steady_slice(speed: SpeedRecords, min_requests: int) -> SpeedSlice | None:
+    """The run's steady state (:func:`evalkit.scoring.speed.steady_state`'s window from its summary): latencies
+    of the requests that started and finished inside the window, output tokens of those that finished inside
+    it over its duration; None without a window or with fewer than ``min_requests`` requests inside."""
+    if speed.steady is None:
+        return None
+    t0, t1 = speed.steady
+    ends = [
+        None if s is None or e is None else s + e / 1000.0 for s, e in zip(speed.start_s, speed.e2e_ms, strict=True)
+    ]
+    inside = [
+        s is not None and end is not None and s >= t0 and end <= t1 for s, end in zip(speed.start_s, ends, strict=True)
+    ]
+    if sum(inside) < min_requests:
+        return None
+    finished = [end is not None and t0 <= end <= t1 for end in ends]
+    return SpeedSlice(
+        ttft_ms=_present(speed.ttft_ms, inside),
+        tpot_ms=_present(speed.tpot_ms, inside),
+        e2e_ms=_present(speed.e2e_ms, inside),
+        output_tokens=_present([None if x is None else float(x) for x in speed.output_tokens], finished),
+        wall_s=t1 - t0,
+    )
+
+
+def _whole(runs: list[SpeedRecords], min_requests: int) -> tuple[list[SpeedSlice], str]:
+    """Each run over its steady state when every run has one with enough requests, else over its whole request
+    phase; and a note saying which."""
+    steady = [steady_slice(r, min_requests) for r in runs]
+    if all(s is not None for s in steady):
+        return [s for s in steady if s is not None], "speed over each run's steady state (ramp-up and drain left out)"
+    return [slice_of(r, request_levels(r), None) for r in runs], ""
+
+
 def _describe(counts: Counter[int | None]) -> str:
     used = sorted(x for x in counts if x is not None)
     return "→".join(str(x) for x in used) if used else "an unknown concurrency"
@@ -112,7 +146,8 @@ def match_load(base: SpeedRecords, cand: SpeedRecords, min_requests: int, unmatc
     if len(cb) <= 1 and cb.keys() == cc.keys():
         level = next(iter(cb), None)
         if level is not None:
-            return LoadMatch(slice_of(base, lb, None), slice_of(cand, lc, None), level, matched=True)
+            (b, c), note = _whole([base, cand], min_requests)
+            return LoadMatch(b, c, level, matched=True, note=note)
         return _unmatched(base, cand, lb, lc, "the concurrency of both runs is unknown", unmatched)
     loads = f"baseline ran at concurrency {_describe(cb)}, candidate at {_describe(cc)}"
     common = [x for x in cb.keys() & cc.keys() if x is not None and min(cb[x], cc[x]) >= min_requests]
@@ -168,15 +203,16 @@ def match_runs(
     levels = [set(request_levels(r)) for r in (*bases, *cands)]
     if len({r.request_rate for r in (*bases, *cands)}) > 1:
         levels = [{None}]  # another request rate is another load
-    whole = RunsMatch(
-        [slice_of(r, request_levels(r), None) for r in bases], [slice_of(r, request_levels(r), None) for r in cands]
-    )
+    slices, note = _whole([*bases, *cands], min_requests)
+    whole = RunsMatch(slices[: len(bases)], slices[len(bases) :], note)
     if all(len(x) == 1 for x in levels) and len(set().union(*levels)) == 1 and None not in levels[0]:
         return whole
     shown = ", ".join("→".join(str(x) for x in sorted(v, key=str)) or "?" for v in levels)
     why = f"the runs ran at concurrency {shown} (baseline runs first), not all at one and the same level"
     if unmatched == "whole":
-        return RunsMatch(whole.base, whole.cand, f"{why}; speed compared over the whole runs (judge_unmatched_load)")
+        flat = [slice_of(r, request_levels(r), None) for r in (*bases, *cands)]
+        note = f"{why}; speed compared over the whole runs (judge_unmatched_load)"
+        return RunsMatch(flat[: len(bases)], flat[len(bases) :], note)
     if unmatched == "fail":
         return RunsMatch(None, None, f"cannot compare speed at matched load: {why} (require_matched_load)", "fail")
     return RunsMatch(None, None, f"speed not judged: {why} (set speed.judge_unmatched_load: true to compare anyway)")
