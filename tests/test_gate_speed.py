@@ -89,9 +89,12 @@ def test_one_run_per_side_uses_the_noise_budget(runs: dict[str, list[Path]], tmp
     assert code == 0, out
     ttft = next(r for r in data["rules"] if r["name"] == "gsm8k: TTFT p50")
     assert ttft["decided_by"] == "threshold" and ttft["p_value"] is None and "noise budget" in ttft["note"]
-    # 1.6x the per-token latency is beyond the 30% TPOT budget even on one run per side
+    # 1.6x the per-token latency is within the 80% TPOT noise budget of one run per side (identical H200 runs
+    # moved up to +69%): one run cannot tell it from noise; three runs per side fail it (the test above)
     code, out, data = gate(runs["base"][0], runs["slow"][0], "-p", p, out=tmp_path / "slow")
-    assert code == 1 and verdicts(data)["TPOT p50"] == "fail", out
+    assert code == 0 and verdicts(data)["TPOT p50"] == "pass", out
+    tpot = next(r for r in data["rules"] if r["name"] == "gsm8k: TPOT p50")
+    assert 0.45 < tpot["observed"] < 0.75 and "within the run-to-run noise budget of 80%" in tpot["note"]
 
 
 def test_speed_at_another_concurrency_is_not_judged(runs: dict[str, list[Path]], tmp_path: Path) -> None:

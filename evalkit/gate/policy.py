@@ -105,10 +105,10 @@ class SpeedRule(_Strict):
 # One run per side: how far a speed figure moves between identical runs of one config (H200, vLLM 0.26,
 # SmolLM2-135M, GSM8K at concurrency 256; BENCHMARKS.md "Run-to-run noise"). A worsening beyond the budget fails.
 NOISE_BUDGETS: dict[str, float] = {
-    "output_tokens_per_s": 0.25,
+    "output_tokens_per_s": 0.35,
     "ttft_p50_ms": 1.0,
-    "tpot_p50_ms": 0.30,
-    "e2e_p50_ms": 0.30,
+    "tpot_p50_ms": 0.80,
+    "e2e_p50_ms": 0.80,
 }
 # Latency changes smaller than this (ms) never fail: timer and scheduling jitter, not a regression.
 LATENCY_FLOORS_MS: dict[str, float] = {"ttft_p50_ms": 5.0, "tpot_p50_ms": 0.5, "e2e_p50_ms": 10.0}
