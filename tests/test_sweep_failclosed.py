@@ -10,24 +10,10 @@ import sys
 from pathlib import Path
 
 import orjson
-from typer.testing import CliRunner
 
-from evalkit.cli import app
 from evalkit.sweep import load_spec, run_sweep
 from evalkit.testing.server import Behaviour, TestServer
-
-METRIC = "gsm8k exact_match,strict-match"
-
-
-def sweep(*args: object) -> tuple[int, str]:
-    res = CliRunner().invoke(app, ["sweep", *map(str, args)])
-    print(res.output)
-    return res.exit_code, res.output
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
+from tests.test_sweep import METRIC, sweep, write
 
 
 def dead_port() -> int:
