@@ -24,9 +24,10 @@ from evalkit.watch.loop import Watch, WatchSettings
 
 TTFT_S = 0.5  # injected time to first token (client and server overheads on loaded cores: 10-50 ms)
 STALL_S = 2.0  # the first batch of a new sampling config
-# aime25 (temperature 1.0, top_p 0.95): 15 problems x 4 samples, 8 at a time
-RUN = ["aime25", "--limit", "15", "--num-samples", "4", "--max-tokens", "16", "--concurrency", "8"]
-REQUESTS = 60
+# aime25 (temperature 1.0, top_p 0.95): all 30 problems x 8 samples, 8 at a time (240 requests, so that the p99
+# is not one request's hiccup on 2 loaded cores)
+RUN = ["aime25", "--limit", "30", "--num-samples", "8", "--max-tokens", "16", "--concurrency", "8"]
+REQUESTS = 240
 
 
 def evalkit(*args: str) -> tuple[int, str]:
