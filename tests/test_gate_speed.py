@@ -92,9 +92,15 @@ def test_one_run_per_side_uses_the_noise_budget(runs: dict[str, list[Path]], tmp
     # 1.6x the per-token latency is within the 80% TPOT noise budget of one run per side (identical H200 runs
     # moved up to +69%): one run cannot tell it from noise; three runs per side fail it (the test above)
     code, out, data = gate(runs["base"][0], runs["slow"][0], "-p", p, out=tmp_path / "slow")
-    assert code == 0 and verdicts(data)["TPOT p50"] == "pass", out
+    assert verdicts(data)["TPOT p50"] == "pass", out
     tpot = next(r for r in data["rules"] if r["name"] == "gsm8k: TPOT p50")
     assert 0.45 < tpot["observed"] < 0.75 and "within the run-to-run noise budget of 80%" in tpot["note"]
+    # the same slowdown takes about a third off output tokens/s (224 -> 334 ms a request; -38% seen on loaded
+    # cores), at the edge of that metric's 35% budget: its verdict follows the budget, the exit code the verdicts
+    tok_s = next(r for r in data["rules"] if r["name"] == "gsm8k: output tokens/s")
+    assert -0.45 < tok_s["observed"] < -0.25, out
+    assert tok_s["verdict"] == ("fail" if tok_s["observed"] < -0.35 else "pass"), out
+    assert code == (1 if tok_s["verdict"] == "fail" else 0), out
 
 
 def test_speed_at_another_concurrency_is_not_judged(runs: dict[str, list[Path]], tmp_path: Path) -> None:

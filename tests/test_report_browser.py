@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -140,6 +141,7 @@ async def chromium() -> AsyncIterator[CDP]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=log,
+            start_new_session=True,  # its renderer/utility children are in this group, stopped with it below
         )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
@@ -162,13 +164,39 @@ async def chromium() -> AsyncIterator[CDP]:
                 finally:
                     cdp.reader.cancel()
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            _stop_group(proc)
             log.close()
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop Chromium and every child it started, and wait until none is left running: a child still writing into
+    the profile would make the profile's removal fail (``Directory not empty: 'Default'``)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _running_in_group(proc.pid):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Chromium's children (process group {proc.pid}) did not stop")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL if time.monotonic() > deadline - 5 else signal.SIGTERM)
+        time.sleep(0.05)
+
+
+def _running_in_group(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is alive (not a zombie waiting to be reaped), read from /proc."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while being read
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 async def open_page(cdp: CDP, path: Path, width: int = 1400, height: int = 1800) -> tuple[str, PageLog]:

@@ -29,9 +29,11 @@ def invoke(args: list[str]) -> tuple[int, str]:
     return res.exit_code, res.stderr
 
 
-def run_args(urls: list[str], out: Path, *extra: str, limit: int = 10, concurrency: str = "4") -> list[str]:
+def run_args(
+    urls: list[str], out: Path, *extra: str, limit: int = 10, concurrency: str = "4", max_tokens: int = 24
+) -> list[str]:
     ends = [arg for url in urls for arg in ("--endpoint", url)]
-    return ["run", "gsm8k", *ends, "--limit", str(limit), "--max-tokens", "24", "--concurrency", concurrency,
+    return ["run", "gsm8k", *ends, "--limit", str(limit), "--max-tokens", str(max_tokens), "--concurrency", concurrency,
             "-o", str(out), "-q", *extra]  # fmt: skip
 
 
@@ -199,9 +201,14 @@ def test_credentials_of_each_endpoint_go_to_it_only_and_never_to_disk(tmp_path: 
 def test_auto_concurrency_reads_the_sum_of_every_endpoints_metrics(tmp_path: Path, pair: Any) -> None:
     fast, slow = pair
     out = tmp_path / "run"
-    code, err = invoke(run_args([fast.url, slow.url], out, "--no-report", "--auto-start", "2", concurrency="auto"))
+    # long enough (30 answers, ~1 s each on the slow endpoint) for the controller to finish a measuring window
+    # before the last answer: 10 short answers could all be in before the first window closed on a loaded machine
+    args = run_args([fast.url, slow.url], out, "--no-report", "--auto-start", "2", concurrency="auto", limit=30,
+                    max_tokens=48)  # fmt: skip
+    code, err = invoke(args)
     assert code == 0, err
-    assert task_summary(out)["concurrency_levels"]
+    levels = task_summary(out)["concurrency_levels"]
+    assert levels and all(lv["tok_s"] is not None for lv in levels), levels  # read from the servers' counters
 
     async def counts() -> list[dict[str, float]]:
         async with Client(fast.url, "test-model", options=ClientOptions()) as c:

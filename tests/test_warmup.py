@@ -95,7 +95,9 @@ def test_default_warmup_takes_the_first_batch_stall_out_of_ttft(tmp_path: Path) 
 
 def test_warmup_requests_have_the_runs_sampling_and_their_own_prompts(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    with TestServer(Behaviour(ttft_s=0.05, first_batch_stall_s=0.3)) as srv:
+    # a stall far above what a loaded machine adds to the 50 ms TTFT (the client shares this process's GIL with the
+    # test server: 240 requests saw up to ~300 ms there), so that a timed request that met it stands out
+    with TestServer(Behaviour(ttft_s=0.05, first_batch_stall_s=1.5)) as srv:
         code, err = evalkit("run", *RUN, "--endpoint", srv.url, "-o", str(out), "-q", "--no-report")
         assert code == 0, err
         sent, timed = srv.warmup_requests, srv.requests
@@ -108,7 +110,7 @@ def test_warmup_requests_have_the_runs_sampling_and_their_own_prompts(tmp_path: 
     assert len(set(warm_prompts)) == 8  # distinct prompts, none of the eval's
     assert not set(warm_prompts) & ({r.prompt for r in timed} | {s["prompt"] for s in samples})
     assert max(r.end_time or 0 for r in sent) <= min(r.time for r in timed)  # all before the timed phase
-    assert all(s["ttft_ms"] < 300 for s in samples)  # the stall fell on the warm-up
+    assert all(s["ttft_ms"] < 1000 for s in samples)  # the stall fell on the warm-up
 
 
 def test_every_sampling_config_is_warmed(tmp_path: Path) -> None:
