@@ -408,3 +408,39 @@ def test_an_alert_fires_when_the_watch_cannot_judge_and_the_dashboard_shows_it()
     assert "evalkit_watch_can_judge" in panel["targets"][0]["expr"]
     assert panel["fieldConfig"]["defaults"]["mappings"][0]["options"]["-1"]["text"] == "cannot decide"
     assert yaml.safe_load((MONITORING / "alerts.yml").read_text())  # still one YAML document
+
+
+# ------------------------------------------------------------------------------- speed at the canary's own load
+
+
+@pytest.mark.parametrize(
+    ("canary", "why"),
+    [
+        ({"concurrency": 2, "request_rate": None}, "baseline ran at concurrency 4, candidate at 2"),
+        (
+            {"concurrency": 4, "request_rate": 50.0},
+            "baseline sent as fast as its concurrency allowed, candidate 50 requests/s",
+        ),
+    ],
+)
+def test_speed_against_a_baseline_at_another_load_is_not_judged(
+    tmp_path: Path, canary: dict[str, Any], why: str
+) -> None:
+    """A --baseline run at concurrency 4 with no request rate: a canary at concurrency 2, or at 4 but paced at a
+    request rate, is another load, so its speed rules are skipped with the reason (the window used to lose its
+    ticks' request rate and judged the paced canary as the baseline's load)."""
+    with TestServer(Behaviour(ttft_s=0.01, itl_s=0.002)) as srv:
+        base = baseline_run(srv.url, tmp_path / "base", limit=10)
+        s = settings(srv.url, tmp_path / "w", baseline=base, per_tick=10, window=2, ticks=2, **canary)
+        history = Watch(s).run()
+    assert [r.verdict for r in history] == ["pass", "pass"], [r.reason for r in history]
+    speed = [rule for r in history for rule in r.rules if rule["name"].endswith(("tokens/s", "TTFT p50", "TPOT p50"))]
+    assert speed and all(rule["verdict"] == "skip" and why in rule["note"] for rule in speed), speed
+
+
+def test_a_watch_whose_ticks_were_all_baseline_exits_2(tmp_path: Path) -> None:
+    """--ticks 2 with 3 baseline ticks: no tick was judged, so the watch cannot say the endpoint is healthy."""
+    with TestServer(Behaviour()) as srv:
+        history = Watch(settings(srv.url, tmp_path / "w", per_tick=5, baseline_ticks=3, ticks=2)).run()
+    assert [r.verdict for r in history] == ["baseline", "baseline"]
+    assert exit_code(history) == 2

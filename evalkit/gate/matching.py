@@ -11,6 +11,7 @@ unmatched load.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
@@ -93,7 +94,11 @@ def slice_of(speed: SpeedRecords, levels: list[int | None], level: int | None) -
 
 
 def _rate(speed: SpeedRecords) -> str:
-    return "as fast as its concurrency allowed" if speed.request_rate is None else f"{speed.request_rate:g} requests/s"
+    if speed.request_rate is None:
+        return "as fast as its concurrency allowed"
+    if math.isnan(speed.request_rate):  # a watch window whose ticks ran at different rates
+        return "several request rates"
+    return f"{speed.request_rate:g} requests/s"
 
 
 def steady_slice(speed: SpeedRecords, min_requests: int) -> SpeedSlice | None:

@@ -63,6 +63,7 @@ def _merge_metrics(ticks: list[TaskInputs]) -> dict[str, MetricSamples]:
 def _merge_speed(ticks: list[TaskInputs]) -> SpeedRecords:
     walls = [t.speed.wall_s for t in ticks]
     levels = {t.speed.concurrency for t in ticks}
+    rates = {t.speed.request_rate for t in ticks}
     return SpeedRecords(
         ttft_ms=[x for t in ticks for x in t.speed.ttft_ms],
         tpot_ms=[x for t in ticks for x in t.speed.tpot_ms],
@@ -71,6 +72,8 @@ def _merge_speed(ticks: list[TaskInputs]) -> SpeedRecords:
         start_s=[x for t in ticks for x in t.speed.start_s],
         wall_s=None if any(w is None for w in walls) else sum(w for w in walls if w is not None),
         concurrency=next(iter(levels)) if len(levels) == 1 else None,
+        # the ticks' --request-rate: the window's load is the canary's; ticks at different rates are no one load
+        request_rate=next(iter(rates)) if len(rates) == 1 else math.nan,
     )
 
 
