@@ -238,3 +238,47 @@ def test_expected_scores_without_a_baseline() -> None:
     assert [r.kind for r in ok.rules] == ["expected", "rate"] and ok.baseline is None
     with pytest.raises(PolicyError, match="lists no expected scores"):
         evaluate_expected(cand, FAST)
+
+
+def test_several_runs_of_a_side_must_hold_the_same_tasks_and_metrics() -> None:
+    """combine_runs used to keep only what every run held, silently: a verdict on 2 runs while claiming 3."""
+    p = difficulties(N_GSM8K, 0.75)
+    full = {
+        "exact_match,strict-match": metric(correctness(p, 1, 1)),
+        "exact_match,flexible-extract": metric(correctness(p, 1, 2)),
+    }
+    a = run("a", task(dict(full)), task(dict(full), name="aime25"))
+    b = run("b", task(dict(full)))
+    with pytest.raises(CannotCompare, match=r"the baseline runs a and b hold different tasks \(aime25 in only one\)"):
+        combine_runs("base", [a, b])
+    partial = run("c", task({"exact_match,strict-match": full["exact_match,strict-match"]}))
+    side = combine_runs("base", [run("a", task(dict(full))), partial])
+    assert side.tasks["gsm8k"].problems == (
+        "gsm8k: metric exact_match,flexible-extract is missing from the baseline run c",
+    )
+    result = evaluate(side, _side("cand", [1.0, 1.0], seed=5), FAST)
+    assert result.verdict == "cannot_decide"
+    assert "gsm8k: metric exact_match,flexible-extract is missing from the baseline run c" in result.reasons
+
+
+def test_default_latency_floors_keep_sub_millisecond_changes_from_failing() -> None:
+    """TPOT of 0.2 ms against 0.1 ms is +100% but 0.1 ms: under the default 0.5 ms floor it never fails (a canary at
+    another concurrency failed on sub-millisecond TPOT p50s); the same relative change at 10 ms fails."""
+    tiny_base = dataclasses.replace(speed_records(seed=1), tpot_ms=[0.1] * 600)
+    tiny_cand = dataclasses.replace(speed_records(seed=1), tpot_ms=[0.2] * 600)
+    one = policy_from_dict({"bootstrap": {"resamples": 1000}, "rates": {"max_error_rate": 0.0}})
+    rule = _rule(evaluate(*_runs(base_speed=tiny_base, cand_speed=tiny_cand), one), "TPOT p50")
+    assert rule.verdict == "pass" and "0.5 ms" in (rule.note or ""), rule.note
+    big = dataclasses.replace(speed_records(seed=1), tpot_ms=[20.0] * 600)
+    base = dataclasses.replace(speed_records(seed=1), tpot_ms=[10.0] * 600)
+    assert _rule(evaluate(*_runs(base_speed=base, cand_speed=big), one), "TPOT p50").verdict == "fail"
+
+
+def test_another_request_rate_is_another_load() -> None:
+    paced = dataclasses.replace(speed_records(seed=1), request_rate=2.0)
+    result = evaluate(*_runs(base_speed=speed_records(seed=1), cand_speed=paced), FAST)
+    for name in ("TTFT p50", "TPOT p50", "output tokens/s"):
+        r = _rule(result, name)
+        assert r.verdict == "skip" and "baseline sent as fast as its concurrency allowed, candidate 2 requests/s" in (
+            r.note or ""
+        ), r.note

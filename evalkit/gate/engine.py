@@ -60,11 +60,20 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
     """Several runs of one config as one side of the gate: per document every run's samples (accuracy is paired
     over all of them), status counts added up, the documents asked of and scored by every run, and each run's
     speed kept apart (``TaskInputs.runs``) for rules judged on run-to-run variation. Only tasks every run holds
-    are kept; runs of a task that measured different things are refused (CannotCompare)."""
+    are kept; runs of a task that measured different things, or that hold different tasks, are refused
+    (CannotCompare); a metric some runs lack is a problem of the task (the gate cannot decide on fewer runs than
+    it names)."""
     if len(runs) == 1:
         return runs[0]
+    for r in runs[1:]:
+        if set(r.tasks) != set(runs[0].tasks):
+            odd = sorted(set(r.tasks) ^ set(runs[0].tasks))
+            raise CannotCompare(
+                f"the {side} runs {runs[0].label} and {r.label} hold different tasks ({', '.join(odd)} in only one); "
+                "pass runs of the same tasks"
+            )
     tasks: dict[str, TaskInputs] = {}
-    for name in [t for t in runs[0].tasks if all(t in r.tasks for r in runs[1:])]:
+    for name in runs[0].tasks:
         parts = [r.tasks[name] for r in runs]
         for r, t in zip(runs[1:], parts[1:], strict=True):
             diffs = identity_differences(parts[0].identity, t.identity)
@@ -74,6 +83,12 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
                     f"({'; '.join(diffs)}); pass runs of the same task setup"
                 )
         metrics: dict[str, MetricSamples] = {}
+        lacking = [
+            f"{name}: metric {m} is missing from the {side} run {r.label}"
+            for m in sorted({m for t in parts for m in t.metrics})
+            for r, t in zip(runs, parts, strict=True)
+            if m not in t.metrics
+        ]
         for m in [m for m in parts[0].metrics if all(m in t.metrics for t in parts)]:
             items: dict[int, tuple[int, ...]] = {}
             for t in parts:
@@ -92,7 +107,7 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
             else frozenset.intersection(*(a or frozenset() for a in asked)),
             scored_docs=frozenset.intersection(*(t.scored() for t in parts)),
             runs=tuple(t.speed for t in parts),
-            problems=tuple(p for t in parts for p in t.problems),
+            problems=(*(p for t in parts for p in t.problems), *lacking),
         )
     notes = [n for r in runs for n in r.notes]
     return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting, notes=notes)
