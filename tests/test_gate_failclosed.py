@@ -39,7 +39,8 @@ def gate(*args: object) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """good: 100% right; worse: ~60% right (37+ points below); dead: every request failed (HTTP 500)."""
+    """good: 100% right; worse: ~60% right (37+ points below); dead: every request failed (HTTP 500); dead200:
+    every request answered HTTP 200 with an error object instead of a stream."""
     root = tmp_path_factory.mktemp("runs")
     out: dict[str, Path] = {}
     with TestServer(Behaviour()) as srv:
@@ -47,6 +48,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out["good2"] = run(srv.url, root / "good2")
         srv.faults = [{"status": 500}] * N
         out["dead"] = run(srv.url, root / "dead")
+        srv.faults = [{"status": 200}] * N  # as filed: HTTP 200 whose body is an error object
+        out["dead200"] = run(srv.url, root / "dead200")
         srv.faults = []
         srv.behaviour.update(correct_ratio=0.6)
         out["worse"] = run(srv.url, root / "worse")
@@ -78,9 +81,11 @@ def test_a_pair_of_good_runs_passes(runs: dict[str, Path], tmp_path: Path) -> No
     assert json.loads((tmp_path / "g" / "gate.json").read_text())["verdict"] == "pass"
 
 
-def test_all_error_baseline_cannot_approve_a_worse_candidate(runs: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("dead", ["dead", "dead200"])
+def test_all_error_baseline_cannot_approve_a_worse_candidate(runs: dict[str, Path], tmp_path: Path, dead: str) -> None:
     # case 1: before, PASS (accuracy "only in the candidate", speed skipped)
-    code, out = gate(runs["dead"], runs["worse"], "-o", tmp_path / "g")
+    assert {r["status"] for r in samples(runs[dead])} == {"api_error"}
+    code, out = gate(runs[dead], runs["worse"], "-o", tmp_path / "g")
     assert code == 2, out
     data = json.loads((tmp_path / "g" / "gate.json").read_text())
     assert data["verdict"] == "cannot_decide"
@@ -121,6 +126,37 @@ def test_missing_documents_cannot_pass(runs: dict[str, Path], tmp_path: Path, ke
     assert code == 2, out
     reasons = json.loads((cand / "gate" / "gate.json").read_text())["reasons"]
     assert any(f"the candidate scored only {len(kept)} of {N}" in r for r in reasons)
+
+
+def test_empty_truncated_and_no_answer_documents_count_as_scored(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Only api_error leaves a document unscored: a candidate whose answers are a quarter each empty, truncated and
+    no_answer covers every document, so the gate decides (on those answers, scored as they are)."""
+    cand = copy(runs["worse"], tmp_path / "cand")
+    rows = samples(cand)
+    for i, row in enumerate(rows[: 3 * N // 4]):
+        row["status"] = ("empty", "truncated", "no_answer")[i % 3]
+    write_samples(cand, rows)
+    code, out = gate(runs["good"], cand, "-p", policy(tmp_path, ACCURACY_ONLY), "-o", tmp_path / "g")
+    data = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert code == 1 and data["verdict"] == "fail", out  # decided: 37+ points worse
+    assert not any("scored only" in r for r in data.get("reasons", [])), data.get("reasons")
+
+
+def test_min_coverage_from_the_policy_decides_how_much_may_be_missing(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A candidate whose first 20 of 40 requests failed, under a policy that tolerates failed requests: cannot
+        decide at the default 95% coverage; a policy asking 40% lets the gate decide on the documents both scored (a
+    pass: the candidate answers as the baseline)."""
+    with TestServer(Behaviour()) as srv:  # answers as the good baseline's: nothing fails once it can decide
+        srv.faults = [{"status": 500}] * (N // 2)
+        cand = run(srv.url, tmp_path / "cand", concurrency=1)
+    assert sum(r["status"] == "api_error" for r in samples(cand)) == N // 2
+    tolerant = ACCURACY_ONLY + "rates: {max_error_rate: 1.0}\n"
+    code, out = gate(runs["good"], cand, "-p", policy(tmp_path, tolerant))
+    assert code == 2 and f"the candidate scored only {N // 2} of {N} (50%)" in out, out
+    code, out = gate(runs["good"], cand, "-p", policy(tmp_path, tolerant + "min_coverage: 0.4\n"), "-o", tmp_path / "g")
+    data = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert data["verdict"] == "pass" and code == 0, out
+    assert not any("scored only" in r for r in data.get("reasons", [])), data.get("reasons")
 
 
 def test_a_summary_without_metrics_still_compares_the_task_metrics(runs: dict[str, Path], tmp_path: Path) -> None:
