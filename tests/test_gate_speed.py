@@ -45,7 +45,7 @@ def verdicts(data: dict) -> dict[str, str]:  # type: ignore[type-arg]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     """base/same: 3 runs each of one server (TTFT 40 ms, 8 ms per token); slow: 3 runs of one 1.6x slower per
-    token; other_load: one run of the base server at concurrency 2."""
+    token; other_load: one run of the base server at concurrency 2; twice: one run of a server 2x slower per token."""
     root = tmp_path_factory.mktemp("speed")
     out: dict[str, list[Path]] = {"base": [], "same": [], "slow": []}
     with (
@@ -57,6 +57,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
             out["same"].append(run(fast.url, root / f"same{i}"))
             out["slow"].append(run(slow.url, root / f"slow{i}"))
         out["other_load"] = [run(fast.url, root / "c2", concurrency=2)]
+    with TestServer(Behaviour(ttft_s=0.04, itl_s=0.016)) as twice:
+        out["twice"] = [run(twice.url, root / "twice")]
     return out
 
 
@@ -101,6 +103,19 @@ def test_one_run_per_side_uses_the_noise_budget(runs: dict[str, list[Path]], tmp
     assert -0.45 < tok_s["observed"] < -0.25, out
     assert tok_s["verdict"] == ("fail" if tok_s["observed"] < -0.35 else "pass"), out
     assert code == (1 if tok_s["verdict"] == "fail" else 0), out
+
+
+def test_one_run_per_side_still_fails_twice_the_per_token_latency(runs: dict[str, list[Path]], tmp_path: Path) -> None:
+    """A gross slowdown fails on one run per side: 2x the time per token is beyond the 80% TPOT noise budget and
+    roughly halves output tokens/s (beyond its 35%)."""
+    p = tmp_path / "p.yaml"
+    p.write_text(SPEED_ONLY)
+    code, out, data = gate(runs["base"][0], runs["twice"][0], "-p", p, out=tmp_path / "twice")
+    assert code == 1, out
+    v = verdicts(data)
+    assert v["TPOT p50"] == "fail" and v["output tokens/s"] == "fail", v
+    tpot = next(r for r in data["rules"] if r["name"] == "gsm8k: TPOT p50")
+    assert 0.8 < tpot["observed"] < 1.3 and "beyond the run-to-run noise budget of 80%" in tpot["note"]
 
 
 def test_speed_at_another_concurrency_is_not_judged(runs: dict[str, list[Path]], tmp_path: Path) -> None:
