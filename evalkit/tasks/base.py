@@ -16,11 +16,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score, ToolExecutor
-from evalkit.scoring.metrics import Samples, compute_metrics, metric_names, sampled_detail
 from evalkit.tasks.spec import TaskSpec
+
+if TYPE_CHECKING:  # the metrics (and numpy) are imported when a summary is computed, not to list tasks
+    from evalkit.scoring.metrics import Samples
 
 T = TypeVar("T")
 
@@ -131,6 +133,8 @@ class Task(ABC):
 
     def samples(self, records: Sequence[SampleRecord]) -> Samples:
         """This task's records grouped by item, as the metrics read them."""
+        from evalkit.scoring.metrics import Samples
+
         gold = {d: str(item["answer"]) for d, item in enumerate(self.items) if "answer" in item}
         return Samples([r for r in records if r.task == self.name], self.key, self.canonical, gold)
 
@@ -138,11 +142,14 @@ class Task(ABC):
         """Metrics (keyed as in lm-eval's results, e.g. ``exact_match,strict-match`` or ``pass@4``) and extra
         task-specific detail (per-problem tables...). ``records`` hold every request of the run, failed ones
         included; metrics state their denominators in ``n``."""
+        from evalkit.scoring.metrics import compute_metrics
+
         samples = self.samples(records)
         return compute_metrics(self.metrics, samples), self.detail(samples)
 
     def detail(self, samples: Samples) -> dict[str, Any]:
         """The summary's ``detail``: by default request outcomes, token statistics and a table per item."""
+        from evalkit.scoring.metrics import sampled_detail
 
         def item_id(doc_id: int) -> str | None:
             return str(self.items[doc_id]["id"]) if 0 <= doc_id < len(self.items) else None
@@ -151,6 +158,8 @@ class Task(ABC):
 
     def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
         """The metric names summary.json will hold for a run with ``settings`` (the task's defaults when None)."""
+        from evalkit.scoring.metrics import metric_names
+
         k = settings.num_samples if settings is not None else int(self.defaults().get("num_samples", 1))
         return metric_names(self.metrics, k, self.key)
 

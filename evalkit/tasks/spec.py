@@ -26,7 +26,6 @@ import yaml
 
 from evalkit.contracts import EndpointKind
 from evalkit.errors import TaskError
-from evalkit.scoring.metrics import METRICS
 
 ENDPOINT_KINDS = ("chat", "completions")
 _COMMON = ("name", "kind", "version", "description", "data", "defaults", "endpoint_kind", "metrics")
@@ -121,8 +120,11 @@ def parse_spec(raw: Mapping[str, Any], path: Path, kinds: Sequence[str] | None =
     if endpoint_kind is not None and endpoint_kind not in ENDPOINT_KINDS:
         raise TaskError(f"{name}: endpoint_kind must be chat or completions, got {endpoint_kind!r}")
     metrics = raw.get("metrics")
-    if metrics is not None and (not isinstance(metrics, list) or not set(metrics) <= set(METRICS) or not metrics):
-        raise TaskError(f"{name}: metrics must be a list of {', '.join(METRICS)}, got {metrics!r}")
+    if metrics is not None:
+        from evalkit.scoring.metrics import METRICS  # only here: it imports numpy, which listing tasks need not
+
+        if not isinstance(metrics, list) or not metrics or not set(metrics) <= set(METRICS):
+            raise TaskError(f"{name}: metrics must be a list of {', '.join(METRICS)}, got {metrics!r}")
     root = path.parent
     return TaskSpec(
         name=name,
