@@ -14,6 +14,7 @@ from evalkit.contracts import Request, Response, SampleRecord
 from evalkit.errors import DataError
 from evalkit.scoring.estimators import Z95
 from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.spec import parse_spec
 
 TASKS = Path(__file__).resolve().parent.parent / "tasks"
 YAML = TASKS / "aime25.yaml"
@@ -37,7 +38,7 @@ def spec() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def task(spec) -> Any:
-    return load_module().make_task(spec, YAML.parent)
+    return load_module().make_task(parse_spec(spec, YAML))
 
 
 # ------------------------------------------------------------------------------------------------- loading
@@ -72,10 +73,10 @@ def test_make_task(task):
 def test_make_task_rejects_bad_data(tmp_path, spec):
     (tmp_path / "d.jsonl").write_text('{"id": "x", "problem": "p", "answer": "seventy"}\n')
     with pytest.raises(DataError, match="not an integer"):
-        load_module().make_task({**spec, "data": {"test": "d.jsonl"}}, tmp_path)
+        load_module().make_task(parse_spec({**spec, "data": {"test": "d.jsonl"}}, tmp_path / "aime25.yaml"))
     (tmp_path / "e.jsonl").write_text('{"id": "x", "answer": "7"}\n')
     with pytest.raises(DataError, match="lacks problem"):
-        load_module().make_task({**spec, "data": {"test": "e.jsonl"}}, tmp_path)
+        load_module().make_task(parse_spec({**spec, "data": {"test": "e.jsonl"}}, tmp_path / "aime25.yaml"))
 
 
 # ------------------------------------------------------------------------------------------------ requests

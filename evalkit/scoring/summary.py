@@ -6,8 +6,6 @@ from array import array
 from typing import Any
 
 from evalkit.contracts import (
-    BASE_STATUSES,
-    STATUSES,
     UNRECORDED,
     EndpointSummary,
     MetricValue,
@@ -15,6 +13,7 @@ from evalkit.contracts import (
     SchedulerStats,
     TaskSummary,
 )
+from evalkit.scoring.metrics import count_statuses
 from evalkit.scoring.speed import percentile, speed_summary, steady_state
 
 LOOP_LAG_BOUND_MS = 20.0  # event-loop lag p99 above this: the client, not the server, may have set the pace
@@ -22,12 +21,7 @@ CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the same
 
 
 def _counts(records: list[SampleRecord]) -> dict[str, int]:
-    counts: dict[str, int] = {"total": len(records)}
-    for status in STATUSES:
-        k = sum(1 for r in records if r.status == status)
-        if k or status in BASE_STATUSES:  # the tool-calling statuses only where they occur
-            counts[status] = k
-    return counts
+    return {"total": len(records), **count_statuses(records)}  # the tool-calling statuses only where they occur
 
 
 def endpoint_summaries(

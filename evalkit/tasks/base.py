@@ -1,9 +1,11 @@
 """The task contract: a task turns data into requests and responses into scores.
 
-Two kinds exist (see ``evalkit/tasks/registry.py``):
-- ``lm-eval``: lm-eval's own task object (prompts, filters, metrics) driven by evalkit (``lmeval_task.py``).
-- ``python``: a module in ``tasks/`` with a ``make_task(spec, root)`` function returning a :class:`Task`
-  (e.g. ``tasks/aime25.py``).
+A task is built from its checked task file (:class:`evalkit.tasks.spec.TaskSpec`) by its kind, a class in the
+kinds table of ``evalkit/tasks/registry.py`` (``lm-eval``, ``python``, ``tool-calls``, or one a package adds
+through the ``evalkit.task_kinds`` entry point group). A task writes two methods, :meth:`Task.build_requests`
+and :meth:`Task.score`; :meth:`Task.summarize` computes the metrics it names (``metrics``, see
+:mod:`evalkit.scoring.metrics`) from the scores, unless the task brings its own (lm-eval's aggregations).
+A ``python`` task is a module beside its YAML with ``make_task(spec)`` (e.g. ``tasks/aime25.py``).
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ from __future__ import annotations
 import functools
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score, ToolExecutor
+from evalkit.tasks.spec import TaskSpec
+
+if TYPE_CHECKING:  # the metrics (and numpy) are imported when a summary is computed, not to list tasks
+    from evalkit.scoring.metrics import Samples
 
 T = TypeVar("T")
 
@@ -59,7 +65,18 @@ def sha256_file(path: Path) -> str:
 
 
 class Task(ABC):
-    """A named, versioned evaluation task."""
+    """A named, versioned evaluation task.
+
+    The default constructor takes the checked task file; a kind with more to read extends it::
+
+        class MyTask(Task):
+            builtin_defaults = {"temperature": 0.0, "max_tokens": 1024}
+            metrics = ("accuracy",)              # names in evalkit.scoring.metrics.METRICS
+            key = "exact"                        # of Score.correct / Score.extracted the metrics read
+
+            def build_requests(self, settings): ...
+            def score(self, request, response): ...
+    """
 
     name: str
     version: str
@@ -67,14 +84,39 @@ class Task(ABC):
     endpoint_kind: EndpointKind = "completions"
     data_files: dict[str, Path]
     summary_needs_text = False  # True when summarize() re-reads responses (lm-eval tasks re-run their filters)
+    builtin_defaults: ClassVar[Mapping[str, Any]] = {}  # the kind's defaults, under the task file's
+    data_needed: tuple[str, ...] = ("test",)  # the ``data`` entries the default constructor requires
+    metrics: tuple[str, ...] = ("accuracy",)  # what the default summarize() reports (a task file's ``metrics``)
+    key = "correct"  # the key of the scores' ``correct`` / ``extracted`` that the metrics read
+    items: Sequence[dict[str, Any]] = ()  # the documents; the default summary reads their ``id`` / ``answer``
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.version = spec.version
+        self.description = spec.description
+        self.endpoint_kind = spec.endpoint_kind or self.endpoint_kind
+        self.data_files = spec.data_files(*self.data_needed)
+        self._defaults = spec.merged_defaults(self.builtin_defaults)
+        self.metrics = spec.metrics or self.metrics
+
+    @classmethod
+    def from_spec(cls, spec: TaskSpec) -> Task:
+        """The task a checked task file declares (the registry calls this on the kind's class)."""
+        return cls(spec)
 
     @functools.cached_property
     def data_sha256(self) -> dict[str, str]:
         return {split: sha256_file(p) for split, p in sorted(self.data_files.items())}
 
-    @abstractmethod
     def defaults(self) -> dict[str, Any]:
         """Default sampling for this task: keys of TaskSettings (temperature, top_p, max_tokens, num_samples...)."""
+        return dict(self._defaults)
+
+    def setting(self, settings: TaskSettings, key: str) -> Any:
+        """``settings``' value of ``key``, or the task's default where the run leaves it unset."""
+        value = getattr(settings, key)
+        return self._defaults.get(key) if value is None else value
 
     @abstractmethod
     def build_requests(self, settings: TaskSettings) -> list[Request]:
@@ -84,15 +126,42 @@ class Task(ABC):
     def score(self, request: Request, response: Response) -> Score:
         """Score one response; never called for failed requests (status api_error)."""
 
-    @abstractmethod
+    @staticmethod
+    def canonical(answer: str | None) -> Hashable | None:
+        """An extracted answer in a form where equal answers compare equal (maj@K votes, the per-item table)."""
+        return answer
+
+    def samples(self, records: Sequence[SampleRecord]) -> Samples:
+        """This task's records grouped by item, as the metrics read them."""
+        from evalkit.scoring.metrics import Samples
+
+        gold = {d: str(item["answer"]) for d, item in enumerate(self.items) if "answer" in item}
+        return Samples([r for r in records if r.task == self.name], self.key, self.canonical, gold)
+
     def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         """Metrics (keyed as in lm-eval's results, e.g. ``exact_match,strict-match`` or ``pass@4``) and extra
         task-specific detail (per-problem tables...). ``records`` hold every request of the run, failed ones
         included; metrics state their denominators in ``n``."""
+        from evalkit.scoring.metrics import compute_metrics
+
+        samples = self.samples(records)
+        return compute_metrics(self.metrics, samples), self.detail(samples)
+
+    def detail(self, samples: Samples) -> dict[str, Any]:
+        """The summary's ``detail``: by default request outcomes, token statistics and a table per item."""
+        from evalkit.scoring.metrics import sampled_detail
+
+        def item_id(doc_id: int) -> str | None:
+            return str(self.items[doc_id]["id"]) if 0 <= doc_id < len(self.items) else None
+
+        return sampled_detail(samples, self.metrics, item_id)
 
     def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
         """The metric names summary.json will hold for a run with ``settings`` (the task's defaults when None)."""
-        return []
+        from evalkit.scoring.metrics import metric_names
+
+        k = settings.num_samples if settings is not None else int(self.defaults().get("num_samples", 1))
+        return metric_names(self.metrics, k, self.key)
 
     def quick_to_build(self, settings: TaskSettings) -> bool:
         """False when ``build_requests`` would take seconds (lm-eval with a cold prompt cache): evalkit then builds

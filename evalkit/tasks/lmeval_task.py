@@ -26,6 +26,7 @@ from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.data import read_jsonl
 from evalkit.tasks.prompt_cache import FORMAT as PROMPT_CACHE_FORMAT
 from evalkit.tasks.prompt_cache import cache_writable, prompt_cache_dir, read_cache, write_cache
+from evalkit.tasks.spec import TaskSpec
 
 LM_EVAL_SEED = 1234  # lm-eval's default seed for API models and for the few-shot sampler
 
@@ -61,11 +62,11 @@ class LmEvalTask(Task):
     endpoint_kind = "completions"
     summary_needs_text = True
 
-    def __init__(self, spec: dict[str, Any], root: Path) -> None:
+    def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
-        self.name = spec["name"]
-        self.description = spec.get("description", "")
-        lm_spec = spec.get("lm_eval") or {}
+        self.name = spec.name
+        self.description = spec.description
+        lm_spec = spec.options.get("lm_eval") or {}
         base = lm_spec.get("base")
         if not base:
             raise TaskError(
@@ -75,7 +76,7 @@ class LmEvalTask(Task):
         if not self.base_yaml.is_file():
             raise TaskError(f"task {self.name}: lm-eval has no task file {base} (looked in {lm_eval_tasks_dir()})")
         self.overrides = dict(lm_spec.get("overrides") or {})
-        self.data_files = {split: (root / rel).resolve() for split, rel in (spec.get("data") or {}).items()}
+        self.data_files = dict(spec.data)
         for split, path in self.data_files.items():
             if not path.is_file():
                 raise TaskError(f"task {self.name}: data file for split '{split}' not found: {path}")
@@ -86,7 +87,7 @@ class LmEvalTask(Task):
         self._entries: dict[int | None, list[dict[str, Any]]] = {}  # the cache's entries, read and checked once
         self._metrics_cache: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
-        self.version = str(spec.get("version") or self._base_config().get("metadata", {}).get("version", "0"))
+        self.version = spec.version or str(self._base_config().get("metadata", {}).get("version", "0"))
 
     # -- lm-eval objects ---------------------------------------------------------------------------------
     def _base_config(self) -> dict[str, Any]:
@@ -404,7 +405,3 @@ class LmEvalTask(Task):
                 ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
             out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
         return out, {"docs_scored": scored, "docs_total": len(by_doc)}
-
-
-def make_task(spec: dict[str, Any], root: Path) -> Task:
-    return LmEvalTask(spec, root)

@@ -23,16 +23,16 @@ config ``drop_reasoning``) is recorded in the manifest's task settings.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from evalkit.contracts import Conversation, GenParams, Request, Response, Score, ToolExecutor
 from evalkit.errors import DataError, TaskError
 from evalkit.scoring.bfcl_exec import FUNC_DOCS, MODULES, Backends
 from evalkit.scoring.bfcl_multi_turn import KEY, score_conversation
-from evalkit.tasks.base import TaskSettings
+from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.data import read_jsonl
-from evalkit.tasks.tool_task import _SETTINGS_KEYS, BUILTIN_DEFAULTS, TOOL_CHOICES, ToolCallTask, to_tools
+from evalkit.tasks.spec import TaskSpec
+from evalkit.tasks.tool_task import BUILTIN_DEFAULTS, TOOL_CHOICES, ToolCallTask, to_tools
 
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
 
@@ -41,30 +41,16 @@ class MultiTurnToolTask(ToolCallTask):
     """One BFCL multi-turn category as an evalkit task (see the module docstring)."""
 
     key = KEY
-    metric = f"accuracy,{KEY}"
+    builtin_defaults: ClassVar[dict[str, Any]] = {**BUILTIN_DEFAULTS, "drop_reasoning": True}
+    data_needed = ("test", "answers", "functions")
 
-    def __init__(self, spec: dict[str, Any], root: Path) -> None:
-        self.name = str(spec["name"])
-        self.version = str(spec["version"])
-        self.description = str(spec.get("description", ""))
+    def __init__(self, spec: TaskSpec) -> None:
         self.category = "multi_turn"
-        self.tool_choice = str(spec.get("tool_choice", "auto"))
-        if self.tool_choice not in TOOL_CHOICES:
-            raise TaskError(f"{self.name}: tool_choice must be one of {', '.join(TOOL_CHOICES)}")
-        self.max_steps = spec.get("max_steps", 20)
-        if type(self.max_steps) is not int or self.max_steps < 1:
-            raise TaskError(f"{self.name}: max_steps must be a positive integer, got {self.max_steps!r}")
-        data = spec.get("data") or {}
-        missing = [k for k in ("test", "answers", "functions") if k not in data]
-        if missing:
-            raise TaskError(f"{self.name}: the task file needs data: {{{', '.join(f'{k}: PATH' for k in missing)}}}")
-        docs = (Path(root) / data["functions"]).resolve()
-        self.data_files = {k: (Path(root) / data[k]).resolve() for k in ("test", "answers")}
+        Task.__init__(self, spec)
+        self.tool_choice = spec.choice("tool_choice", TOOL_CHOICES, "auto")
+        self.max_steps = spec.positive_int("max_steps", 20)
+        docs = self.data_files.pop("functions")
         self.data_files.update({f"functions/{f}": docs / f for f in sorted(FUNC_DOCS.values())})
-        self._defaults = {**BUILTIN_DEFAULTS, "drop_reasoning": True, **(spec.get("defaults") or {})}
-        unknown = sorted(set(self._defaults) - _SETTINGS_KEYS)
-        if unknown:
-            raise TaskError(f"{self.name}: unknown defaults {unknown}; allowed: {sorted(_SETTINGS_KEYS)}")
         self.items = self._load()
 
     def _load(self) -> list[dict[str, Any]]:

@@ -1,27 +1,76 @@
 """Task registry: tasks are YAML files (plus an optional Python module) in task folders.
 
-Folders searched, in order: the built-in tasks shipped with evalkit, then each ``--tasks-dir``. A YAML file
-declares ``name``, ``version``, ``kind`` (``lm-eval``, ``python`` or ``tool-calls``) and ``data`` (paths relative to
-the file); ``kind: python`` also names ``module`` (a ``.py`` file beside it with ``make_task(spec, root)``);
-``kind: tool-calls`` names BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``;
-``category: multi_turn``: ``evalkit/tasks/multi_turn_task.py``).
+Folders searched, in order: the built-in tasks shipped with evalkit, then each ``--tasks-dir``. Each YAML file is
+checked once into a :class:`evalkit.tasks.spec.TaskSpec` (``name``, ``version``, ``kind``, ``data`` relative to
+the file, ``defaults``...) and built by its kind, a class in :data:`KINDS`:
+
+- ``lm-eval``: lm-eval's own task definition (``evalkit/tasks/lmeval_task.py``);
+- ``python``: ``module`` (a ``.py`` file beside the YAML) with ``make_task(spec)`` (e.g. ``tasks/aime25.py``; a
+  module written for the older ``make_task(spec_dict, root)`` still gets the file's mapping and folder);
+- ``tool-calls``: BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``;
+  ``category: multi_turn``: ``evalkit/tasks/multi_turn_task.py``).
+
+A package adds a kind with an entry point in the ``evalkit.task_kinds`` group: the name is the kind, the value a
+:class:`evalkit.tasks.base.Task` subclass (its ``from_spec(spec)`` builds the task) or a function of the spec::
+
+    [project.entry-points."evalkit.task_kinds"]
+    my-kind = "my_package.tasks:MyTask"
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.util
+import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from evalkit.errors import TaskError
 from evalkit.tasks.base import Task
+from evalkit.tasks.spec import TaskSpec, parse_spec, read_yaml
 
-KINDS = ("lm-eval", "python", "tool-calls")
+ENTRY_POINT_GROUP = "evalkit.task_kinds"
+# kind -> "module:attribute" of its Task class (imported when a task of the kind is built)
+KINDS: dict[str, str] = {
+    "lm-eval": "evalkit.tasks.lmeval_task:LmEvalTask",
+    "python": "evalkit.tasks.registry:load_python_task",
+    "tool-calls": "evalkit.tasks.tool_task:ToolCallTask",
+}
+KindFactory = Callable[[TaskSpec], Task]
+
+
+def plugin_kinds() -> dict[str, str]:
+    """The kinds installed packages add (entry point group ``evalkit.task_kinds``), name -> "module:attr"."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in KINDS}
+
+
+def kind_factory(kind: str) -> KindFactory:
+    """What builds a task of ``kind``: its class's ``from_spec``, or the factory function the table names."""
+    target = KINDS.get(kind) or plugin_kinds().get(kind)
+    if target is None:
+        raise TaskError(f"unknown task kind {kind!r}; known: {', '.join(known_kinds())}")
+    module_name, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise TaskError(f"task kind {kind!r}: cannot load {target} ({e}); reinstall the package that adds it") from None
+    if isinstance(obj, type) and issubclass(obj, Task):
+        factory: KindFactory = obj.from_spec
+        return factory
+    if not callable(obj):
+        raise TaskError(f"task kind {kind!r}: {target} is neither a Task class nor a function of the spec")
+    return obj
+
+
+def known_kinds() -> list[str]:
+    return [*KINDS, *plugin_kinds()]
 
 
 def builtin_tasks_dir() -> Path:
@@ -38,30 +87,15 @@ class TaskEntry:
     name: str
     kind: str
     path: Path
-    spec: dict[str, Any]
+    spec: TaskSpec
 
     @property
     def version(self) -> str:
-        return str(self.spec.get("version", ""))
+        return self.spec.version
 
     @property
     def description(self) -> str:
-        return str(self.spec.get("description", ""))
-
-
-def _read_spec(path: Path) -> dict[str, Any]:
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise TaskError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the task file") from None
-    if not isinstance(spec, dict) or "name" not in spec:
-        raise TaskError(f"{path}: a task file needs at least 'name', 'kind' and 'version'")
-    kind = spec.get("kind")
-    if kind not in KINDS:
-        raise TaskError(f"{path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if "version" not in spec:
-        raise TaskError(f"{path}: task '{spec['name']}' has no 'version'; every task must be versioned")
-    return spec
+        return self.spec.description
 
 
 class Registry:
@@ -81,12 +115,16 @@ class Registry:
     def _scan(self, folder: Path) -> None:
         if not folder.is_dir():
             raise TaskError(f"tasks dir not found: {folder}; pass an existing folder to --tasks-dir")
+        kinds: list[str] | None = None  # the entry points are read only for a kind outside the table
         for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
-            spec = _read_spec(path)
-            name = str(spec["name"])
+            raw = read_yaml(path)
+            if raw.get("kind") not in KINDS and kinds is None:
+                kinds = known_kinds()
+            spec = parse_spec(raw, path, kinds or list(KINDS))
+            name = spec.name
             if name in self.entries and self.entries[name].path.parent == path.parent:
                 raise TaskError(f"task '{name}' is declared twice: {self.entries[name].path} and {path}")
-            self.entries[name] = TaskEntry(name=name, kind=spec["kind"], path=path, spec=spec)
+            self.entries[name] = TaskEntry(name=name, kind=spec.kind, path=path, spec=spec)
 
     def names(self) -> list[str]:
         return sorted(self.entries)
@@ -100,35 +138,27 @@ class Registry:
 
     def get(self, name: str) -> Task:
         entry = self.entry(name)
-        root = entry.path.parent
-        if entry.kind == "lm-eval":
-            from evalkit.tasks.lmeval_task import LmEvalTask
-
-            return LmEvalTask(entry.spec, root)
-        if entry.kind == "tool-calls" and entry.spec.get("category") == "multi_turn":
-            from evalkit.tasks.multi_turn_task import MultiTurnToolTask
-
-            return MultiTurnToolTask(entry.spec, root)
-        if entry.kind == "tool-calls":
-            from evalkit.tasks.tool_task import ToolCallTask
-
-            return ToolCallTask(entry.spec, root)
-        return _load_python_task(entry, root)
+        return kind_factory(entry.kind)(entry.spec)
 
 
-def _load_python_task(entry: TaskEntry, root: Path) -> Task:
-    module_file = root / str(entry.spec.get("module", f"{entry.name}.py"))
+def load_python_task(spec: TaskSpec) -> Task:
+    """The ``python`` kind: ``make_task(spec)`` of the module the task file names (default ``<name>.py``)."""
+    module_file = spec.root / str(spec.options.get("module", f"{spec.name}.py"))
     if not module_file.is_file():
-        raise TaskError(f"task '{entry.name}': module {module_file} not found; set 'module' in {entry.path.name}")
-    mod_name = f"evalkit_task_{entry.name.replace('-', '_')}"
-    spec = importlib.util.spec_from_file_location(mod_name, module_file)
-    if spec is None or spec.loader is None:
-        raise TaskError(f"task '{entry.name}': cannot import {module_file}")
-    module = importlib.util.module_from_spec(spec)
+        raise TaskError(f"task '{spec.name}': module {module_file} not found; set 'module' in {spec.path.name}")
+    mod_name = f"evalkit_task_{spec.name.replace('-', '_')}"
+    module_spec = importlib.util.spec_from_file_location(mod_name, module_file)
+    if module_spec is None or module_spec.loader is None:
+        raise TaskError(f"task '{spec.name}': cannot import {module_file}")
+    module = importlib.util.module_from_spec(module_spec)
     sys.modules[mod_name] = module
-    spec.loader.exec_module(module)
+    module_spec.loader.exec_module(module)
     factory = getattr(module, "make_task", None)
     if factory is None:
-        raise TaskError(f"task '{entry.name}': {module_file.name} has no make_task(spec, root) function")
-    task: Task = factory(entry.spec, root)
+        raise TaskError(f"task '{spec.name}': {module_file.name} has no make_task(spec) function")
+    try:
+        legacy = len(inspect.signature(factory).parameters) == 2  # the old make_task(spec_dict, root)
+    except (TypeError, ValueError):
+        legacy = False
+    task: Task = factory(dict(spec.raw), spec.root) if legacy else factory(spec)
     return task

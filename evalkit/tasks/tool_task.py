@@ -24,24 +24,21 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
-from evalkit.contracts import STATUSES, GenParams, MetricValue, Request, Response, SampleRecord, Score
+from evalkit.contracts import GenParams, Request, Response, Score
 from evalkit.errors import DataError, TaskError
 from evalkit.scoring.bfcl_ast import api_name
-from evalkit.scoring.estimators import wilson_interval
+from evalkit.scoring.metrics import WILSON_CI, Samples, count_statuses
 from evalkit.scoring.tool_calls import CATEGORIES, IRRELEVANCE, KEY, score_tool_answer
 from evalkit.tasks.base import Task, TaskSettings
 from evalkit.tasks.data import read_jsonl
+from evalkit.tasks.spec import TaskSpec
 
 BUILTIN_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 1024}
 TOOL_CHOICES = ("auto", "required", "none")
 NO_CALL = "(no call)"  # the target of an irrelevance question
 METRIC = f"accuracy,{KEY}"  # lm-eval's "metric,filter" naming: accuracy of the AST checker's verdicts
-_SETTINGS_KEYS = {f.name for f in fields(TaskSettings)}
 # BFCL's GORILLA_TO_OPENAPI (bfcl_eval/constants/type_mappings.py), the types its Python data uses
 OPENAPI_TYPES = {
     "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
@@ -90,31 +87,27 @@ class ToolCallTask(Task):
     """One BFCL category as an evalkit task (see the module docstring)."""
 
     endpoint_kind = "chat"
-    key = KEY  # of the samples' ``correct`` that the metric counts
-    metric = METRIC
+    builtin_defaults = BUILTIN_DEFAULTS
+    key = KEY  # of the samples' ``correct`` that the metric counts (``metrics``: the base's ``accuracy``)
 
-    def __init__(self, spec: dict[str, Any], root: Path) -> None:
-        self.name = str(spec["name"])
-        self.version = str(spec["version"])
-        self.description = str(spec.get("description", ""))
-        self.category = str(spec.get("category", ""))
+    def __init__(self, spec: TaskSpec) -> None:
+        self.category = str(spec.options.get("category", ""))
         if self.category not in CATEGORIES:
             known = ", ".join((*CATEGORIES, "multi_turn"))
-            raise TaskError(f"{self.name}: category must be one of {known}, got {self.category!r}")
-        self.tool_choice = str(spec.get("tool_choice", "auto"))
-        if self.tool_choice not in TOOL_CHOICES:
-            raise TaskError(f"{self.name}: tool_choice must be one of {', '.join(TOOL_CHOICES)}")
-        data = spec.get("data") or {}
-        needed = ["test"] if self.category == IRRELEVANCE else ["test", "answers"]
-        missing = [k for k in needed if k not in data]
-        if missing:
-            raise TaskError(f"{self.name}: the task file needs data: {{{', '.join(f'{k}: PATH' for k in missing)}}}")
-        self.data_files = {k: (Path(root) / data[k]).resolve() for k in needed}
-        self._defaults = {**BUILTIN_DEFAULTS, **(spec.get("defaults") or {})}
-        unknown = sorted(set(self._defaults) - _SETTINGS_KEYS)
-        if unknown:
-            raise TaskError(f"{self.name}: unknown defaults {unknown}; allowed: {sorted(_SETTINGS_KEYS)}")
+            raise TaskError(f"{spec.name}: category must be one of {known}, got {self.category!r}")
+        self.data_needed = ("test",) if self.category == IRRELEVANCE else ("test", "answers")
+        super().__init__(spec)
+        self.tool_choice = spec.choice("tool_choice", TOOL_CHOICES, "auto")
         self.items = self._load()
+
+    @classmethod
+    def from_spec(cls, spec: TaskSpec) -> Task:
+        """The ``tool-calls`` kind: a single-turn category, or ``category: multi_turn``'s conversations."""
+        if spec.options.get("category") == "multi_turn":
+            from evalkit.tasks.multi_turn_task import MultiTurnToolTask
+
+            return MultiTurnToolTask(spec)
+        return cls(spec)
 
     def _load(self) -> list[dict[str, Any]]:
         path = self.data_files["test"]
@@ -134,12 +127,6 @@ class ToolCallTask(Task):
         if not items:
             raise DataError(f"{path}: no questions; restore the file from the package")
         return items
-
-    def defaults(self) -> dict[str, Any]:
-        return dict(self._defaults)
-
-    def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
-        return [self.metric]
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
         if (settings.endpoint_kind or "chat") != "chat":
@@ -185,28 +172,19 @@ class ToolCallTask(Task):
             response.finish_reason,
         )
 
-    def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
-        recs = [r for r in records if r.task == self.name]
-        scored = [r for r in recs if r.status != "api_error"]
-        right = sum(1 for r in scored if r.correct.get(self.key) is True)
-        metrics = {self.metric: MetricValue(value=None, n=0)}
-        if scored:
-            p = right / len(scored)
-            se = (p * (1 - p) / len(scored)) ** 0.5
-            ci = wilson_interval(right, len(scored))
-            metrics[self.metric] = MetricValue(value=p, stderr=se, ci95=ci, n=len(scored))
-        statuses = Counter(r.status for r in recs)
-        verdicts = Counter((r.extraction or "").split(":", 1)[0] for r in scored)
+    def detail(self, samples: Samples) -> dict[str, Any]:
+        statuses = count_statuses(samples.records, always=())
+        verdicts = Counter((r.extraction or "").split(":", 1)[0] for r in samples.scored)
         detail: dict[str, Any] = {
             "category": self.category,
             "tool_choice": self.tool_choice,
-            "requests": len(recs),
-            "scored": len(scored),
-            "correct": right,
-            "status_counts": {s: statuses[s] for s in STATUSES if statuses[s]},
+            "requests": len(samples.records),
+            "scored": len(samples.scored),
+            "correct": sum(1 for r in samples.scored if samples.is_correct(r)),
+            "status_counts": statuses,
             "verdicts": dict(verdicts.most_common()),
-            "ci": "Wilson 95% interval over answered requests",
+            "ci": WILSON_CI,
         }
-        if statuses["tool_text"] or statuses["tool_calls_empty"]:
+        if statuses.get("tool_text") or statuses.get("tool_calls_empty"):
             detail["server_hint"] = SERVER_HINT
-        return metrics, detail
+        return detail
