@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evalkit.tasks.registry import builtin_tasks_dir
+from evalkit.tasks.catalogue import builtin_tasks_dir
 
 
 def lm_eval_gsm8k_config() -> dict[str, Any]:

@@ -16,8 +16,7 @@ from evalkit.contracts import GenParams, Request, Response
 from evalkit.requests.client import Client
 from evalkit.requests.scheduler import execute
 from evalkit.runner import Runner
-from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
-from tests.local_app import serving
+from evalkit.testing.server import Behaviour, SubprocessServer, TestServer, serving
 
 SLOW = ("--ttft", "0.05", "--itl", "0.04", "--tokens-per-chunk", "4")  # ~0.7 s per 64-token answer
 

@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.tasks.registry import builtin_tasks_dir
+from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.testing.server import Behaviour, TestServer
 
 ERROR_PREFIX = "evalkit: error: "

@@ -17,8 +17,7 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.contracts import GenParams, Request, Response
 from evalkit.requests.client import RETRYABLE_STATUS, Client, ClientOptions
-from evalkit.testing.server import Behaviour, TestServer
-from tests.local_app import serving
+from evalkit.testing.server import Behaviour, TestServer, serving
 
 
 # ------------------------------------------------------------------------------------------------ helpers

@@ -7,7 +7,8 @@ import pytest
 
 from evalkit.errors import TaskError
 from evalkit.tasks.base import TaskSettings
-from evalkit.tasks.registry import Registry, builtin_tasks_dir
+from evalkit.tasks.catalogue import builtin_tasks_dir
+from evalkit.tasks.registry import Registry
 
 REPO = Path(__file__).resolve().parent.parent
 

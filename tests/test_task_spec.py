@@ -13,7 +13,8 @@ from evalkit.contracts import MetricValue, SampleRecord
 from evalkit.errors import TaskError
 from evalkit.scoring.estimators import Z95, wilson_interval
 from evalkit.scoring.metrics import METRICS, Samples, compute_metrics, count_statuses, metric_names
-from evalkit.tasks.registry import KINDS, Registry, builtin_tasks_dir
+from evalkit.tasks.catalogue import builtin_tasks_dir
+from evalkit.tasks.registry import KINDS, Registry
 from evalkit.tasks.spec import load_spec, parse_spec
 
 BASE = {"name": "t", "kind": "python", "version": "1", "data": {"test": "d.jsonl"}}

@@ -32,6 +32,7 @@ from typing import Any
 
 from evalkit.errors import TaskError
 from evalkit.tasks.base import Task
+from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.tasks.spec import TaskSpec, parse_spec, read_yaml
 
 ENTRY_POINT_GROUP = "evalkit.task_kinds"
@@ -71,15 +72,6 @@ def kind_factory(kind: str) -> KindFactory:
 
 def known_kinds() -> list[str]:
     return [*KINDS, *plugin_kinds()]
-
-
-def builtin_tasks_dir() -> Path:
-    """Where the built-in task files live: inside the installed package, or ``tasks/`` of a source checkout."""
-    pkg = Path(__file__).resolve().parent.parent
-    installed = pkg / "_builtin_tasks"
-    if installed.is_dir():
-        return installed
-    return pkg.parent / "tasks"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from evalkit.tasks.catalogue import builtin_tasks_dir
+
 TOKEN_RE = re.compile(r"\s*\S+")
 _PIECE_RE = re.compile(r"\s*\S+|\s+")
 _QUESTION_RE = re.compile(r"Question:[ \t]*(.*?)\s*\nAnswer:", re.S)
@@ -78,12 +80,9 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
 
 
 def data_dir() -> Path | None:
-    """``tasks/data`` of a source checkout, or ``evalkit/_builtin_tasks/data`` of an installed wheel."""
-    pkg = Path(__file__).resolve().parent.parent  # the evalkit package (works without evalkit/__init__.py)
-    for cand in (pkg.parent / "tasks" / "data", pkg / "_builtin_tasks" / "data"):
-        if cand.is_dir():
-            return cand
-    return None
+    """The built-in catalogue's ``data/`` folder (:func:`evalkit.tasks.catalogue.builtin_tasks_dir`)."""
+    data = builtin_tasks_dir() / "data"
+    return data if data.is_dir() else None
 
 
 def _norm(text: str) -> str:

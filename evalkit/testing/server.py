@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import collections.abc
 import contextlib
 import itertools
 import os
@@ -104,6 +105,20 @@ async def _start_site(state: ServerState, host: str, port: int) -> tuple[web.App
     server = site._server
     assert isinstance(server, asyncio.base_events.Server)
     return runner, server.sockets[0].getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> collections.abc.AsyncIterator[str]:
+    """Serve another aiohttp ``app`` (a test's one odd endpoint) on 127.0.0.1 and yield its base URL
+    (``http://127.0.0.1:PORT``); stopped on exit. Tests that need the vLLM-shaped server use :class:`TestServer`."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 class TestServer:
