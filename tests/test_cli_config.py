@@ -117,7 +117,7 @@ def test_every_run_option_reaches_the_settings():
     """`evalkit run` and `evalkit config show` read options through one mapping that takes every option."""
     import inspect
 
-    from evalkit.cli import _run_settings, run
+    from evalkit.cli.run import _run_settings, run
 
     params = {name: p.default for name, p in inspect.signature(run).parameters.items()}
     base, _ = _run_settings(params)

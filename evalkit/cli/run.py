@@ -787,7 +787,3 @@ def main() -> None:
             typer.echo(f"evalkit: error: {' '.join(e.format_message().split()).rstrip('.')}{hint}", err=True)
         sys.exit(e.exit_code)
     sys.exit(rc if isinstance(rc, int) else 0)
-
-
-if __name__ == "__main__":
-    main()
