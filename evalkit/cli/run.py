@@ -1,49 +1,16 @@
-"""The ``evalkit`` command: thin Typer commands over library functions."""
+"""``evalkit run``: evaluate tasks against a server, and the mapping of its options to run settings
+(``evalkit config show`` takes the same options)."""
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
+from evalkit.cli.common import app, fail
 from evalkit.errors import EvalkitError
-
-app = typer.Typer(no_args_is_help=True, help="Accuracy and speed of an LLM serving config.")
-tasks_app = typer.Typer(no_args_is_help=True, help="List and inspect tasks.")
-app.add_typer(tasks_app, name="tasks")
-watch_app = typer.Typer(
-    invoke_without_command=True,
-    help="Canary evals on a live endpoint every interval: drift verdicts, Prometheus /metrics, alerts.",
-)
-app.add_typer(watch_app, name="watch")
-config_app = typer.Typer(no_args_is_help=True, help="The effective configuration of a run.")
-app.add_typer(config_app, name="config")
-
-
-def _version(value: bool) -> None:
-    if value:
-        from evalkit import __version__
-
-        typer.echo(f"evalkit {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
-) -> None:
-    """Accuracy and speed of an LLM serving config. Shell completion: evalkit --install-completion."""
-
-
-def _fail(err: EvalkitError) -> NoReturn:
-    typer.echo(f"evalkit: error: {err}", err=True)
-    raise typer.Exit(err.exit_code)
-
 
 SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped at the end."
 _OPT = "server (with --serve)"
@@ -235,7 +202,7 @@ def run(
     from evalkit.contracts import summary_json
 
     try:
-        settings, config_file = _run_settings(params)
+        settings, config_file = run_settings(params)
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
             if repeats > 1:
                 results = api.run_repeats(
@@ -246,13 +213,13 @@ def run(
         for result in results:
             print_summary(summary_json(result.summary), str(result.run_dir))
     except EvalkitError as e:
-        _fail(e)
+        fail(e)
     except KeyboardInterrupt:
         console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
         raise typer.Exit(130) from None
 
 
-def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     """The run command's options as run settings (None: not given) and the --config file. Every option must be
     taken here (an option that is not would be ignored silently: AssertionError)."""
     p = dict(params)
@@ -329,7 +296,7 @@ def _run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     config_file = take("config")
     p.pop("quiet", None)  # how the command shows progress, not a setting
     p.pop("repeats", None)  # how many runs the command makes of these settings, not a setting of one
-    assert not p, f"evalkit run options not mapped to settings in cli._run_settings: {sorted(p)}"
+    assert not p, f"evalkit run options not mapped to settings in cli.run.run_settings: {sorted(p)}"
     return settings, config_file
 
 
@@ -339,31 +306,6 @@ def _warmup_setting(warmup: int | None, no_warmup: bool) -> int | None:
     if no_warmup and warmup:
         raise ConfigError(f"give either --warmup {warmup} or --no-warmup, not both")
     return 0 if no_warmup else warmup
-
-
-def config_show(**params: Any) -> None:
-    """Each run setting's effective value and its source (command line, file PATH, env EVALKIT_X or default),
-    secrets redacted. Takes the options of evalkit run, e.g. evalkit config show gsm8k -c run.yaml --limit 50."""
-    from evalkit.config_show import explain_config
-
-    try:
-        settings, config_file = _run_settings(params)
-        lines = explain_config(settings, config_file)
-    except EvalkitError as e:
-        _fail(e)
-    name_w = max(len(s.name) for s in lines)
-    value_w = min(48, max(len(s.value) for s in lines))
-    for s in lines:
-        typer.echo(f"{s.name:<{name_w}}  {s.value:<{value_w}}  {s.source}")
-
-
-# config show takes exactly evalkit run's options (--quiet aside): the same parameters, one way to read them
-_RUN_SIGNATURE = inspect.signature(run, eval_str=True)
-config_show.__signature__ = _RUN_SIGNATURE.replace(  # type: ignore[attr-defined]
-    parameters=[p for p in _RUN_SIGNATURE.parameters.values() if p.name != "quiet"]
-)
-config_show.__annotations__ = {k: v for k, v in run.__annotations__.items() if k != "quiet"}
-config_app.command("show", context_settings={"help_option_names": ["-h", "--help"]})(config_show)
 
 
 def _parse_env(items: list[str] | None) -> dict[str, str] | None:
@@ -378,412 +320,3 @@ def _parse_env(items: list[str] | None) -> dict[str, str] | None:
             raise ConfigError(f"--server-env wants KEY=VALUE, got {item!r}")
         out[key] = value
     return out
-
-
-@tasks_app.command("list")
-def tasks_list(tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra task folder.")] = None) -> None:
-    """Every known task with its kind, version and description."""
-    from evalkit.tasks.registry import Registry
-
-    try:
-        reg = Registry(tasks_dir or [])
-    except EvalkitError as err:
-        _fail(err)
-    for name in reg.names():
-        entry = reg.entry(name)
-        typer.echo(f"{name:<16} {entry.kind:<8} v{entry.version:<6} {entry.description}")
-
-
-@tasks_app.command("show")
-def tasks_show(
-    name: str,
-    tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra task folder.")] = None,
-) -> None:
-    """A task's defaults, metrics, data checksums and a preview of its first prompt."""
-    import json
-
-    from evalkit.tasks.base import TaskSettings
-    from evalkit.tasks.registry import Registry
-
-    try:
-        reg = Registry(tasks_dir or [])
-        entry = reg.entry(name)
-        task = reg.get(name)
-        defaults = task.defaults()
-        typer.echo(f"name:        {task.name}\nkind:        {entry.kind}\nversion:     {task.version}")
-        typer.echo(f"file:        {entry.path}\nendpoint:    {task.endpoint_kind}")
-        typer.echo(f"description: {task.description}")
-        typer.echo(f"defaults:    {json.dumps(defaults)}")
-        typer.echo(f"metrics:     {', '.join(task.metric_names()) or '-'}")
-        for split, sha in task.data_sha256.items():
-            typer.echo(f"data {split:<6} {sha}  {task.data_files[split]}")
-        settings = TaskSettings(**{k: v for k, v in defaults.items() if k in TaskSettings.__dataclass_fields__})
-        typer.echo("\n--- first prompt ---\n" + task.preview(settings))
-    except EvalkitError as e:
-        _fail(e)
-
-
-@app.command()
-def report(
-    run_dirs: Annotated[list[Path], typer.Argument(help="One run dir (single report) or several (comparison).")],
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Output HTML file, or a folder to write report.html / compare.html into."),
-    ] = None,
-) -> None:
-    """Render report.html from run dirs alone (no network)."""
-    from evalkit import api
-
-    try:
-        path = api.report(run_dirs, output)
-    except EvalkitError as e:
-        _fail(e)
-    typer.echo(str(path))
-
-
-@app.command()
-def schema(
-    name: Annotated[str, typer.Argument(help="summary, manifest or sample (one line of samples.jsonl).")],
-) -> None:
-    """Print the JSON Schema of a run dir's summary.json, manifest.json or samples.jsonl lines."""
-    import json
-
-    from evalkit.contracts import json_schema
-
-    if name not in ("summary", "manifest", "sample"):
-        _fail(EvalkitError(f"no schema named {name!r}; pass summary, manifest or sample"))
-    typer.echo(json.dumps(json_schema(name), indent=2))  # type: ignore[arg-type]
-
-
-@app.command()
-def gate(
-    runs: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            help="BASELINE CANDIDATE (two run dirs), or CANDIDATE alone to check it against the policy's expected scores."
-        ),
-    ] = None,
-    baseline: Annotated[
-        list[Path] | None,
-        typer.Option("--baseline", "-b", help="A baseline run dir (repeatable: several runs of the baseline config)."),
-    ] = None,
-    candidate: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--candidate", "-c", help="A candidate run dir (repeatable: several runs of the candidate config)."
-        ),
-    ] = None,
-    policy: Annotated[
-        Path | None, typer.Option("--policy", "-p", help="Policy YAML (default: the built-in policy, printed).")
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", help="Folder for gate.json, gate.md, junit.xml, compare.html (default CANDIDATE/gate)."
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option(help="Compare runs even when task version, data, limit, few-shot or prompts differ.")
-    ] = False,
-) -> None:
-    """Release gate: exit 0 when the candidate keeps the baseline's accuracy and speed, 1 when a rule fails,
-    2 when it cannot decide (nothing comparable, coverage too low, no rule evaluated) or the input is bad.
-    With several runs per side (--baseline/--candidate repeated) speed is judged on run-to-run variation."""
-    from rich.console import Console
-
-    from evalkit import api
-    from evalkit.gate.command import print_outcome
-
-    try:
-        outcome = api.gate(
-            *(runs or []), baselines=baseline, candidates=candidate, policy=policy, output=output, force=force
-        )
-    except EvalkitError as e:
-        _fail(e)
-    print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
-    if outcome.result.verdict == "cannot_decide":
-        typer.echo(f"evalkit: cannot decide: {'; '.join(outcome.result.reasons)}", err=True)
-    raise typer.Exit(outcome.exit_code)
-
-
-@app.command()
-def sweep(
-    file: Annotated[
-        Path,
-        typer.Argument(help="Sweep file (YAML): tasks, limit, endpoint or server, configs, sampling, concurrency."),
-    ],
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Sweep folder: runs/<name>/, sweep.csv, sweep.md, compare.html."),
-    ] = None,
-    collect: Annotated[
-        bool,
-        typer.Option(
-            "--collect",
-            help="Run nothing: tabulate the finished runs under -o DIR/runs/ (e.g. written by Kubernetes Jobs).",
-        ),
-    ] = False,
-    k8s: Annotated[
-        Path | None,
-        typer.Option(
-            "--k8s",
-            help="Run nothing: write Kubernetes manifests (one Job per combination, a collect Job) into this folder.",
-        ),
-    ] = None,
-    image: Annotated[
-        str | None,
-        typer.Option(
-            help="With --k8s: the image with evalkit and vLLM (docker/Dockerfile).", rich_help_panel="Kubernetes"
-        ),
-    ] = None,
-    pvc: Annotated[
-        str | None,
-        typer.Option(
-            help="With --k8s: the PersistentVolumeClaim (ReadWriteMany) the runs are written to.",
-            rich_help_panel="Kubernetes",
-        ),
-    ] = None,
-    namespace: Annotated[
-        str | None,
-        typer.Option(help="With --k8s: namespace of the objects (default: kubectl's).", rich_help_panel="Kubernetes"),
-    ] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(
-            help="With --k8s: the sweep's name in object names and labels (default: the file's stem).",
-            rich_help_panel="Kubernetes",
-        ),
-    ] = None,
-    model_cache_pvc: Annotated[
-        str | None,
-        typer.Option(
-            help="With --k8s: a PersistentVolumeClaim mounted as vLLM's Hugging Face cache.",
-            rich_help_panel="Kubernetes",
-        ),
-    ] = None,
-    api_key_secret: Annotated[
-        str | None,
-        typer.Option(
-            help="With --k8s: a Secret whose keys (e.g. EVALKIT_API_KEY) become evalkit's environment.",
-            rich_help_panel="Kubernetes",
-        ),
-    ] = None,
-) -> None:
-    """Run every combination of server config x sampling x concurrency (resumable) and tabulate them: exit 0
-    when every combination has a finished run of the sweep file's settings, 1 when one failed or has none (the
-    others still ran; its row's error cell says why), 2 when the input is bad (sweep file, -o) and nothing ran."""
-    from evalkit.sweep import load_spec, run_sweep
-    from evalkit.sweep.run import collect as collect_runs
-
-    try:
-        spec = load_spec(file)
-        if k8s is not None:
-            _emit_k8s(spec, file, k8s, image, pvc, namespace, name, model_cache_pvc, api_key_secret)
-            return
-        if output is None:
-            raise EvalkitError("evalkit sweep needs -o DIR (the sweep folder), or --k8s DIR to write manifests")
-        if collect:
-            if not (output / "runs").is_dir():
-                raise EvalkitError(f"{output} holds no runs/ folder; pass -o the sweep folder the runs were written to")
-            result = collect_runs(spec, output)
-        else:
-            result = run_sweep(spec, output, echo=lambda line: typer.echo(line, err=True))
-    except EvalkitError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        typer.echo("evalkit: interrupted; finished combinations are kept (re-run to resume)", err=True)
-        raise typer.Exit(130) from None
-    typer.echo(result.files["sweep.md"].read_text(), nl=False)
-    if result.skipped:
-        typer.echo(f"skipped {len(result.skipped)} finished combination(s): {', '.join(result.skipped)}")
-    for combo, why in {**result.stale, **result.failed}.items():
-        typer.echo(f"evalkit: {combo}: {why}", err=True)
-    typer.echo(str(result.files.get("compare.html", result.files["sweep.md"])))
-    bad = list(dict.fromkeys([*result.failed, *result.missing]))
-    if bad:
-        what = "failed or have no finished run of the sweep file's settings" if collect else "failed"
-        typer.echo(f"evalkit: {len(bad)} of {len(result.rows)} combination(s) {what}: {', '.join(bad)}", err=True)
-    raise typer.Exit(1 if bad else 0)
-
-
-def _emit_k8s(spec: Any, file: Path, out: Path, image: str | None, pvc: str | None, namespace: str | None,
-              name: str | None, model_cache_pvc: str | None, api_key_secret: str | None) -> None:  # fmt: skip
-    from evalkit.sweep.k8s import emit
-
-    if image is None or pvc is None:
-        raise EvalkitError(
-            "--k8s needs --image IMAGE (docker/Dockerfile built and pushed) and --pvc CLAIM (the shared volume)"
-        )
-    try:
-        files = emit(spec, out, image=image, pvc=pvc, sweep_name=name or file.stem, namespace=namespace,
-                     model_cache_pvc=model_cache_pvc, api_key_secret=api_key_secret)  # fmt: skip
-    except OSError as e:
-        raise EvalkitError(
-            f"cannot write the manifests to {out} ({e.strerror}: {e.filename}); pass --k8s a writable folder"
-        ) from None
-    typer.echo(
-        f"wrote {len(files)} manifests to {out}: kubectl apply -f {out}; when the Jobs are done, kubectl apply -f {out / 'collect'}"
-    )
-
-
-def _seconds(text: str) -> float:
-    """``10m``, ``30s``, ``0.2s``, ``1h``, ``1d`` or plain seconds."""
-    from evalkit.errors import ConfigError
-
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    t = text.strip().lower()
-    try:
-        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ConfigError(f"--every {text!r} is not a duration; pass e.g. 10m, 30s, 0.5s or 1h")
-    return value
-
-
-@watch_app.callback()
-def watch(
-    ctx: typer.Context,
-    endpoint: Annotated[str | None, typer.Option(help="The live server: http://host:port or …/v1.")] = None,
-    task: Annotated[str | None, typer.Option(help="Task to run a slice of every tick, e.g. gsm8k.")] = None,
-    every: Annotated[str, typer.Option(help="Interval between tick starts: 10m, 30s, 0.5s, 1h.")] = "10m",
-    per_tick: Annotated[
-        int, typer.Option(min=1, help="Documents per tick (a seeded rotation covers the whole set over time).")
-    ] = 50,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Watch dir: history.jsonl, ticks/NNNNNN run dirs (resumed on restart)."),
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            help="Baseline run dir (same task); without it the first --baseline-ticks ticks are the baseline."
-        ),
-    ] = None,
-    baseline_ticks: Annotated[
-        int, typer.Option(min=1, help="Ticks that form the baseline when --baseline is not given.")
-    ] = 3,
-    window: Annotated[int, typer.Option(min=1, help="Ticks judged together against the baseline.")] = 6,
-    policy: Annotated[
-        Path | None, typer.Option("--policy", "-p", help="Gate policy YAML (default: the gate's with alpha 0.01).")
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option(min=1, max=64, help="Canary requests in flight (production traffic comes first).")
-    ] = 2,
-    request_rate: Annotated[float, typer.Option(min=0.001, help="Canary requests sent per second, at most.")] = 2.0,
-    seed: Annotated[int, typer.Option(help="Seed of the documents' rotation.")] = 0,
-    ticks: Annotated[
-        int | None, typer.Option(min=1, help="Stop after this many ticks in all (default: run until stopped).")
-    ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus /metrics on this port (0..65535; 0: a free one).")
-    ] = None,
-    metrics_addr: Annotated[
-        str, typer.Option(help="Address /metrics listens on (0.0.0.0 in a container).")
-    ] = "127.0.0.1",
-    alert_webhook: Annotated[
-        str | None,
-        typer.Option(
-            help="POST a JSON message here when the verdict changes: an http(s) URL; user:password@ in it is sent "
-            "as Basic auth (retried, never blocks ticks)."
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
-    api_key_file: Annotated[
-        Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")
-    ] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Generation cap per request.")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-    num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
-    tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files (repeatable).")] = None,
-) -> None:
-    """Run a slice of TASK against ENDPOINT every interval and judge the last ticks against a baseline. Exit
-    status of the last tick: 0 pass, 1 fail, 2 cannot decide (the tick failed, no usable baseline, no tick
-    judged). `evalkit watch report DIR` draws the history."""
-    if ctx.invoked_subcommand is not None:
-        return
-    import signal
-
-    from evalkit.watch import Watch, WatchSettings
-    from evalkit.watch.history import exit_code, outcome_line
-
-    if endpoint is None or task is None or output is None:
-        _fail(EvalkitError("evalkit watch needs --endpoint URL, --task NAME and -o DIR; see evalkit watch --help"))
-    try:
-        extra = dict(
-            model=model,
-            api_key_file=api_key_file,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            num_fewshot=num_fewshot,
-            tasks_dir=tasks_dir,
-        )
-        settings = WatchSettings(
-            task=task,
-            endpoint=endpoint,
-            out=output,
-            every_s=_seconds(every),
-            per_tick=per_tick,
-            window=window,
-            baseline=baseline,
-            baseline_ticks=baseline_ticks,
-            seed=seed,
-            concurrency=concurrency,
-            request_rate=request_rate,
-            ticks=ticks,
-            policy=policy,
-            alert_webhook=alert_webhook,
-            metrics_port=metrics_port,
-            metrics_addr=metrics_addr,
-            run={k: v for k, v in extra.items() if v is not None},
-        )
-        w = Watch(settings, echo=lambda line: typer.echo(f"evalkit watch: {line}", err=True))
-        signal.signal(signal.SIGTERM, lambda *_: w.stop())
-        history = w.run()
-    except EvalkitError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        typer.echo("evalkit: watch stopped; the history and ticks are kept (the same command carries on)", err=True)
-        raise typer.Exit(130) from None
-    typer.echo(f"evalkit watch: {outcome_line(history)}", err=True)
-    raise typer.Exit(exit_code(history))
-
-
-@watch_app.command("report")
-def watch_report(
-    watch_dir: Annotated[Path, typer.Argument(help="The watch dir (-o of evalkit watch).")],
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="HTML file or folder (default WATCH_DIR/watch.html).")
-    ] = None,
-) -> None:
-    """One self-contained HTML page of a watch's history: accuracy with its interval, speed, verdict changes."""
-    from evalkit.watch.report import render_watch
-
-    try:
-        path = render_watch(watch_dir, output)
-    except EvalkitError as e:
-        _fail(e)
-    except OSError as e:
-        _fail(EvalkitError(f"cannot write the watch report ({e.strerror}: {e.filename}); pass -o a writable file"))
-    typer.echo(str(path))
-
-
-def main() -> None:
-    from evalkit.api import offline_environment
-
-    offline_environment()
-    try:
-        rc = app(standalone_mode=False)
-    except typer.Abort:
-        typer.echo("Aborted!", err=True)
-        sys.exit(1)
-    except typer.TyperException as e:  # click's errors (typer vendors click): bad flags, values, commands
-        show = getattr(e, "show", None)
-        if type(e).__name__ == "NoArgsIsHelpError" and show is not None:
-            show()  # no arguments: the help text
-        else:  # bad input like any other: one line (not the boxed usage text)
-            ctx = getattr(e, "ctx", None)
-            hint = f"; see {ctx.command_path} --help" if ctx is not None else ""
-            typer.echo(f"evalkit: error: {' '.join(e.format_message().split()).rstrip('.')}{hint}", err=True)
-        sys.exit(e.exit_code)
-    sys.exit(rc if isinstance(rc, int) else 0)
