@@ -16,7 +16,7 @@ from evalkit.errors import EvalkitError
 def config_show(**params: Any) -> None:
     """Each run setting's effective value and its source (command line, file PATH, env EVALKIT_X or default),
     secrets redacted. Takes the options of evalkit run, e.g. evalkit config show gsm8k -c run.yaml --limit 50."""
-    from evalkit.config_show import explain_config
+    from evalkit.cli.config_show import explain_config
 
     try:
         settings, config_file = run_settings(params)
