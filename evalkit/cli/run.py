@@ -198,7 +198,7 @@ def run(
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
     params = dict(locals())  # the options, before anything else is bound here
     from evalkit import api
-    from evalkit.console import LiveProgress, console, print_summary
+    from evalkit.cli.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
 
     try:
