@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import typing
 from typing import Any
 
 import typer
@@ -31,10 +30,9 @@ def config_show(**params: Any) -> None:
 
 # config show takes exactly evalkit run's options (--quiet aside): the same parameters, one way to read them
 _RUN_SIGNATURE = inspect.signature(run, eval_str=True)
-config_show.__signature__ = _RUN_SIGNATURE.replace(  # type: ignore[attr-defined]
-    parameters=[p for p in _RUN_SIGNATURE.parameters.values() if p.name != "quiet"]
-)
-# evaluated here: run's annotations are strings that name what run.py imports (typer reads them through
-# get_type_hints in this module's namespace)
-config_show.__annotations__ = {k: v for k, v in typing.get_type_hints(run, include_extras=True).items() if k != "quiet"}
+_PARAMS = [p for p in _RUN_SIGNATURE.parameters.values() if p.name != "quiet"]
+config_show.__signature__ = _RUN_SIGNATURE.replace(parameters=_PARAMS)  # type: ignore[attr-defined]
+# the evaluated annotations: run's own are strings naming what run.py imports, and typer resolves a function's
+# annotations in its module (this one)
+config_show.__annotations__ = {p.name: p.annotation for p in _PARAMS}
 config_app.command("show", context_settings={"help_option_names": ["-h", "--help"]})(config_show)
