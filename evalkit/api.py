@@ -112,10 +112,10 @@ def run(
     ``settings`` are the run settings by their config-file names (``endpoint``, ``limit``, ``concurrency``,
     ``output_dir``, ``server={"model": ...}``, …; ``evalkit config show`` lists them); a value of None counts as
     not given. Precedence as on the command line: these > ``config`` file > ``EVALKIT_*`` environment >
-    defaults. ``progress``: an :class:`evalkit.console.Progress`; ``argv``: the command recorded in the
-    manifest (default: this call). Raises :class:`~evalkit.errors.EvalkitError` on bad input, and
-    :class:`~evalkit.errors.RunError` (after everything is written) when more requests failed than
-    ``max_error_rate`` allows.
+    defaults. ``progress``: an :data:`evalkit.runner.Progress` callable (``evalkit run`` passes its progress bar,
+    :class:`evalkit.cli.console.LiveProgress`); ``argv``: the command recorded in the manifest (default: this
+    call). Raises :class:`~evalkit.errors.EvalkitError` on bad input, and :class:`~evalkit.errors.RunError` (after
+    everything is written) when more requests failed than ``max_error_rate`` allows.
 
     Example::
 

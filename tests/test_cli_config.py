@@ -117,15 +117,15 @@ def test_every_run_option_reaches_the_settings():
     """`evalkit run` and `evalkit config show` read options through one mapping that takes every option."""
     import inspect
 
-    from evalkit.cli import _run_settings, run
+    from evalkit.cli.run import run, run_settings
 
     params = {name: p.default for name, p in inspect.signature(run).parameters.items()}
-    base, _ = _run_settings(params)
+    base, _ = run_settings(params)
     for name, default in params.items():
         if name in ("quiet", "config", "repeats"):  # how the command shows progress and how many runs it makes
             continue
         value = True if default is False else ["X=1"] if name == "server_env" else ["v"] if name == "tasks" else 7
-        changed, _ = _run_settings({**params, name: value})
+        changed, _ = run_settings({**params, name: value})
         assert changed != base, f"--{name.replace('_', '-')} does not reach the run settings"
     with pytest.raises(AssertionError, match="new_flag"):
-        _run_settings({**params, "new_flag": 1})
+        run_settings({**params, "new_flag": 1})

@@ -1,0 +1,41 @@
+"""The ``evalkit`` command: thin Typer commands over library functions, one module per command (group).
+
+The command modules are imported for their registration on :data:`app`, in the order ``evalkit --help`` lists
+them; each defers its heavy imports into the command's body (``evalkit --version`` answers at once)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from evalkit.cli.common import app
+
+# Each module registers its commands on app when imported, and evalkit --help lists them in that order (the
+# command groups tasks, watch, config come after them, in the order common.py adds them).
+# isort: off
+from evalkit.cli import run, report, schema, gate, sweep, tasks, watch, config  # noqa: F401
+# isort: on
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    from evalkit.api import offline_environment
+
+    offline_environment()
+    try:
+        rc = app(standalone_mode=False)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except typer.TyperException as e:  # click's errors (typer vendors click): bad flags, values, commands
+        show = getattr(e, "show", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and show is not None:
+            show()  # no arguments: the help text
+        else:  # bad input like any other: one line (not the boxed usage text)
+            ctx = getattr(e, "ctx", None)
+            hint = f"; see {ctx.command_path} --help" if ctx is not None else ""
+            typer.echo(f"evalkit: error: {' '.join(e.format_message().split()).rstrip('.')}{hint}", err=True)
+        sys.exit(e.exit_code)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,5 @@
+"""``python -m evalkit.cli``: the ``evalkit`` command."""
+
+from evalkit.cli import main
+
+main()

@@ -1,0 +1,43 @@
+"""What every command shares: the Typer app and its command groups, the root callback (``--version``) and the
+one way a command fails on bad input (one line on stderr, the error's exit code)."""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+
+from evalkit.errors import EvalkitError
+
+app = typer.Typer(no_args_is_help=True, help="Accuracy and speed of an LLM serving config.")
+tasks_app = typer.Typer(no_args_is_help=True, help="List and inspect tasks.")
+app.add_typer(tasks_app, name="tasks")
+watch_app = typer.Typer(
+    invoke_without_command=True,
+    help="Canary evals on a live endpoint every interval: drift verdicts, Prometheus /metrics, alerts.",
+)
+app.add_typer(watch_app, name="watch")
+config_app = typer.Typer(no_args_is_help=True, help="The effective configuration of a run.")
+app.add_typer(config_app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from evalkit import __version__
+
+        typer.echo(f"evalkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Accuracy and speed of an LLM serving config. Shell completion: evalkit --install-completion."""
+
+
+def fail(err: EvalkitError) -> NoReturn:
+    typer.echo(f"evalkit: error: {err}", err=True)
+    raise typer.Exit(err.exit_code)

@@ -1,0 +1,322 @@
+"""``evalkit run``: evaluate tasks against a server, and the mapping of its options to run settings
+(``evalkit config show`` takes the same options)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from evalkit.cli.common import app, fail
+from evalkit.errors import EvalkitError
+
+SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped at the end."
+_OPT = "server (with --serve)"
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def run(
+    tasks: Annotated[list[str] | None, typer.Argument(help="Task names, e.g. gsm8k aime25.")] = None,
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Server URL: http://host:port, …/v1 or …/v1/completions. Repeat it to shard the eval over several servers of the same model (--concurrency is the total)."
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Served model id (default: the only one served).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML, TOML or JSON config file.")] = None,
+    api_key_file: Annotated[
+        Path | None, typer.Option(help="File holding the API key (else EVALKIT_API_KEY / OPENAI_API_KEY).")
+    ] = None,
+    endpoint_kind: Annotated[str | None, typer.Option(help="completions or chat (default: the task's).")] = None,
+    concurrency: Annotated[str | None, typer.Option(help="Requests in flight: a number, or auto (default).")] = None,
+    max_concurrency: Annotated[int | None, typer.Option(help="Upper bound for --concurrency auto.")] = None,
+    auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 128).")] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Warm-up requests per sampling config before the timed phase (default: the run's concurrency level).",
+        ),
+    ] = None,
+    no_warmup: Annotated[bool, typer.Option("--no-warmup", help="Send no warm-up requests.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Only the first N documents.")] = None,
+    num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
+    num_samples: Annotated[int | None, typer.Option(help="Samples per problem (repeats).")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling top_p.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Generation cap per request (lm-eval's max_gen_toks).")] = None,
+    max_length: Annotated[
+        int | None,
+        typer.Option(help="Context length: prompts are cut to max_length - max_tokens tokens (lm-eval's max_length)."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed sent with each request.")] = None,
+    chat_template_kwargs: Annotated[str | None, typer.Option(help="JSON, e.g. '{\"enable_thinking\": true}'.")] = None,
+    drop_reasoning: Annotated[
+        bool | None,
+        typer.Option(
+            "--drop-reasoning/--keep-reasoning",
+            help="Multi-turn tool tasks: leave earlier turns' reasoning out of the history sent back (default: drop).",
+        ),
+    ] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", "-o", help="Run directory (default reports/<tasks>-<model>-<time>).")
+    ] = None,
+    tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files (repeatable).")] = None,
+    fresh: Annotated[bool, typer.Option(help="Discard what the output dir holds instead of resuming.")] = False,
+    max_error_rate: Annotated[
+        float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")
+    ] = None,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write report.html.")] = False,
+    idle_timeout: Annotated[
+        float | None, typer.Option(help="Seconds without data before a request is abandoned and retried.")
+    ] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Attempts per request (retries + 1).")] = None,
+    allow_model_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-model-mismatch",
+            help="Accept answers whose `model` is neither the run's model nor an id /v1/models lists (else each such request fails).",
+        ),
+    ] = False,
+    serve: Annotated[str | None, typer.Option(help=SERVE_HELP, rich_help_panel=_OPT)] = None,
+    served_model_name: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
+    tensor_parallel_size: Annotated[
+        int | None, typer.Option("--tensor-parallel-size", "--tp", rich_help_panel=_OPT)
+    ] = None,
+    data_parallel_size: Annotated[
+        int | None, typer.Option("--data-parallel-size", "--dp", rich_help_panel=_OPT)
+    ] = None,
+    pipeline_parallel_size: Annotated[
+        int | None, typer.Option("--pipeline-parallel-size", "--pp", rich_help_panel=_OPT)
+    ] = None,
+    enable_expert_parallel: Annotated[
+        bool | None, typer.Option("--enable-expert-parallel", rich_help_panel=_OPT)
+    ] = None,
+    data_parallel_size_local: Annotated[
+        int | None,
+        typer.Option(
+            help="Data-parallel ranks on this node (the others on headless nodes, docs/scale-out.md).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    data_parallel_address: Annotated[
+        str | None,
+        typer.Option(help="This node's address that the other nodes' data-parallel ranks reach.", rich_help_panel=_OPT),
+    ] = None,
+    data_parallel_rpc_port: Annotated[
+        int | None, typer.Option(help="Data-parallel RPC port, the same on every node.", rich_help_panel=_OPT)
+    ] = None,
+    data_parallel_backend: Annotated[
+        str | None,
+        typer.Option(
+            help="mp or ray (one launch starts the ranks of every node of a Ray cluster).", rich_help_panel=_OPT
+        ),
+    ] = None,
+    distributed_executor_backend: Annotated[
+        str | None, typer.Option(help="mp or ray (tensor/pipeline workers over a Ray cluster).", rich_help_panel=_OPT)
+    ] = None,
+    api_server_count: Annotated[
+        int | None, typer.Option(help="API server processes on this node.", rich_help_panel=_OPT)
+    ] = None,
+    nnodes: Annotated[
+        int | None,
+        typer.Option(
+            help="Nodes of a multiprocessing multi-node deployment (evalkit starts node rank 0).", rich_help_panel=_OPT
+        ),
+    ] = None,
+    master_addr: Annotated[
+        str | None,
+        typer.Option(help="With --nnodes: this node's address that the other nodes reach.", rich_help_panel=_OPT),
+    ] = None,
+    master_port: Annotated[
+        int | None,
+        typer.Option(help="With --nnodes: the torch.distributed port (vLLM default 29501).", rich_help_panel=_OPT),
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(rich_help_panel=_OPT)] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option(rich_help_panel=_OPT)] = None,
+    max_model_len: Annotated[int | None, typer.Option(rich_help_panel=_OPT)] = None,
+    dtype: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
+    tokenizer_mode: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
+    reasoning_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
+    tool_call_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
+    enable_auto_tool_choice: Annotated[
+        bool | None,
+        typer.Option(
+            "--enable-auto-tool-choice",
+            help="Let the model call tools (tool-calls tasks need it; with --tool-call-parser).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    enforce_eager: Annotated[bool | None, typer.Option("--enforce-eager", rich_help_panel=_OPT)] = None,
+    batch_invariant: Annotated[
+        bool | None,
+        typer.Option(
+            "--batch-invariant",
+            help="VLLM_BATCH_INVARIANT=1: answers independent of batching (for gate runs).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    gpus: Annotated[
+        str | None, typer.Option(help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1.", rich_help_panel=_OPT)
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Server port (default: a free one).", rich_help_panel=_OPT)] = None,
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            help="auto, serve (vllm serve) or module (python -m vllm.entrypoints.openai.api_server).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    startup_timeout: Annotated[
+        float | None, typer.Option(help="Seconds to wait for the server to become ready.", rich_help_panel=_OPT)
+    ] = None,
+    server_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--server-arg",
+            help="Extra vLLM flag, e.g. --server-arg=--tokenizer-mode=deepseek_v32 (repeatable).",
+            rich_help_panel=_OPT,
+        ),
+    ] = None,
+    server_env: Annotated[
+        list[str] | None,
+        typer.Option("--server-env", help="KEY=VALUE for the server's environment (repeatable).", rich_help_panel=_OPT),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=100,
+            help="Run it N times, one after another on the same server, into OUTPUT_DIR/repeat-1 … (for the gate's speed rules).",
+        ),
+    ] = 1,
+) -> None:
+    """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
+    params = dict(locals())  # the options, before anything else is bound here
+    from evalkit import api
+    from evalkit.cli.console import LiveProgress, console, print_summary
+    from evalkit.contracts import summary_json
+
+    try:
+        settings, config_file = run_settings(params)
+        with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
+            if repeats > 1:
+                results = api.run_repeats(
+                    repeats=repeats, config=config_file, progress=progress, argv=sys.argv, **settings
+                )
+            else:
+                results = [api.run(config=config_file, progress=progress, argv=sys.argv, **settings)]
+        for result in results:
+            print_summary(summary_json(result.summary), str(result.run_dir))
+    except EvalkitError as e:
+        fail(e)
+    except KeyboardInterrupt:
+        console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
+        raise typer.Exit(130) from None
+
+
+def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    """The run command's options as run settings (None: not given) and the --config file. Every option must be
+    taken here (an option that is not would be ignored silently: AssertionError)."""
+    p = dict(params)
+    take = p.pop
+    server_fields = dict(
+        served_model_name=take("served_model_name"),
+        tensor_parallel_size=take("tensor_parallel_size"),
+        data_parallel_size=take("data_parallel_size"),
+        pipeline_parallel_size=take("pipeline_parallel_size"),
+        enable_expert_parallel=take("enable_expert_parallel"),
+        data_parallel_size_local=take("data_parallel_size_local"),
+        data_parallel_address=take("data_parallel_address"),
+        data_parallel_rpc_port=take("data_parallel_rpc_port"),
+        data_parallel_backend=take("data_parallel_backend"),
+        distributed_executor_backend=take("distributed_executor_backend"),
+        api_server_count=take("api_server_count"),
+        nnodes=take("nnodes"),
+        master_addr=take("master_addr"),
+        master_port=take("master_port"),
+        max_num_seqs=take("max_num_seqs"),
+        gpu_memory_utilization=take("gpu_memory_utilization"),
+        max_model_len=take("max_model_len"),
+        dtype=take("dtype"),
+        tokenizer_mode=take("tokenizer_mode"),
+        reasoning_parser=take("reasoning_parser"),
+        tool_call_parser=take("tool_call_parser"),
+        enable_auto_tool_choice=take("enable_auto_tool_choice"),
+        enforce_eager=take("enforce_eager"),
+        batch_invariant=take("batch_invariant"),
+        gpus=take("gpus"),
+        port=take("port"),
+        launcher=take("launcher"),
+        startup_timeout_s=take("startup_timeout"),
+        extra_args=take("server_arg") or None,
+        env=_parse_env(take("server_env")),
+    )
+    given = {k: v for k, v in server_fields.items() if v is not None}
+    serve = take("serve")
+    server: dict[str, Any] | None = None
+    if serve is not None:
+        server = {"model": serve, **given}
+    elif given:
+        server = given  # completes a server: section of --config, or is refused there
+    settings: dict[str, Any] = dict(
+        tasks=take("tasks") or None,
+        endpoint=take("endpoint") or None,
+        model=take("model"),
+        api_key_file=take("api_key_file"),
+        endpoint_kind=take("endpoint_kind"),
+        concurrency=take("concurrency"),
+        max_concurrency=take("max_concurrency"),
+        auto_start=take("auto_start"),
+        warmup=_warmup_setting(take("warmup"), take("no_warmup")),
+        limit=take("limit"),
+        num_fewshot=take("num_fewshot"),
+        num_samples=take("num_samples"),
+        temperature=take("temperature"),
+        top_p=take("top_p"),
+        max_tokens=take("max_tokens"),
+        max_length=take("max_length"),
+        seed=take("seed"),
+        chat_template_kwargs=take("chat_template_kwargs"),
+        drop_reasoning=take("drop_reasoning"),
+        output_dir=take("output_dir"),
+        tasks_dir=take("tasks_dir") or None,
+        fresh=take("fresh") or None,
+        max_error_rate=take("max_error_rate"),
+        report=False if take("no_report") else None,
+        idle_timeout_s=take("idle_timeout"),
+        max_attempts=take("max_attempts"),
+        allow_model_mismatch=take("allow_model_mismatch") or None,
+        server=server,
+    )
+    config_file = take("config")
+    p.pop("quiet", None)  # how the command shows progress, not a setting
+    p.pop("repeats", None)  # how many runs the command makes of these settings, not a setting of one
+    assert not p, f"evalkit run options not mapped to settings in cli.run.run_settings: {sorted(p)}"
+    return settings, config_file
+
+
+def _warmup_setting(warmup: int | None, no_warmup: bool) -> int | None:
+    from evalkit.errors import ConfigError
+
+    if no_warmup and warmup:
+        raise ConfigError(f"give either --warmup {warmup} or --no-warmup, not both")
+    return 0 if no_warmup else warmup
+
+
+def _parse_env(items: list[str] | None) -> dict[str, str] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            from evalkit.errors import ConfigError
+
+            raise ConfigError(f"--server-env wants KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out

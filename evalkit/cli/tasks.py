@@ -1,0 +1,54 @@
+"""``evalkit tasks list`` and ``evalkit tasks show``: the known tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from evalkit.cli.common import fail, tasks_app
+from evalkit.errors import EvalkitError
+
+
+@tasks_app.command("list")
+def tasks_list(tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra task folder.")] = None) -> None:
+    """Every known task with its kind, version and description."""
+    from evalkit.tasks.registry import Registry
+
+    try:
+        reg = Registry(tasks_dir or [])
+    except EvalkitError as err:
+        fail(err)
+    for name in reg.names():
+        entry = reg.entry(name)
+        typer.echo(f"{name:<16} {entry.kind:<8} v{entry.version:<6} {entry.description}")
+
+
+@tasks_app.command("show")
+def tasks_show(
+    name: str,
+    tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra task folder.")] = None,
+) -> None:
+    """A task's defaults, metrics, data checksums and a preview of its first prompt."""
+    import json
+
+    from evalkit.tasks.base import TaskSettings
+    from evalkit.tasks.registry import Registry
+
+    try:
+        reg = Registry(tasks_dir or [])
+        entry = reg.entry(name)
+        task = reg.get(name)
+        defaults = task.defaults()
+        typer.echo(f"name:        {task.name}\nkind:        {entry.kind}\nversion:     {task.version}")
+        typer.echo(f"file:        {entry.path}\nendpoint:    {task.endpoint_kind}")
+        typer.echo(f"description: {task.description}")
+        typer.echo(f"defaults:    {json.dumps(defaults)}")
+        typer.echo(f"metrics:     {', '.join(task.metric_names()) or '-'}")
+        for split, sha in task.data_sha256.items():
+            typer.echo(f"data {split:<6} {sha}  {task.data_files[split]}")
+        settings = TaskSettings(**{k: v for k, v in defaults.items() if k in TaskSettings.__dataclass_fields__})
+        typer.echo("\n--- first prompt ---\n" + task.preview(settings))
+    except EvalkitError as e:
+        fail(e)
