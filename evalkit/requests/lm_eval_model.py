@@ -2,8 +2,8 @@
 
 Registered with lm-eval as ``evalkit`` when this module is imported, so lm-eval's own evaluator can drive it::
 
-    import lm_eval, evalkit.lm
-    lm = evalkit.lm.EvalkitLM(base_url="http://127.0.0.1:8000/v1", num_concurrent=64)
+    import lm_eval, evalkit.requests.lm_eval_model
+    lm = evalkit.requests.lm_eval_model.EvalkitLM(base_url="http://127.0.0.1:8000/v1", num_concurrent=64)
     lm_eval.simple_evaluate(model=lm, tasks=["gsm8k"])
 
 Each completed request is also handed to ``on_result(instance, response)`` (timings included) when given.
