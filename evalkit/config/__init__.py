@@ -3,9 +3,12 @@ anything runs. It imports no other layer (``lint-imports``).
 
 - :mod:`~evalkit.config.settings`: :class:`RunConfig`, resolved by :func:`load_config` (CLI > config file >
   ``EVALKIT_*`` env > defaults);
+- :mod:`~evalkit.config.server`: :class:`ServerConfig`, the vLLM server a run starts, and the checks of its
+  layout over GPUs and nodes;
 - :mod:`~evalkit.config.files`: the one reader of settings files (run config, sweep file, gate policy).
 """
 
+from evalkit.config.server import ServerConfig
 from evalkit.config.settings import (
     OTHER_ENV,
     SEED_MAX,
@@ -22,6 +25,7 @@ __all__ = [
     "SEED_MAX",
     "SEED_MIN",
     "RunConfig",
+    "ServerConfig",
     "given",
     "load_config",
     "read_config_file",

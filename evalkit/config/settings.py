@@ -14,8 +14,8 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from evalkit.config.files import read_settings_file
+from evalkit.config.server import ServerConfig
 from evalkit.errors import ConfigError, warn
-from evalkit.server.vllm_process import ServerConfig
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
 # EVALKIT_* variables read outside RunConfig: the prompt cache (evalkit/tasks/prompt_cache.py), the download cache
