@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.config import ServerConfig
+from evalkit.config.endpoint import normalize_base_url
 from evalkit.contracts import GenParams, Request
 from evalkit.errors import EndpointError
 from evalkit.redact import redact_argv, redact_env, redact_url
@@ -28,7 +29,7 @@ from evalkit.report.provenance import argv_str
 from evalkit.requests.auto_concurrency import _server_counts
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.requests.client import Client
-from evalkit.requests.endpoint import list_models, normalize_base_url
+from evalkit.requests.endpoint import list_models
 from evalkit.server.metrics import scrape
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.testing.server import Behaviour, TestServer

@@ -34,8 +34,8 @@ from typing import Any
 from evalkit.config.server import ServerConfig, layout_warnings
 from evalkit.errors import warn
 from evalkit.redact import redact_argv, redact_env
-from evalkit.requests.endpoint import http_get
 from evalkit.server.gpu import gpu_info
+from evalkit.server.http_reads import http_get
 from evalkit.server.launch import Launcher, build_argv, installed_vllm_version, launch_env, resolve_launcher
 from evalkit.server.process_group import become_subreaper, group_alive
 
