@@ -22,6 +22,7 @@ from typing import Any
 
 from evalkit import __version__
 from evalkit.config import RunConfig
+from evalkit.config.endpoint import credentials, display_url, normalize_base_url, server_root
 from evalkit.contracts import (
     Endpoint,
     EndpointKind,
@@ -45,15 +46,7 @@ from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
 from evalkit.requests.client import Client, ClientOptions
 from evalkit.requests.conversation import converse
-from evalkit.requests.endpoint import (
-    ServedModel,
-    credentials,
-    display_url,
-    list_models,
-    normalize_base_url,
-    resolve_model,
-    server_root,
-)
+from evalkit.requests.endpoint import ServedModel, list_models, resolve_model
 from evalkit.requests.scheduler import execute, fit_open_files
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.server.gpu import GpuSampler

@@ -1,7 +1,8 @@
 import pytest
 
+from evalkit.config.endpoint import display_url, normalize_base_url, server_root
 from evalkit.errors import EndpointError
-from evalkit.requests.endpoint import ServedModel, display_url, normalize_base_url, resolve_model, server_root
+from evalkit.requests.endpoint import ServedModel, resolve_model
 
 
 @pytest.mark.parametrize(

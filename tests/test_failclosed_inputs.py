@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from evalkit.config_files import MAX_BYTES, MAX_DEPTH, read_settings_file
+from evalkit.config.files import MAX_BYTES, MAX_DEPTH, read_settings_file
 from evalkit.errors import ConfigError
 from evalkit.gate import PolicyError, load_policy, policy_from_dict
 from evalkit.gate.policy import MAX_RESAMPLES

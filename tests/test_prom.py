@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from evalkit.config import ServerConfig
 from evalkit.server import metrics as prom
 from evalkit.server.metrics import MetricsSampler, delta, histogram_quantile, parse_text, scrape
-from evalkit.server.vllm_process import ServerConfig, VLLMServer
+from evalkit.server.vllm_process import VLLMServer
 
 DATA = Path(__file__).parent / "data"
 FAKE = str(Path(__file__).parent.parent / "evalkit" / "testing" / "fake_vllm_process.py")

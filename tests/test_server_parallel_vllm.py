@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from evalkit.server.parallel import local_gpus, world_size
-from evalkit.server.vllm_process import ServerConfig, build_argv
+from evalkit.config.server import ServerConfig, local_gpus, world_size
+from evalkit.server.launch import build_argv
 from tests.vllm_env import MODEL_DIR, VLLM_MARKS, serve_parser
 
 pytestmark = VLLM_MARKS

@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from evalkit.config import load_config
+from evalkit.config import ServerConfig, load_config
 from evalkit.contracts import Response
 from evalkit.errors import RunError
 from evalkit.requests.client import Client
 from evalkit.requests.tool_stream import ToolCallAssembler
 from evalkit.runner import Runner
 from evalkit.scoring.tool_calls import score_tool_answer
-from evalkit.server.vllm_process import ServerConfig, build_argv
+from evalkit.server.launch import build_argv
 from evalkit.store import open_run
 from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry

@@ -26,8 +26,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from evalkit.config import ServerConfig
 from evalkit.contracts import SampleRecord
-from evalkit.server.vllm_process import MODULE, ServerConfig, VLLMServer, group_alive
+from evalkit.server.launch import MODULE
+from evalkit.server.process_group import group_alive
+from evalkit.server.vllm_process import VLLMServer
 from tests.vllm_env import MODEL_DIR, NAME, REPO, VLLM_MARKS
 
 PARITY_LIMIT = 10

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.config import ServerConfig
+from evalkit.server.launch import resolve_launcher
 from evalkit.server.metrics import MetricsSampler, delta, scrape
-from evalkit.server.vllm_process import ServerConfig, ServerStartError, VLLMServer, group_alive, resolve_launcher
+from evalkit.server.process_group import group_alive
+from evalkit.server.vllm_process import ServerStartError, VLLMServer
 from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
 
 pytestmark = VLLM_MARKS

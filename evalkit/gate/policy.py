@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalkit.config_files import read_settings_file
+from evalkit.config.files import read_settings_file
 from evalkit.gate.errors import PolicyError
 
 MAX_RESAMPLES = 100_000  # bootstrap replicates: at 1,000+ items each rule then takes seconds, not hours
@@ -182,7 +182,7 @@ def policy_from_dict(data: dict[str, Any], source: str = "policy") -> Policy:
 
 def load_policy(path: str | Path | None) -> Policy:
     """The policy in the YAML file ``path`` (the default policy when ``path`` is None or the file is empty); the
-    file is read by :func:`evalkit.config_files.read_settings_file` (size, encoding, aliases and nesting checked)."""
+    file is read by :func:`evalkit.config.files.read_settings_file` (size, encoding, aliases and nesting checked)."""
     if path is None:
         return default_policy()
     p = Path(path)

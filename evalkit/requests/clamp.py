@@ -14,9 +14,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from evalkit.config.endpoint import credentials, server_root
 from evalkit.contracts import Request
 from evalkit.limits import BodyTooLarge
-from evalkit.requests.endpoint import credentials, read_capped, server_root
+from evalkit.server.http_reads import read_capped
 
 TEMPLATE_MARGIN = 64  # tokens a chat template may add around the messages
 

@@ -49,11 +49,13 @@ from tenacity import (
     stop_after_delay,
 )
 
+from evalkit.config.endpoint import credentials, display_url
 from evalkit.contracts import Request, Response
 from evalkit.limits import MAX_ERROR_BODY_BYTES, max_stream_bytes, size_text
 from evalkit.redact import redact_secrets, redact_text, secrets_of
-from evalkit.requests.endpoint import credentials, display_url, read_capped, redirect_error
+from evalkit.requests.endpoint import redirect_error
 from evalkit.requests.tool_stream import ToolCallAssembler
+from evalkit.server.http_reads import read_capped
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 TOOLS_REFUSED = (

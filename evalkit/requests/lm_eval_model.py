@@ -19,9 +19,10 @@ import lm_eval.models  # noqa: F401  # lm-eval fills its registry only while it 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
+from evalkit.config.endpoint import normalize_base_url
 from evalkit.contracts import GenParams, Request, Response
 from evalkit.requests.client import Client
-from evalkit.requests.endpoint import list_models, normalize_base_url, resolve_model
+from evalkit.requests.endpoint import list_models, resolve_model
 from evalkit.requests.scheduler import execute
 
 

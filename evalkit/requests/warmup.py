@@ -31,9 +31,9 @@ from typing import Any
 
 import aiohttp
 
+from evalkit.config.endpoint import credentials
 from evalkit.contracts import GenParams, Request
 from evalkit.requests.client import Client, ClientOptions
-from evalkit.requests.endpoint import credentials
 
 WARMUP_HEADER = "X-Evalkit-Warmup"
 MAX_TOKENS = 32  # decode steps enough for a batch to run at full size; the compile happens on the first one

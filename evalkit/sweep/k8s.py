@@ -24,8 +24,10 @@ from typing import Any
 
 import yaml
 
+from evalkit.config import ServerConfig
 from evalkit.errors import ConfigError
-from evalkit.server.vllm_process import ServerConfig, VLLMServer, build_argv
+from evalkit.server.launch import build_argv
+from evalkit.server.vllm_process import VLLMServer
 from evalkit.sweep.plan import Combination, plan
 from evalkit.sweep.spec import SweepSpec
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.server.vllm_process import ServerConfig
+from evalkit.config import ServerConfig
 from evalkit.sweep.spec import Sampling, SweepSpec
 
 DEFAULT = "default"  # the sampling name when the sweep has no sampling axis

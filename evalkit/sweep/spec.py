@@ -23,9 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evalkit.config import SEED_MAX, SEED_MIN, read_config_file
+from evalkit.config import SEED_MAX, SEED_MIN, ServerConfig, read_config_file
 from evalkit.errors import ConfigError
-from evalkit.server.vllm_process import ServerConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a config or sampling name becomes part of a folder name
 

