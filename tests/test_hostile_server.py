@@ -158,8 +158,8 @@ def test_ping_only_stream_fails_as_idle(tmp_path: Path, server: TestServer) -> N
 
 # ---------------------------------------------------------------------------------- lm-eval's LM class
 def test_lm_class_survives_a_hostile_stream(server: TestServer) -> None:
-    """lm-eval's path (evalkit.requests.lm_eval_model.EvalkitLM -> execute -> Client): bad usage is a note, a malformed event is
-    retried, and what came back is the answer text."""
+    """lm-eval's path (evalkit.requests.lm_eval_model.EvalkitLM -> execute -> Client): bad usage is a note, a
+    malformed event is retried, and what came back is the answer text."""
     from evalkit.requests.lm_eval_model import EvalkitLM
 
     server.faults = [{"hostile": "usage_list"}, {"hostile": "content_int"}]

@@ -70,7 +70,10 @@ def test_importing_evalkit_lm_keeps_lm_evals_own_models() -> None:
     import subprocess
     import sys
 
-    code = "import evalkit.requests.lm_eval_model; from lm_eval.api.registry import get_model; print(get_model('local-completions'))"
+    code = (
+        "import evalkit.requests.lm_eval_model; from lm_eval.api.registry import get_model; "
+        "print(get_model('local-completions'))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-500:]
     assert "LocalCompletionsAPI" in res.stdout
