@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.contracts import Speed
 from evalkit.report.analysis import pareto_front
 from evalkit.report.common import (
     DASH,
@@ -156,13 +157,19 @@ SPEED_COLUMNS: tuple[tuple[str, str, str | None, bool, Callable[[Any], str]], ..
 )
 
 
-def speed_cells(speed: dict[str, Any], base: dict[str, Any] | None) -> list[SpeedCell]:
-    """The speed columns of one run, with the change against ``base`` (run A) coloured better or worse."""
+def _speed_value(speed: Speed | None, key: str, q: str | None) -> Any:
+    v = getattr(speed, key, None)
+    return getattr(v, q, None) if q else v
+
+
+def speed_cells(speed: Speed | None, base: Speed | None, compared: bool) -> list[SpeedCell]:
+    """The speed columns of one run, with the change against ``base`` (run A; ``compared``: a later run)
+    coloured better or worse."""
     cells = []
     for _, key, q, higher, fmt in SPEED_COLUMNS:
-        v = as_dict(speed.get(key)).get(q) if q else speed.get(key)
-        b = (as_dict(base.get(key)).get(q) if q else base.get(key)) if base is not None else None
-        cells.append(SpeedCell(fmt(v), _rel_delta(v, b, higher) if base is not None else Delta()))
+        v = _speed_value(speed, key, q)
+        b = _speed_value(base, key, q)
+        cells.append(SpeedCell(fmt(v), _rel_delta(v, b, higher) if compared else Delta()))
     return cells
 
 
@@ -175,9 +182,9 @@ def _rel_delta(v: Any, base: Any, higher_is_better: bool) -> Delta:
     return Delta(f"{100 * change:+.1f}%", verdict)
 
 
-def _concurrency(speed: dict[str, Any], trace: Any) -> str:
+def _concurrency(speed: Speed | None, trace: Any) -> str:
     """The concurrency a run used, and the steps ``auto`` took to it."""
-    used = as_int(speed.get("concurrency"))
+    used = speed.concurrency if speed else None
     steps = [x for x in as_list(trace) if isinstance(x, list) and len(x) == 2 and as_int(x[1]) is not None]
     text = str(used) if used is not None else DASH
     if len(steps) > 1:
@@ -270,16 +277,16 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
                     metric_names.append(str(k))
         primary = metric_names[0] if metric_names else None
         base_t = runs[0].summary_tasks.get(name, {})
-        base_speed = as_dict(base_t.get("speed"))
+        base_speed = runs[0].task_speed(name)
         base_metrics = {mv.name: mv for mv in metric_views(base_t)}
         points: list[tuple[float | None, float | None]] = []
         rows: list[CompareRow] = []
         for i, (run, lab) in enumerate(zip(runs, labels, strict=True)):
             t = run.summary_tasks.get(name)
-            speed = as_dict((t or {}).get("speed"))
+            speed = run.task_speed(name)
             mvs = {mv.name: mv for mv in metric_views(t or {})}
             pm = mvs.get(primary) if primary else None
-            points.append((as_num(speed.get("output_tokens_per_s")), pm.value if pm else None))
+            points.append((speed.output_tokens_per_s if speed else None, pm.value if pm else None))
             # only the config keys of this task (or global) that differ
             diff = [kv for kv in heads[i].diff if "." not in kv.key or kv.key.startswith(f"{name}.")]
             rows.append(
@@ -290,7 +297,7 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
                     present=t is not None,
                     diff=diff,
                     concurrency=_concurrency(speed, (t or {}).get("concurrency_trace")),
-                    speed=speed_cells(speed, base_speed if i else None),
+                    speed=speed_cells(speed, base_speed, compared=i > 0),
                     cells=[
                         CompareCell(mvs.get(k), _acc_delta(mvs.get(k), base_metrics.get(k)) if i else "")
                         for k in metric_names

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.contracts import Percentiles, Speed, SteadyState
 from evalkit.report.common import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
 from evalkit.scoring.estimators import wilson_interval
 from evalkit.store.reader import as_dict, as_int, as_list, as_num, as_str
@@ -24,25 +25,25 @@ class SpeedCard:
     sub: str = ""
 
 
-def speed_cards(speed: dict[str, Any]) -> list[SpeedCard]:
-    ttft = as_dict(speed.get("ttft_ms"))
-    tpot = as_dict(speed.get("tpot_ms"))
-    conc = speed.get("concurrency")
-    wall = as_num(speed.get("wall_s"))
+def speed_cards(speed: Speed | None) -> list[SpeedCard]:
+    ttft = speed.ttft_ms if speed else Percentiles()
+    tpot = speed.tpot_ms if speed else Percentiles()
+    conc = speed.concurrency if speed else None
+    wall = speed.wall_s if speed else None
     sub = []
     if conc is not None:
         sub.append(f"concurrency {conc}")
     if wall is not None:
         sub.append(f"{wall:,.1f} s wall")
     return [
-        SpeedCard("Output tok/s", fmt_num(speed.get("output_tokens_per_s")), " · ".join(sub)),
+        SpeedCard("Output tok/s", fmt_num(speed and speed.output_tokens_per_s), " · ".join(sub)),
         SpeedCard(
             "Requests/s",
-            fmt_num(speed.get("requests_per_s"), 2),
-            f"total tok/s {fmt_num(speed.get('total_tokens_per_s'))}",
+            fmt_num(speed and speed.requests_per_s, 2),
+            f"total tok/s {fmt_num(speed and speed.total_tokens_per_s)}",
         ),
-        SpeedCard("TTFT p50", fmt_ms(ttft.get("p50")), f"p99 {fmt_ms(ttft.get('p99'))}"),
-        SpeedCard("TPOT p50", fmt_ms(tpot.get("p50")), f"p99 {fmt_ms(tpot.get('p99'))}"),
+        SpeedCard("TTFT p50", fmt_ms(ttft.p50), f"p99 {fmt_ms(ttft.p99)}"),
+        SpeedCard("TPOT p50", fmt_ms(tpot.p50), f"p99 {fmt_ms(tpot.p99)}"),
     ]
 
 
@@ -56,42 +57,29 @@ class PctRow:
     n: str
 
 
-def pct_rows(speed: dict[str, Any]) -> list[PctRow]:
+def pct_rows(speed: Speed | SteadyState | None) -> list[PctRow]:
     rows = []
     for key, label in SPEED_KEYS:
-        p = as_dict(speed.get(key))
-        if not p:
+        p: Percentiles | None = getattr(speed, key, None)
+        if p is None:
             continue
-        rows.append(
-            PctRow(
-                label,
-                fmt_ms(p.get("mean")),
-                fmt_ms(p.get("p50")),
-                fmt_ms(p.get("p90")),
-                fmt_ms(p.get("p99")),
-                fmt_int(p.get("n")),
-            )
-        )
+        rows.append(PctRow(label, fmt_ms(p.mean), fmt_ms(p.p50), fmt_ms(p.p90), fmt_ms(p.p99), fmt_int(p.n)))
     return rows
 
 
-def speed_table(speed: dict[str, Any]) -> tuple[list[PctRow], list[KV]]:
+def speed_table(speed: Speed | None) -> tuple[list[PctRow], list[KV]]:
     rows = pct_rows(speed)
+    wall = speed.wall_s if speed else None
+    cpu = speed.client_cpu_s if speed else None
     extra = [
-        KV("Output tokens/s", fmt_num(speed.get("output_tokens_per_s"))),
-        KV("Total tokens/s", fmt_num(speed.get("total_tokens_per_s"))),
-        KV("Requests/s", fmt_num(speed.get("requests_per_s"), 3)),
-        KV(
-            "Wall time",
-            fmt_num(speed.get("wall_s")) + " s" if as_num(speed.get("wall_s")) is not None else DASH,
-        ),
-        KV("Concurrency", as_str(speed.get("concurrency"))),
-        KV(
-            "Client CPU",
-            fmt_num(speed.get("client_cpu_s")) + " s" if as_num(speed.get("client_cpu_s")) is not None else DASH,
-        ),
-        KV("Event-loop lag p99", fmt_ms(speed.get("loop_lag_ms_p99"))),
-        KV("Client-bound", _flag_str(speed.get("client_bound"), "yes", "no", DASH)),
+        KV("Output tokens/s", fmt_num(speed and speed.output_tokens_per_s)),
+        KV("Total tokens/s", fmt_num(speed and speed.total_tokens_per_s)),
+        KV("Requests/s", fmt_num(speed and speed.requests_per_s, 3)),
+        KV("Wall time", fmt_num(wall) + " s" if wall is not None else DASH),
+        KV("Concurrency", as_str(speed and speed.concurrency)),
+        KV("Client CPU", fmt_num(cpu) + " s" if cpu is not None else DASH),
+        KV("Event-loop lag p99", fmt_ms(speed and speed.loop_lag_ms_p99)),
+        KV("Client-bound", _flag_str(speed and speed.client_bound, "yes", "no", DASH)),
     ]
     return rows, extra
 
@@ -172,7 +160,7 @@ def _server_pcts(h: dict[str, Any]) -> tuple[dict[str, str], bool]:
     return out, bounded
 
 
-def latency_rows(server: dict[str, Any], speed: dict[str, Any]) -> list[LatencyRow]:
+def latency_rows(server: dict[str, Any], speed: Speed | None) -> list[LatencyRow]:
     """Server and client distributions of each latency metric, paired by what they measure."""
     rows: list[LatencyRow] = []
     for metric, skey, swhat, ckey, cwhat in LATENCY_METRICS:
@@ -193,18 +181,11 @@ def latency_rows(server: dict[str, Any], speed: dict[str, Any]) -> list[LatencyR
                     bounded=bounded,
                 )
             )
-        c = as_dict(speed.get(ckey)) if ckey else {}
-        if c:
+        c: Percentiles | None = getattr(speed, ckey, None) if ckey else None
+        if c is not None:
             pair.append(
                 LatencyRow(
-                    metric,
-                    "client",
-                    cwhat,
-                    fmt_ms(c.get("mean")),
-                    fmt_ms(c.get("p50")),
-                    fmt_ms(c.get("p90")),
-                    fmt_ms(c.get("p99")),
-                    fmt_int(c.get("n")),
+                    metric, "client", cwhat, fmt_ms(c.mean), fmt_ms(c.p50), fmt_ms(c.p90), fmt_ms(c.p99), fmt_int(c.n)
                 )
             )
         if pair:

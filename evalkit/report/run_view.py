@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from evalkit.contracts import STATUSES
+from evalkit.contracts import STATUSES, EndpointSummary, Percentiles, Speed
 from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
 from evalkit.report.banners import run_banners
 from evalkit.report.common import (
@@ -65,12 +65,12 @@ def wilson_str(k: int, n: int) -> str:
     return f"{fmt_pct(lo)}–{fmt_pct(hi)}"
 
 
-def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
+def ttft_split(server: dict[str, Any], speed: Speed | None) -> str | None:
     """Where the mean TTFT went: the server's queue and its engine before the first token (server TTFT - queue),
     and, when client and server counted the same requests, outside the engine (client TTFT - server TTFT: HTTP,
     the API server, the client)."""
-    c, srv = as_dict(speed.get("ttft_ms")), as_dict(server.get("ttft_s"))
-    client, stt = as_num(c.get("mean")), as_num(srv.get("mean"))
+    c, srv = speed.ttft_ms if speed else Percentiles(), as_dict(server.get("ttft_s"))
+    client, stt = c.mean, as_num(srv.get("mean"))
     queue = as_num(as_dict(server.get("queue_s")).get("mean"))
     if client is None or stt is None or queue is None:
         return None
@@ -78,7 +78,7 @@ def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
         f"{fmt_ms(queue * 1000)} in the server's queue + {fmt_ms((stt - queue) * 1000)} in its engine before the "
         "first token"
     )
-    cn, sn = as_int(c.get("n")), as_int(srv.get("n"))
+    cn, sn = c.n, as_int(srv.get("n"))
     if cn is not None and cn == sn:
         outside = fmt_ms(client - stt * 1000)
         return f"{fmt_ms(client)} mean = {inside} + {outside} outside the engine (HTTP, API server, client)"
@@ -88,9 +88,9 @@ def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
     )
 
 
-def concurrency_str(speed: dict[str, Any], trace: list[Any], manifest_concurrency: Any) -> str | None:
+def concurrency_str(speed: Speed | None, trace: list[Any], manifest_concurrency: Any) -> str | None:
     """The concurrency a task ran at, with how ``auto`` got there (its trace)."""
-    used = as_int(speed.get("concurrency"))
+    used = speed.concurrency if speed else None
     steps = [
         f"{as_int(lim)} at {as_num(ts):.1f} s"
         for ts, lim in (x for x in trace if isinstance(x, list) and len(x) == 2)
@@ -120,37 +120,35 @@ class EndpointRow:
     wall: str
 
 
-def endpoint_rows(t: dict[str, Any]) -> list[EndpointRow]:
+def endpoint_rows(endpoints: list[EndpointSummary]) -> list[EndpointRow]:
     """The task summary's ``endpoints`` (a sharded run) as table rows; none for a run against one endpoint."""
     rows = []
-    for e in as_list(t.get("endpoints")):
-        e = as_dict(e)
-        speed, counts = as_dict(e.get("speed")), as_dict(e.get("counts"))
-        wall = as_num(speed.get("wall_s"))
+    for e in endpoints:
+        speed, counts = e.speed, e.counts
         rows.append(
             EndpointRow(
-                endpoint=as_str(e.get("endpoint")) or "?",
+                endpoint=e.endpoint or "?",
                 requests=fmt_int(counts.get("total")),
                 errors=fmt_int(counts.get("api_error")),
-                output_tok_s=fmt_num(speed.get("output_tokens_per_s")),
-                requests_s=fmt_num(speed.get("requests_per_s"), 3),
-                ttft_p50=fmt_ms(as_dict(speed.get("ttft_ms")).get("p50")),
-                tpot_p50=fmt_ms(as_dict(speed.get("tpot_ms")).get("p50")),
-                e2e_p50=fmt_ms(as_dict(speed.get("e2e_ms")).get("p50")),
-                wall=f"{wall:,.1f} s" if wall is not None else "—",
+                output_tok_s=fmt_num(speed.output_tokens_per_s),
+                requests_s=fmt_num(speed.requests_per_s, 3),
+                ttft_p50=fmt_ms(speed.ttft_ms.p50),
+                tpot_p50=fmt_ms(speed.tpot_ms.p50),
+                e2e_p50=fmt_ms(speed.e2e_ms.p50),
+                wall=f"{speed.wall_s:,.1f} s",
             )
         )
     return rows
 
 
-def _server_speed(t: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+def _server_speed(run: Run, task: str, server: dict[str, Any]) -> Speed | None:
     """The client speed to set beside the server's histograms: in a sharded run the summary's ``server`` is
     one endpoint's (it names it), so that endpoint's client speed; else the task's."""
     name = server.get("endpoint")
-    for e in as_list(t.get("endpoints")):
-        if name is not None and as_dict(e).get("endpoint") == name:
-            return as_dict(as_dict(e).get("speed"))
-    return as_dict(t.get("speed"))
+    for e in run.endpoint_speeds(task):
+        if name is not None and e.endpoint == name:
+            return e.speed
+    return run.task_speed(task)
 
 
 @dataclass
@@ -183,21 +181,21 @@ class TaskView:
     has_summary: bool
 
 
-def steady_table(speed: dict[str, Any]) -> tuple[str | None, list[PctRow], list[KV]]:
+def steady_table(speed: Speed | None) -> tuple[str | None, list[PctRow], list[KV]]:
     """The steady-state window's heading, percentile rows and rates (``speed.steady_state``); no rows when it
     holds too few requests (the heading then says why), no heading for a summary without one."""
-    s = as_dict(speed.get("steady_state"))
-    if not s:
+    s = speed.steady_state if speed else None
+    if s is None:
         return None, [], []
-    target = as_str(s.get("target"))
-    if s.get("reason"):
-        return f"Steady state ({target} in flight): no figures; {s['reason']}.", [], []
-    start, end = fmt_num(s.get("start_s")), fmt_num(s.get("end_s"))
-    title = f"Steady state ({fmt_int(s.get('requests'))} requests, {start}–{end} s, {target} in flight)"
+    target = str(s.target)
+    if s.reason:
+        return f"Steady state ({target} in flight): no figures; {s.reason}.", [], []
+    start, end = fmt_num(s.start_s), fmt_num(s.end_s)
+    title = f"Steady state ({fmt_int(s.requests)} requests, {start}–{end} s, {target} in flight)"
     extra = [
-        KV("Output tokens/s", fmt_num(s.get("output_tokens_per_s"))),
-        KV("Requests/s", fmt_num(s.get("requests_per_s"), 3)),
-        KV("Window", fmt_num(s.get("duration_s")) + " s" if as_num(s.get("duration_s")) is not None else DASH),
+        KV("Output tokens/s", fmt_num(s.output_tokens_per_s)),
+        KV("Requests/s", fmt_num(s.requests_per_s, 3)),
+        KV("Window", fmt_num(s.duration_s) + " s" if s.duration_s is not None else DASH),
     ]
     return title, pct_rows(s), extra
 
@@ -209,7 +207,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     chips += [
         CountChip(str(k), as_int(v) or 0) for k, v in counts.items() if k not in STATUSES and k != "total" and as_int(v)
     ]
-    speed = as_dict(t.get("speed"))
+    speed = run.task_speed(name)
     server = as_dict(t.get("server"))
     srows, sextra = speed_table(speed)
     steady_title, steady_rows, steady_extra = steady_table(speed)
@@ -226,7 +224,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     ]
     available = server.get("available")
     shown = bool(server) and available is not False
-    lat = latency_rows(server, _server_speed(t, server)) if shown else []
+    lat = latency_rows(server, _server_speed(run, name, server)) if shown else []
     return TaskView(
         name=name,
         anchor=f"task-{index}",
@@ -240,7 +238,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
         steady_title=steady_title,
         steady_rows=steady_rows,
         steady_extra=steady_extra,
-        endpoints=endpoint_rows(t),
+        endpoints=endpoint_rows(run.endpoint_speeds(name)),
         server_endpoint=as_str(server.get("endpoint")),
         server_available=available if isinstance(available, bool) else None,
         latency=lat,

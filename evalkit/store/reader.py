@@ -4,7 +4,9 @@ The one reader of run dirs (the report, the gate, users' scripts). Reports must 
 runs, so reading is tolerant: the files are kept as JSON objects whose values are checked for their type where
 they are used (the ``as_*`` helpers), and problems are collected as human-readable ``notes`` (and, per file, in
 ``problems``) instead of raised. :meth:`Run.typed_manifest`, :meth:`Run.typed_summary` and :meth:`Run.records`
-give the validated models of :mod:`evalkit.contracts`.
+give the validated models of :mod:`evalkit.contracts`; :meth:`Run.task_speed` and :meth:`Run.endpoint_speeds` give
+them read leniently (:func:`lenient`: a field that does not validate falls back to its default), the way report,
+gate and watch read a task's speed (tests/test_typed_reads.py keeps dict reads of speed out of them).
 
 Example::
 
@@ -24,11 +26,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import orjson
+from pydantic import BaseModel, ValidationError
 
-from evalkit.contracts import Manifest, RunSummary, SampleRecord
+from evalkit.contracts import EndpointSummary, Manifest, RunSummary, SampleRecord, Speed
 from evalkit.store.files import LOCK, MANIFEST, SAMPLES, SUMMARY
 
 
@@ -64,6 +68,63 @@ def as_str(x: Any) -> str | None:
     return x if isinstance(x, str) else str(x)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The model class in a field's annotation (``Model``, ``Model | None``, ``list[Model] | None``) and whether it
+    is a list of them; (None, False) for other fields."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    origin = get_origin(annotation)
+    if origin is list:
+        inner, _ = _model_in(get_args(annotation)[0])
+        return inner, inner is not None
+    if origin in (Union, UnionType):
+        for arg in get_args(annotation):
+            found = _model_in(arg)
+            if found[0] is not None:
+                return found
+    return None, False
+
+
+def lenient(model: type[M], data: Any) -> M | None:
+    """``data`` (a JSON object as read) as ``model``, validated strictly as JSON (no numbers from strings, no
+    bools as numbers), field by field: a field that does not validate falls back to its default (a nested model
+    is read the same way; a list of models keeps the entries that read); None when ``data`` is not a mapping or a
+    required field is missing or does not read."""
+    if not isinstance(data, dict):
+        return None
+    values = dict(data)
+    for _ in range(len(model.model_fields) + len(values) + 1):
+        try:
+            return model.model_validate_json(orjson.dumps(values, default=_as_json), strict=True)
+        except (ValidationError, TypeError, orjson.JSONEncodeError) as e:
+            errors = e.errors() if isinstance(e, ValidationError) else [{"loc": (k,)} for k in values]
+        for name in {str(err["loc"][0]) for err in errors if err["loc"]}:
+            info = model.model_fields.get(name)
+            if info is None:  # a key the model forbids
+                values.pop(name, None)
+                continue
+            inner, many = _model_in(info.annotation)
+            fixed: Any = None
+            if inner is not None and many and isinstance(values.get(name), list):
+                fixed = [x.model_dump(mode="json") for v in values[name] if (x := lenient(inner, v)) is not None]
+            elif inner is not None and (x := lenient(inner, values.get(name))) is not None:
+                fixed = x.model_dump(mode="json")
+            if fixed is not None and fixed != values.get(name):
+                values[name] = fixed
+            elif info.is_required():
+                return None
+            else:
+                values.pop(name, None)
+    return None
+
+
+def _as_json(x: Any) -> Any:
+    raise TypeError(f"not JSON: {type(x).__name__}")
+
+
 @dataclass
 class Run:
     """A run directory as read: ``manifest`` and ``summary`` as JSON objects ({} when unreadable), ``samples``
@@ -84,6 +145,17 @@ class Run:
     def typed_summary(self) -> RunSummary:
         """The summary validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
         return RunSummary.model_validate(self.summary)
+
+    def task_speed(self, task: str) -> Speed | None:
+        """``summary.json``'s ``tasks.<task>.speed``, read leniently (:func:`lenient`); None when it is absent or
+        a required figure does not read."""
+        return lenient(Speed, self.summary_tasks.get(task, {}).get("speed"))
+
+    def endpoint_speeds(self, task: str) -> list[EndpointSummary]:
+        """``tasks.<task>.endpoints`` of a sharded run, read leniently: the entries that read ([] for one
+        endpoint)."""
+        entries = as_list(self.summary_tasks.get(task, {}).get("endpoints"))
+        return [e for e in (lenient(EndpointSummary, x) for x in entries) if e is not None]
 
     def records(self) -> Iterator[SampleRecord]:
         """The samples as validated records (pydantic ValidationError on one that is not)."""

@@ -242,9 +242,13 @@ class Watch:
         task = as_dict(run.summary_tasks.get(s.task))
         rec.counts = {k: int(v) for k, v in as_dict(task.get("counts")).items() if isinstance(v, int)}
         rec.accuracy = {k: as_num(as_dict(m).get("value")) for k, m in as_dict(task.get("metrics")).items()}
-        speed = as_dict(task.get("speed"))
-        rec.speed = {f"{k}_p50": as_num(as_dict(speed.get(k)).get("p50")) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
-        rec.speed["output_tokens_per_s"] = as_num(speed.get("output_tokens_per_s"))
+        speed = run.task_speed(s.task)
+        rec.speed = {
+            "ttft_ms_p50": speed.ttft_ms.p50 if speed else None,
+            "tpot_ms_p50": speed.tpot_ms.p50 if speed else None,
+            "e2e_ms_p50": speed.e2e_ms.p50 if speed else None,
+            "output_tokens_per_s": speed.output_tokens_per_s if speed else None,
+        }
         server, gpu = as_dict(task.get("server")), as_dict(task.get("gpu"))
         rec.server = {
             k: server.get(k)
