@@ -180,27 +180,26 @@ def _note(note: str) -> str:
 
 def run_banners(run: Run) -> list[Banner]:
     out = [Banner("warn", _note(note)) for note in run.notes]
-    for name, t in run.summary_tasks.items():
-        speed = run.task_speed(name)
+    for t in run.tasks():
+        name, speed, counts, server = t.name, t.speed, t.counts, t.server or {}
         if speed is not None and speed.client_bound is True:
             out.append(client_bound_banner(name, speed))
-        counts = as_dict(t.get("counts"))
-        total = as_int(counts.get("total"))
+        total = counts.get("total")
         samples = [s for s in run.samples if s.get("task") == name]
         settings = as_dict(run.manifest_tasks.get(name, {}).get("settings"))
         for status in ("api_error", "empty", "no_answer", "truncated", *ALWAYS_SHOWN):
-            k = as_int(counts.get(status)) or 0
+            k = counts.get(status) or 0
             if k > 0 and (status in ("api_error", *ALWAYS_SHOWN) or not total or k / total >= STATUS_SHARE):
                 out.append(status_banner(name, status, k, total, settings, samples))
         timed = [s for s in samples if as_num(s.get("start_s")) is not None]
         if timed:
-            stall = stall_banner(name, timed, as_dict(t.get("server")))
+            stall = stall_banner(name, timed, server)
         else:
-            stall = shared_wait_banner(name, speed, as_dict(t.get("server")))
+            stall = shared_wait_banner(name, speed, server)
         if stall is not None:
             out.append(stall)
-    for name, t in run.manifest_tasks.items():
-        clamp = t.get("max_tokens_clamp")
+    for name, mt in run.manifest_tasks.items():
+        clamp = mt.get("max_tokens_clamp")
         if clamp:
             out.append(Banner("info", f"{name}: max_tokens was clamped: {compact_json(clamp)}"))
     return out

@@ -26,7 +26,7 @@ from evalkit.report.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.report.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
 from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.report.verdict_view import VerdictView
-from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
+from evalkit.store.reader import Run, as_dict, as_num, as_str
 
 
 def run_config(run: Run) -> dict[str, str]:
@@ -182,13 +182,12 @@ def _rel_delta(v: Any, base: Any, higher_is_better: bool) -> Delta:
     return Delta(f"{100 * change:+.1f}%", verdict)
 
 
-def _concurrency(speed: Speed | None, trace: Any) -> str:
+def _concurrency(speed: Speed | None, trace: list[tuple[float, int]]) -> str:
     """The concurrency a run used, and the steps ``auto`` took to it."""
     used = speed.concurrency if speed else None
-    steps = [x for x in as_list(trace) if isinstance(x, list) and len(x) == 2 and as_int(x[1]) is not None]
     text = str(used) if used is not None else DASH
-    if len(steps) > 1:
-        text += " (" + " → ".join(f"{as_int(lim)} at {as_num(ts) or 0:.1f} s" for ts, lim in steps) + ")"
+    if len(trace) > 1:
+        text += " (" + " → ".join(f"{lim} at {ts or 0:.1f} s" for ts, lim in trace) + ")"
     return text
 
 
@@ -200,9 +199,9 @@ def _acc_delta(m: MetricView | None, base: MetricView | None) -> str:
     return f"{m.value - base.value:+.4g}"
 
 
-def _counts_str(counts: dict[str, Any]) -> str:
+def _counts_str(counts: dict[str, int]) -> str:
     statuses = ("api_error", "empty", "no_answer", "truncated")
-    return ", ".join(f"{st} {as_int(counts.get(st)):,}" for st in statuses if as_int(counts.get(st)))
+    return ", ".join(f"{st} {counts[st]:,}" for st in statuses if counts.get(st))
 
 
 def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
@@ -210,15 +209,14 @@ def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
     for run, lab in zip(runs, labels, strict=True):
         for note in run.notes:
             out.append(Banner("warn", f"{lab}: {note}"))
-        for name, t in run.summary_tasks.items():
-            speed = as_dict(t.get("speed"))
-            if speed.get("client_bound") is True:
-                out.append(Banner("warn", f"{lab} / {name}: client-bound; its speed numbers are lower bounds."))
+        for t in run.tasks():
+            if t.speed is not None and t.speed.client_bound is True:
+                out.append(Banner("warn", f"{lab} / {t.name}: client-bound; its speed numbers are lower bounds."))
     tasks: dict[str, list[tuple[str, str, str]]] = {}
     for run, lab in zip(runs, labels, strict=True):
-        for name, t in run.manifest_tasks.items():
-            sha = compact_json(t.get("data_sha256")) if t.get("data_sha256") else ""
-            tasks.setdefault(name, []).append((lab, as_str(t.get("version")) or "", sha))
+        for name, mt in run.manifest_tasks.items():
+            sha = compact_json(mt.get("data_sha256")) if mt.get("data_sha256") else ""
+            tasks.setdefault(name, []).append((lab, as_str(mt.get("version")) or "", sha))
     for name, entries in tasks.items():
         if len({e[1] for e in entries}) > 1:
             out.append(
@@ -265,26 +263,26 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
     task_names: list[str] = []
     for r in runs:
         for n in r.task_names():
-            if n not in task_names and (n in r.summary_tasks):
+            if n not in task_names and r.task(n).listed:
                 task_names.append(n)
     tasks: list[CompareTask] = []
     charts: list[dict[str, Any]] = []
     for ti, name in enumerate(task_names):
         metric_names: list[str] = []
         for r in runs:
-            for k in as_dict(r.summary_tasks.get(name, {}).get("metrics")):
-                if str(k) not in metric_names:
-                    metric_names.append(str(k))
+            for k in r.task(name).metrics:
+                if k not in metric_names:
+                    metric_names.append(k)
         primary = metric_names[0] if metric_names else None
-        base_t = runs[0].summary_tasks.get(name, {})
-        base_speed = runs[0].task_speed(name)
+        base_t = runs[0].task(name)
+        base_speed = base_t.speed
         base_metrics = {mv.name: mv for mv in metric_views(base_t)}
         points: list[tuple[float | None, float | None]] = []
         rows: list[CompareRow] = []
         for i, (run, lab) in enumerate(zip(runs, labels, strict=True)):
-            t = run.summary_tasks.get(name)
-            speed = run.task_speed(name)
-            mvs = {mv.name: mv for mv in metric_views(t or {})}
+            t = run.task(name)
+            speed = t.speed
+            mvs = {mv.name: mv for mv in metric_views(t)}
             pm = mvs.get(primary) if primary else None
             points.append((speed.output_tokens_per_s if speed else None, pm.value if pm else None))
             # only the config keys of this task (or global) that differ
@@ -294,16 +292,16 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
                     index=i,
                     letter=letter(i),
                     label=lab,
-                    present=t is not None,
+                    present=t.listed,
                     diff=diff,
-                    concurrency=_concurrency(speed, (t or {}).get("concurrency_trace")),
+                    concurrency=_concurrency(speed, t.concurrency_trace),
                     speed=speed_cells(speed, base_speed, compared=i > 0),
                     cells=[
                         CompareCell(mvs.get(k), _acc_delta(mvs.get(k), base_metrics.get(k)) if i else "")
                         for k in metric_names
                     ],
                     on_front=False,
-                    counts=_counts_str(as_dict((t or {}).get("counts"))),
+                    counts=_counts_str(t.counts),
                 )
             )
         front = pareto_front(points)
@@ -325,7 +323,7 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
         series = []
         for i, run in enumerate(runs):
             tl = timeline([s for s in run.samples if s.get("task") == name and s.get("status") != "api_error"])
-            trace = as_list(run.summary_tasks.get(name, {}).get("concurrency_trace"))
+            trace = [list(x) for x in run.task(name).concurrency_trace]
             if tl["t"]:
                 series.append((f"{letter(i)} {labels[i]}", tl, trace))
         if series:

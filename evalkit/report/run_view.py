@@ -38,7 +38,7 @@ from evalkit.report.run_tables import (
 from evalkit.report.sample_data import SampleSection, sample_section
 from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.scoring.estimators import wilson_interval
-from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
+from evalkit.store.reader import Run, TaskRead, as_dict, as_int, as_list, as_num, as_str
 
 # ----------------------------------------------------------------------------------------------------------
 # Single-run report
@@ -88,14 +88,10 @@ def ttft_split(server: dict[str, Any], speed: Speed | None) -> str | None:
     )
 
 
-def concurrency_str(speed: Speed | None, trace: list[Any], manifest_concurrency: Any) -> str | None:
+def concurrency_str(speed: Speed | None, trace: list[tuple[float, int]], manifest_concurrency: Any) -> str | None:
     """The concurrency a task ran at, with how ``auto`` got there (its trace)."""
     used = speed.concurrency if speed else None
-    steps = [
-        f"{as_int(lim)} at {as_num(ts):.1f} s"
-        for ts, lim in (x for x in trace if isinstance(x, list) and len(x) == 2)
-        if as_num(ts) is not None and as_int(lim) is not None
-    ]
+    steps = [f"{lim} at {ts:.1f} s" for ts, lim in trace]
     asked = f" (asked: {manifest_concurrency})" if manifest_concurrency is not None else ""
     if used is None and not steps:
         return None
@@ -141,14 +137,14 @@ def endpoint_rows(endpoints: list[EndpointSummary]) -> list[EndpointRow]:
     return rows
 
 
-def _server_speed(run: Run, task: str, server: dict[str, Any]) -> Speed | None:
+def _server_speed(t: TaskRead, server: dict[str, Any]) -> Speed | None:
     """The client speed to set beside the server's histograms: in a sharded run the summary's ``server`` is
     one endpoint's (it names it), so that endpoint's client speed; else the task's."""
     name = server.get("endpoint")
-    for e in run.endpoint_speeds(task):
+    for e in t.endpoints:
         if name is not None and e.endpoint == name:
             return e.speed
-    return run.task_speed(task)
+    return t.speed
 
 
 @dataclass
@@ -201,22 +197,20 @@ def steady_table(speed: Speed | None) -> tuple[str | None, list[PctRow], list[KV
 
 
 def task_view(run: Run, name: str, index: int) -> TaskView:
-    t = run.summary_tasks.get(name, {})
-    counts = as_dict(t.get("counts"))
-    chips = [CountChip(st, as_int(counts.get(st)) or 0) for st in STATUSES if as_int(counts.get(st))]
-    chips += [
-        CountChip(str(k), as_int(v) or 0) for k, v in counts.items() if k not in STATUSES and k != "total" and as_int(v)
-    ]
-    speed = run.task_speed(name)
-    server = as_dict(t.get("server"))
+    t = run.task(name)
+    counts = t.counts
+    chips = [CountChip(st, counts[st]) for st in STATUSES if counts.get(st)]
+    chips += [CountChip(k, v) for k, v in counts.items() if k not in STATUSES and k != "total" and v]
+    speed = t.speed
+    server = t.server or {}
     srows, sextra = speed_table(speed)
     steady_title, steady_rows, steady_extra = steady_table(speed)
-    conc = concurrency_str(speed, as_list(t.get("concurrency_trace")), run.manifest.get("concurrency"))
+    conc = concurrency_str(speed, t.concurrency_trace, run.manifest.get("concurrency"))
     sextra = [KV("Concurrency", conc) if kv.key == "Concurrency" else kv for kv in sextra]
     split = ttft_split(server, speed)
     if split:
         sextra.append(KV("Where TTFT went", split))
-    gpu = as_dict(t.get("gpu"))
+    gpu = t.gpu or {}
     grows, gextra = gpu_rows(gpu, as_dict(run.manifest.get("server")).get("gpus"))
     la = accuracy_by_length(s for s in run.samples if s.get("task") == name)
     length_rows = [
@@ -224,21 +218,21 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     ]
     available = server.get("available")
     shown = bool(server) and available is not False
-    lat = latency_rows(server, _server_speed(run, name, server)) if shown else []
+    lat = latency_rows(server, _server_speed(t, server)) if shown else []
     return TaskView(
         name=name,
         anchor=f"task-{index}",
-        version=as_str(t.get("version") or run.manifest_tasks.get(name, {}).get("version")),
+        version=as_str(t.version or run.manifest_tasks.get(name, {}).get("version")),
         metrics=metric_views(t),
         counts=chips,
-        total=as_int(counts.get("total")),
+        total=counts.get("total"),
         cards=speed_cards(speed),
         speed_rows=srows,
         speed_extra=sextra,
         steady_title=steady_title,
         steady_rows=steady_rows,
         steady_extra=steady_extra,
-        endpoints=endpoint_rows(run.endpoint_speeds(name)),
+        endpoints=endpoint_rows(t.endpoints),
         server_endpoint=as_str(server.get("endpoint")),
         server_available=available if isinstance(available, bool) else None,
         latency=lat,
@@ -248,10 +242,10 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
         gpu_available=gpu.get("available") if isinstance(gpu.get("available"), bool) else None,
         gpu_rows=grows,
         gpu_extra=gextra,
-        detail=detail_view(t.get("detail")),
+        detail=detail_view(t.detail),
         length_rows=length_rows,
         length_unknown=la.unknown_length,
-        has_summary=bool(t),
+        has_summary=t.present,
     )
 
 
@@ -273,9 +267,7 @@ def run_charts(run: Run, tasks: list[str]) -> list[dict[str, Any]]:
     for task in tasks:
         tl = timeline([s for s in run.samples if s.get("task") == task and s.get("status") != "api_error"])
         if tl["t"]:
-            trace = [
-                x for x in as_list(run.summary_tasks.get(task, {}).get("concurrency_trace")) if isinstance(x, list)
-            ]
+            trace = [list(x) for x in run.task(task).concurrency_trace]
             charts.append(
                 timeline_chart(f"timeline-{task}", f"{task}: throughput and requests in flight", [(task, tl, trace)])
             )

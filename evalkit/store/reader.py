@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import math
 import os
 from collections.abc import Iterator
@@ -30,9 +31,9 @@ from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from evalkit.contracts import EndpointSummary, Manifest, RunSummary, SampleRecord, Speed
+from evalkit.contracts import EndpointSummary, Manifest, MetricValue, RunSummary, SampleRecord, Speed, TaskSummary
 from evalkit.store.files import LOCK, MANIFEST, SAMPLES, SUMMARY
 
 
@@ -71,58 +72,119 @@ def as_str(x: Any) -> str | None:
 M = TypeVar("M", bound=BaseModel)
 
 
-def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
-    """The model class in a field's annotation (``Model``, ``Model | None``, ``list[Model] | None``) and whether it
-    is a list of them; (None, False) for other fields."""
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model class of a field's annotation (``Model`` or ``Model | None``), else None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation, False
-    origin = get_origin(annotation)
-    if origin is list:
-        inner, _ = _model_in(get_args(annotation)[0])
-        return inner, inner is not None
-    if origin in (Union, UnionType):
+        return annotation
+    if get_origin(annotation) in (Union, UnionType):
         for arg in get_args(annotation):
-            found = _model_in(arg)
-            if found[0] is not None:
+            if (found := _model_in(arg)) is not None:
                 return found
-    return None, False
-
-
-def lenient(model: type[M], data: Any) -> M | None:
-    """``data`` (a JSON object as read) as ``model``, validated strictly as JSON (no numbers from strings, no
-    bools as numbers), field by field: a field that does not validate falls back to its default (a nested model
-    is read the same way; a list of models keeps the entries that read); None when ``data`` is not a mapping or a
-    required field is missing or does not read."""
-    if not isinstance(data, dict):
-        return None
-    values = dict(data)
-    for _ in range(len(model.model_fields) + len(values) + 1):
-        try:
-            return model.model_validate_json(orjson.dumps(values, default=_as_json), strict=True)
-        except (ValidationError, TypeError, orjson.JSONEncodeError) as e:
-            errors = e.errors() if isinstance(e, ValidationError) else [{"loc": (k,)} for k in values]
-        for name in {str(err["loc"][0]) for err in errors if err["loc"]}:
-            info = model.model_fields.get(name)
-            if info is None:  # a key the model forbids
-                values.pop(name, None)
-                continue
-            inner, many = _model_in(info.annotation)
-            fixed: Any = None
-            if inner is not None and many and isinstance(values.get(name), list):
-                fixed = [x.model_dump(mode="json") for v in values[name] if (x := lenient(inner, v)) is not None]
-            elif inner is not None and (x := lenient(inner, values.get(name))) is not None:
-                fixed = x.model_dump(mode="json")
-            if fixed is not None and fixed != values.get(name):
-                values[name] = fixed
-            elif info.is_required():
-                return None
-            else:
-                values.pop(name, None)
     return None
 
 
-def _as_json(x: Any) -> Any:
-    raise TypeError(f"not JSON: {type(x).__name__}")
+def _container(annotation: Any) -> tuple[Any, Any] | None:
+    """(origin, item annotation) of a ``list[X]`` / ``dict[str, X]`` annotation (``| None`` allowed), else None."""
+    if get_origin(annotation) in (Union, UnionType):
+        found = [c for a in get_args(annotation) if (c := _container(a)) is not None]
+        return found[0] if found else None
+    origin = get_origin(annotation)
+    if origin is list:
+        return list, get_args(annotation)[0]
+    if origin is dict:
+        return dict, get_args(annotation)[1]
+    return None
+
+
+_NOT_READ = object()
+
+
+def lenient_value(annotation: Any, raw: Any) -> Any:
+    """``raw`` (JSON as read) as ``annotation``, validated strictly as JSON (no numbers from strings, no bools as
+    numbers): a model is read field by field (:func:`lenient`), a list or mapping keeps the entries that read;
+    ``_NOT_READ`` when it does not read (or is null)."""
+    if raw is None:
+        return _NOT_READ
+    model = _model_in(annotation)
+    if model is not None:
+        value = lenient(model, raw)
+        return _NOT_READ if value is None else value
+    container = _container(annotation)
+    if container is not None and container[1] is not Any:
+        origin, item = container
+        if origin is list and isinstance(raw, list):
+            return [v for x in raw if (v := lenient_value(item, x)) is not _NOT_READ]
+        if origin is dict and isinstance(raw, dict):
+            return {str(k): v for k, x in raw.items() if (v := lenient_value(item, x)) is not _NOT_READ}
+        return _NOT_READ
+    try:
+        return _adapter(annotation).validate_json(orjson.dumps(raw), strict=True)
+    except (ValidationError, TypeError, orjson.JSONEncodeError):
+        return _NOT_READ
+
+
+@functools.cache
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def lenient(model: type[M], data: Any) -> M | None:
+    """``data`` (a JSON object as read) as ``model``, each field read on its own (:func:`lenient_value`): a field
+    that does not read falls back to its default; None when ``data`` is not a mapping or a required field is
+    missing or does not read. Keys the model does not know are kept where it allows them."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        return model.model_validate_json(orjson.dumps(data), strict=True)
+    except (ValidationError, TypeError, orjson.JSONEncodeError):
+        pass
+    values: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        value = lenient_value(info.annotation, data.get(name))
+        if value is not _NOT_READ:
+            values[name] = value
+        elif info.is_required():
+            return None
+    if model.model_config.get("extra") == "allow":
+        values.update((k, v) for k, v in data.items() if k not in model.model_fields)
+    try:
+        return model.model_validate(values)
+    except ValidationError:
+        return None
+
+
+@dataclass(frozen=True)
+class TaskRead:
+    """One task's entry in ``summary.json`` as report, gate and watch read it: each field of
+    :class:`~evalkit.contracts.TaskSummary` read on its own (:func:`lenient_value`), so that an old, cut or
+    hand-edited summary still shows what does read; a field that does not is None (or empty). ``listed``: the
+    summary's ``tasks`` names the task; ``present``: with a mapping that is not empty. tests/test_typed_reads.py
+    checks that the other fields are TaskSummary's."""
+
+    name: str
+    listed: bool = False
+    present: bool = False
+    version: str | None = None
+    metrics: dict[str, MetricValue] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    speed: Speed | None = None
+    concurrency_trace: list[tuple[float, int]] = field(default_factory=list)
+    concurrency_levels: list[dict[str, Any]] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] | None = None
+    gpu: dict[str, Any] | None = None
+    endpoints: list[EndpointSummary] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, name: str, raw: Any, listed: bool = True) -> TaskRead:
+        if not isinstance(raw, dict):
+            return cls(name, listed)
+        values = {
+            key: value
+            for key, info in TaskSummary.model_fields.items()
+            if (value := lenient_value(info.annotation, raw.get(key))) is not _NOT_READ
+        }
+        return cls(name, listed, bool(raw), **values)
 
 
 @dataclass
@@ -146,16 +208,18 @@ class Run:
         """The summary validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
         return RunSummary.model_validate(self.summary)
 
-    def task_speed(self, task: str) -> Speed | None:
-        """``summary.json``'s ``tasks.<task>.speed``, read leniently (:func:`lenient`); None when it is absent or
-        a required figure does not read."""
-        return lenient(Speed, self.summary_tasks.get(task, {}).get("speed"))
+    def task(self, name: str) -> TaskRead:
+        """``summary.json``'s entry for task ``name``, read leniently into typed fields (:class:`TaskRead`)."""
+        tasks = as_dict(self.summary.get("tasks"))
+        return TaskRead.of(name, tasks.get(name), name in tasks)
 
-    def endpoint_speeds(self, task: str) -> list[EndpointSummary]:
-        """``tasks.<task>.endpoints`` of a sharded run, read leniently: the entries that read ([] for one
-        endpoint)."""
-        entries = as_list(self.summary_tasks.get(task, {}).get("endpoints"))
-        return [e for e in (lenient(EndpointSummary, x) for x in entries) if e is not None]
+    def tasks(self) -> list[TaskRead]:
+        """Every task entry of ``summary.json``, in its order (:meth:`task`)."""
+        return [TaskRead.of(str(k), v) for k, v in as_dict(self.summary.get("tasks")).items()]
+
+    def task_speed(self, name: str) -> Speed | None:
+        """The task's ``speed`` (:meth:`task`); None when it is absent or a required figure does not read."""
+        return self.task(name).speed
 
     def records(self) -> Iterator[SampleRecord]:
         """The samples as validated records (pydantic ValidationError on one that is not)."""

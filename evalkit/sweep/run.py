@@ -182,9 +182,10 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
     if combo.concurrency is None:
         row["concurrency"] = speed.get("concurrency")  # what auto settled on
     from evalkit.report.common import metric_views
+    from evalkit.store.reader import TaskRead
 
     for task in tasks:
-        for mv in metric_views(by_task.get(task) or {}):  # the report's 95% interval (Wilson for a share)
+        for mv in metric_views(TaskRead.of(task, by_task.get(task))):  # the report's 95% interval (Wilson for a share)
             row[f"{task} {mv.name}"] = mv.value
             ci = f"[{mv.lo:.4f}, {mv.hi:.4f}]" if mv.lo is not None and mv.hi is not None else None
             row[f"{task} {mv.name} ci95"] = ci

@@ -28,7 +28,7 @@ from evalkit.gate import CannotCompare, GateResult, RunInputs, from_run_dir, loa
 from evalkit.gate.policy import Policy
 from evalkit.runner import Runner
 from evalkit.server.gpu import gpu_info
-from evalkit.store.reader import as_dict, as_num, open_run
+from evalkit.store.reader import as_num, open_run
 from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry
 from evalkit.watch.exporter import WatchMetrics, check_port
@@ -239,17 +239,17 @@ class Watch:
     def _record_tick(self, rec: TickRecord, d: Path) -> None:
         s = self.s
         run = open_run(d)
-        task = as_dict(run.summary_tasks.get(s.task))
-        rec.counts = {k: int(v) for k, v in as_dict(task.get("counts")).items() if isinstance(v, int)}
-        rec.accuracy = {k: as_num(as_dict(m).get("value")) for k, m in as_dict(task.get("metrics")).items()}
-        speed = run.task_speed(s.task)
+        task = run.task(s.task)
+        rec.counts = dict(task.counts)
+        rec.accuracy = {k: as_num(m.value) for k, m in task.metrics.items()}
+        speed = task.speed
         rec.speed = {
             "ttft_ms_p50": speed.ttft_ms.p50 if speed else None,
             "tpot_ms_p50": speed.tpot_ms.p50 if speed else None,
             "e2e_ms_p50": speed.e2e_ms.p50 if speed else None,
             "output_tokens_per_s": speed.output_tokens_per_s if speed else None,
         }
-        server, gpu = as_dict(task.get("server")), as_dict(task.get("gpu"))
+        server, gpu = task.server or {}, task.gpu or {}
         rec.server = {
             k: server.get(k)
             for k in ("kv_cache_usage_peak", "num_requests_running_peak", "num_requests_waiting_peak", "preemptions")
