@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalkit.config_files import read_settings_file
+from evalkit.contracts import SPEED
 from evalkit.gate.errors import PolicyError
 
 MAX_RESAMPLES = 100_000  # bootstrap replicates: at 1,000+ items each rule then takes seconds, not hours
@@ -125,6 +126,11 @@ class SpeedPolicy(_Strict):
     e2e_p50_ms: SpeedRule | None = None
     min_requests: int = Field(default=30, ge=2)
     judge_unmatched_load: bool = False
+
+
+GATED_SPEED: tuple[str, ...] = tuple(k for k in SpeedPolicy.model_fields if k in SPEED)
+"""The speed figures a policy can judge (:class:`SpeedPolicy`'s rule fields, keyed as the speed catalogue,
+:data:`evalkit.contracts.SPEED_METRICS`), in the order the gate reports them."""
 
 
 class RatesPolicy(_Strict):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from evalkit.contracts import Speed
+from evalkit.contracts import Speed, speed_metric
 from evalkit.report.analysis import pareto_front
 from evalkit.report.common import (
     DASH,
@@ -146,30 +146,25 @@ class SpeedCell:
     delta: Delta
 
 
-# (column, key in summary speed, percentile or None, higher is better, formatter)
-SPEED_COLUMNS: tuple[tuple[str, str, str | None, bool, Callable[[Any], str]], ...] = (
-    ("output tok/s", "output_tokens_per_s", None, True, fmt_num),
-    ("req/s", "requests_per_s", None, True, lambda v: fmt_num(v, 2)),
-    ("TTFT p50", "ttft_ms", "p50", False, fmt_ms),
-    ("TTFT p99", "ttft_ms", "p99", False, fmt_ms),
-    ("TPOT p50", "tpot_ms", "p50", False, fmt_ms),
-    ("TPOT p99", "tpot_ms", "p99", False, fmt_ms),
+# the speed columns of a comparison: catalogue key (header: its ``short``; better: its ``direction``), formatter
+SPEED_COLUMNS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("output_tokens_per_s", fmt_num),
+    ("requests_per_s", lambda v: fmt_num(v, 2)),
+    ("ttft_p50_ms", fmt_ms),
+    ("ttft_p99_ms", fmt_ms),
+    ("tpot_p50_ms", fmt_ms),
+    ("tpot_p99_ms", fmt_ms),
 )
-
-
-def _speed_value(speed: Speed | None, key: str, q: str | None) -> Any:
-    v = getattr(speed, key, None)
-    return getattr(v, q, None) if q else v
 
 
 def speed_cells(speed: Speed | None, base: Speed | None, compared: bool) -> list[SpeedCell]:
     """The speed columns of one run, with the change against ``base`` (run A; ``compared``: a later run)
     coloured better or worse."""
     cells = []
-    for _, key, q, higher, fmt in SPEED_COLUMNS:
-        v = _speed_value(speed, key, q)
-        b = _speed_value(base, key, q)
-        cells.append(SpeedCell(fmt(v), _rel_delta(v, b, higher) if compared else Delta()))
+    for key, fmt in SPEED_COLUMNS:
+        m = speed_metric(key)
+        v, b = m.of(speed), m.of(base)
+        cells.append(SpeedCell(fmt(v), _rel_delta(v, b, not m.lower_is_better) if compared else Delta()))
     return cells
 
 
@@ -312,7 +307,7 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
             CompareTask(
                 name=name,
                 anchor=anchor,
-                speed_labels=[c[0] for c in SPEED_COLUMNS],
+                speed_labels=[speed_metric(key).short for key, _ in SPEED_COLUMNS],
                 metric_labels=[metric_label(k) for k in metric_names],
                 primary=primary,
                 primary_label=metric_label(primary) if primary else DASH,

@@ -6,13 +6,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from evalkit.contracts import Percentiles, Speed, SteadyState
+from evalkit.contracts import LATENCIES, QUANTILES, Percentiles, Speed, SteadyState, speed_metric
 from evalkit.report.common import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
 from evalkit.scoring.estimators import wilson_interval
 from evalkit.store.reader import as_dict, as_int, as_list, as_num, as_str
-
-SPEED_KEYS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Speed, server, GPU
@@ -26,8 +23,6 @@ class SpeedCard:
 
 
 def speed_cards(speed: Speed | None) -> list[SpeedCard]:
-    ttft = speed.ttft_ms if speed else Percentiles()
-    tpot = speed.tpot_ms if speed else Percentiles()
     conc = speed.concurrency if speed else None
     wall = speed.wall_s if speed else None
     sub = []
@@ -42,28 +37,37 @@ def speed_cards(speed: Speed | None) -> list[SpeedCard]:
             fmt_num(speed and speed.requests_per_s, 2),
             f"total tok/s {fmt_num(speed and speed.total_tokens_per_s)}",
         ),
-        SpeedCard("TTFT p50", fmt_ms(ttft.p50), f"p99 {fmt_ms(ttft.p99)}"),
-        SpeedCard("TPOT p50", fmt_ms(tpot.p50), f"p99 {fmt_ms(tpot.p99)}"),
+        *(_latency_card(speed, key) for key in CARD_LATENCIES),
     ]
+
+
+CARD_LATENCIES = ("ttft_ms", "tpot_ms")  # the latencies with a card: p50, and p99 under it
+
+
+def _latency_card(speed: Speed | None, key: str) -> SpeedCard:
+    p50, p99 = speed_metric(f"{key.removesuffix('_ms')}_p50_ms"), speed_metric(f"{key.removesuffix('_ms')}_p99_ms")
+    return SpeedCard(p50.short, fmt_ms(p50.of(speed)), f"p99 {fmt_ms(p99.of(speed))}")
 
 
 @dataclass
 class PctRow:
     label: str
     mean: str
-    p50: str
-    p90: str
-    p99: str
+    stats: list[str]  # one per QUANTILES entry
     n: str
+
+
+def _stats(p: Percentiles) -> list[str]:
+    return [fmt_ms(getattr(p, q)) for q, _ in QUANTILES]
 
 
 def pct_rows(speed: Speed | SteadyState | None) -> list[PctRow]:
     rows = []
-    for key, label in SPEED_KEYS:
-        p: Percentiles | None = getattr(speed, key, None)
+    for lat in LATENCIES:
+        p: Percentiles | None = getattr(speed, lat.key, None)
         if p is None:
             continue
-        rows.append(PctRow(label, fmt_ms(p.mean), fmt_ms(p.p50), fmt_ms(p.p90), fmt_ms(p.p99), fmt_int(p.n)))
+        rows.append(PctRow(lat.label, fmt_ms(p.mean), _stats(p), fmt_int(p.n)))
     return rows
 
 
@@ -100,9 +104,7 @@ class LatencyRow:
     source: str  # "server" | "client"
     what: str  # what exactly was measured, shown as a tooltip and in the legend
     mean: str
-    p50: str
-    p90: str
-    p99: str
+    stats: list[str]  # one per QUANTILES entry
     n: str
     first: bool = False  # first row of its metric (the metric name is printed once)
     bounded: bool = False  # a stored percentile contradicted the mean and is shown as a bound
@@ -140,7 +142,6 @@ LATENCY_METRICS = (
     ),
     ("Queue time", "queue_s", "vllm:request_queue_time_seconds: waiting before first scheduled", "", ""),
 )
-QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 
 
 def _server_pcts(h: dict[str, Any]) -> tuple[dict[str, str], bool]:
@@ -150,7 +151,8 @@ def _server_pcts(h: dict[str, Any]) -> tuple[dict[str, str], bool]:
     mean = as_num(h.get("mean"))
     out = {"mean": fmt_ms(mean * 1000 if mean is not None else None)}
     bounded = False
-    for key, q in QUANTILES:
+    for key, pct in QUANTILES:
+        q = pct / 100
         v = as_num(h.get(key))
         if v is not None and mean is not None and v > mean / (1 - q) + 1e-12:
             out[key] = "≤ " + fmt_ms(mean / (1 - q) * 1000)
@@ -174,20 +176,14 @@ def latency_rows(server: dict[str, Any], speed: Speed | None) -> list[LatencyRow
                     "server",
                     swhat,
                     p["mean"],
-                    p["p50"],
-                    p["p90"],
-                    p["p99"],
+                    [p[q] for q, _ in QUANTILES],
                     fmt_int(h.get("n")),
                     bounded=bounded,
                 )
             )
         c: Percentiles | None = getattr(speed, ckey, None) if ckey else None
         if c is not None:
-            pair.append(
-                LatencyRow(
-                    metric, "client", cwhat, fmt_ms(c.mean), fmt_ms(c.p50), fmt_ms(c.p90), fmt_ms(c.p99), fmt_int(c.n)
-                )
-            )
+            pair.append(LatencyRow(metric, "client", cwhat, fmt_ms(c.mean), _stats(c), fmt_int(c.n)))
         if pair:
             pair[0].first = True
         rows += pair

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.contracts import STATUSES, EndpointSummary, Percentiles, Speed
+from evalkit.contracts import LATENCIES, STATUSES, EndpointSummary, Percentiles, Speed, speed_metric
 from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
 from evalkit.report.banners import run_banners
 from evalkit.report.common import (
@@ -108,12 +109,18 @@ class EndpointRow:
     endpoint: str
     requests: str
     errors: str
-    output_tok_s: str
-    requests_s: str
-    ttft_p50: str
-    tpot_p50: str
-    e2e_p50: str
+    speed: list[str]  # one per ENDPOINT_COLUMNS entry
     wall: str
+
+
+# the speed columns of the per-endpoint table: catalogue key, header, how the figure is shown
+ENDPOINT_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("output_tokens_per_s", "output tok/s", fmt_num),
+    ("requests_per_s", "requests/s", lambda v: fmt_num(v, 3)),
+    ("ttft_p50_ms", "TTFT p50", fmt_ms),
+    ("tpot_p50_ms", "TPOT p50", fmt_ms),
+    ("e2e_p50_ms", "E2E p50", fmt_ms),
+)
 
 
 def endpoint_rows(endpoints: list[EndpointSummary]) -> list[EndpointRow]:
@@ -126,11 +133,7 @@ def endpoint_rows(endpoints: list[EndpointSummary]) -> list[EndpointRow]:
                 endpoint=e.endpoint or "?",
                 requests=fmt_int(counts.get("total")),
                 errors=fmt_int(counts.get("api_error")),
-                output_tok_s=fmt_num(speed.output_tokens_per_s),
-                requests_s=fmt_num(speed.requests_per_s, 3),
-                ttft_p50=fmt_ms(speed.ttft_ms.p50),
-                tpot_p50=fmt_ms(speed.tpot_ms.p50),
-                e2e_p50=fmt_ms(speed.e2e_ms.p50),
+                speed=[show(speed_metric(key).of(speed)) for key, _, show in ENDPOINT_COLUMNS],
                 wall=f"{speed.wall_s:,.1f} s",
             )
         )
@@ -249,6 +252,10 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     )
 
 
+# the latencies with a CDF chart: one value per request (the samples are read without their inter-token gaps)
+CDF_LATENCIES = tuple(lat for lat in LATENCIES if lat.key != "itl_ms")
+
+
 def _chart_series_cdf(run: Run, tasks: list[str], key: str) -> list[dict[str, Any]]:
     series = []
     for task in tasks:
@@ -260,7 +267,8 @@ def _chart_series_cdf(run: Run, tasks: list[str], key: str) -> list[dict[str, An
 
 def run_charts(run: Run, tasks: list[str]) -> list[dict[str, Any]]:
     charts: list[dict[str, Any]] = []
-    for key, title in (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2e_ms", "E2E latency (ms)")):
+    for lat in CDF_LATENCIES:
+        key, title = lat.key, f"{lat.label} (ms)"
         series = _chart_series_cdf(run, tasks, key)
         if series:
             charts.append({"id": f"cdf-{key}", "kind": "cdf", "title": f"CDF of {title}", "x": title, "series": series})
@@ -313,6 +321,8 @@ class RunView:
     samples: SampleSection
     charts: list[dict[str, Any]]
     chart_ids: set[str]
+    cdf_ids: list[str] = field(default_factory=lambda: [f"cdf-{lat.key}" for lat in CDF_LATENCIES])
+    endpoint_headers: list[str] = field(default_factory=lambda: [h for _, h, _ in ENDPOINT_COLUMNS])
 
 
 def build_run_view(run: Run) -> RunView:

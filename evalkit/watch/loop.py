@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.config import RunConfig, load_config
+from evalkit.contracts import speed_metric
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.gate import CannotCompare, GateResult, RunInputs, from_run_dir, load_policy
 from evalkit.gate.policy import Policy
@@ -34,6 +35,7 @@ from evalkit.tasks.registry import Registry
 from evalkit.watch.exporter import WatchMetrics, check_port
 from evalkit.watch.history import (
     JUDGED,
+    TICK_SPEED,
     TickRecord,
     append_history,
     check_settings,
@@ -42,6 +44,7 @@ from evalkit.watch.history import (
     rotation,
     slice_for,
     tick_dir,
+    tick_speed_key,
 )
 from evalkit.watch.webhook import Webhook, webhook_target
 from evalkit.watch.window import Accuracy, judge, merge, tick_inputs, watch_policy
@@ -243,12 +246,7 @@ class Watch:
         rec.counts = dict(task.counts)
         rec.accuracy = {k: as_num(m.value) for k, m in task.metrics.items()}
         speed = task.speed
-        rec.speed = {
-            "ttft_ms_p50": speed.ttft_ms.p50 if speed else None,
-            "tpot_ms_p50": speed.tpot_ms.p50 if speed else None,
-            "e2e_ms_p50": speed.e2e_ms.p50 if speed else None,
-            "output_tokens_per_s": speed.output_tokens_per_s if speed else None,
-        }
+        rec.speed = {tick_speed_key(key): speed_metric(key).of(speed) for key in TICK_SPEED}
         server, gpu = task.server or {}, task.gpu or {}
         rec.server = {
             k: server.get(k)
