@@ -4,9 +4,11 @@ The one reader of run dirs (the report, the gate, users' scripts). Reports must 
 runs, so reading is tolerant: the files are kept as JSON objects whose values are checked for their type where
 they are used (the ``as_*`` helpers), and problems are collected as human-readable ``notes`` (and, per file, in
 ``problems``) instead of raised. :meth:`Run.typed_manifest`, :meth:`Run.typed_summary` and :meth:`Run.records`
-give the validated models of :mod:`evalkit.contracts`; :meth:`Run.task_speed` and :meth:`Run.endpoint_speeds` give
-them read leniently (:func:`lenient`: a field that does not validate falls back to its default), the way report,
-gate and watch read a task's speed (tests/test_typed_reads.py keeps dict reads of speed out of them).
+give the validated models of :mod:`evalkit.contracts` (strict: a ValidationError on anything odd); :meth:`Run.task`
+and :meth:`Run.tasks` give each task of the summary as a :class:`TaskRead`, every field typed and read on its own
+(:func:`lenient_value`: a field that does not read is None or empty, the others still read). Report and watch
+read the summary only that way (tests/test_typed_reads.py keeps ``run.summary`` dict reads out of report, gate
+and watch; the gate's fail-closed loader, which names each refused value, is the one exception).
 
 Example::
 
@@ -216,10 +218,6 @@ class Run:
     def tasks(self) -> list[TaskRead]:
         """Every task entry of ``summary.json``, in its order (:meth:`task`)."""
         return [TaskRead.of(str(k), v) for k, v in as_dict(self.summary.get("tasks")).items()]
-
-    def task_speed(self, name: str) -> Speed | None:
-        """The task's ``speed`` (:meth:`task`); None when it is absent or a required figure does not read."""
-        return self.task(name).speed
 
     def records(self) -> Iterator[SampleRecord]:
         """The samples as validated records (pydantic ValidationError on one that is not)."""
