@@ -27,12 +27,11 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalkit.config_files import read_settings_file
-from evalkit.contracts import SPEED
 from evalkit.gate.errors import PolicyError
 
 MAX_RESAMPLES = 100_000  # bootstrap replicates: at 1,000+ items each rule then takes seconds, not hours
@@ -128,8 +127,10 @@ class SpeedPolicy(_Strict):
     judge_unmatched_load: bool = False
 
 
-GATED_SPEED: tuple[str, ...] = tuple(k for k in SpeedPolicy.model_fields if k in SPEED)
-"""The speed figures a policy can judge (:class:`SpeedPolicy`'s rule fields, keyed as the speed catalogue,
+GATED_SPEED: tuple[str, ...] = tuple(
+    k for k, f in SpeedPolicy.model_fields.items() if SpeedRule in get_args(f.annotation)
+)
+"""The speed figures a policy can judge (:class:`SpeedPolicy`'s rule fields, named by the speed catalogue's keys,
 :data:`evalkit.contracts.SPEED_METRICS`), in the order the gate reports them."""
 
 
