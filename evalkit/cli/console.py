@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evalkit.contracts import SampleRecord
+from evalkit.contracts import SampleRecord, speed_metric
 
 console = Console(stderr=True)
 
@@ -75,12 +75,22 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+# the speed table's columns: header, the speed catalogue's keys shown in it (joined by " / "), decimals
+SPEED_COLUMNS = (
+    ("req/s", ("requests_per_s",), 2),
+    ("out tok/s", ("output_tokens_per_s",), 0),
+    ("TTFT p50/p99 ms", ("ttft_p50_ms", "ttft_p99_ms"), 1),
+    ("TPOT p50/p99 ms", ("tpot_p50_ms", "tpot_p99_ms"), 2),
+    ("ITL p50 ms", ("itl_p50_ms",), 2),
+)
+
+
 def print_summary(summary: dict[str, Any], run_dir: str) -> None:
     acc = Table(title="accuracy", title_justify="left")
     for col in ("task", "metric", "value", "± stderr", "95% CI", "n"):
         acc.add_column(col)
     speed = Table(title="speed", title_justify="left")
-    for col in ("task", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50 ms", "conc", "errors"):
+    for col in ("task", *(header for header, _, _ in SPEED_COLUMNS), "conc", "errors"):
         speed.add_column(col)
     for name, t in summary["tasks"].items():
         for metric, m in t["metrics"].items():
@@ -96,11 +106,7 @@ def print_summary(summary: dict[str, Any], run_dir: str) -> None:
         s, c = t["speed"], t["counts"]
         speed.add_row(
             name,
-            _fmt(s.get("requests_per_s"), 2),
-            _fmt(s.get("output_tokens_per_s"), 0),
-            f"{_fmt(s['ttft_ms'].get('p50'))} / {_fmt(s['ttft_ms'].get('p99'))}",
-            f"{_fmt(s['tpot_ms'].get('p50'), 2)} / {_fmt(s['tpot_ms'].get('p99'), 2)}",
-            _fmt(s["itl_ms"].get("p50"), 2),
+            *(" / ".join(_fmt(speed_metric(k).of_json(s), digits) for k in keys) for _, keys, digits in SPEED_COLUMNS),
             _fmt(s.get("concurrency")),
             f"{c['api_error']}/{c['total']}",
         )

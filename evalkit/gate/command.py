@@ -19,7 +19,7 @@ from evalkit.gate.errors import CannotCompare, CannotDecide, GateInputError
 from evalkit.gate.inputs import RunInputs
 from evalkit.gate.load import from_run_dir
 from evalkit.gate.output import append_step_summary, to_markdown, write_outputs
-from evalkit.gate.policy import Policy, default_policy, load_policy
+from evalkit.gate.policy import GATED_SPEED, Policy, default_policy, load_policy
 from evalkit.gate.result import EXIT_CODES, GateResult
 from evalkit.store.reader import writer_pid
 
@@ -218,7 +218,7 @@ def policy_lines(policy: Policy) -> list[str]:
         lines.append(f"  overrides for: {', '.join(sorted(policy.accuracy.tasks))}")
     speed = [
         f"{key} worse by > {rule.max_change:.0%}"
-        for key in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
+        for key in GATED_SPEED
         if (rule := getattr(policy.speed, key)) is not None
     ]
     lines.append("speed: " + ("; ".join(speed) + " beyond noise fails" if speed else "not checked"))

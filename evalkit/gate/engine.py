@@ -6,7 +6,7 @@ from __future__ import annotations
 from evalkit.gate.errors import CannotCompare, PolicyError
 from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
 from evalkit.gate.matching import Unmatched, match_runs
-from evalkit.gate.policy import Policy, default_policy
+from evalkit.gate.policy import GATED_SPEED, Policy, default_policy
 from evalkit.gate.result import GateResult, Rule, overall
 from evalkit.gate.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
 
@@ -177,7 +177,7 @@ def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) 
     match = match_runs(list(base.runs or (base.speed,)), list(cand.runs or (cand.speed,)), sp.min_requests, unmatched)
     rules = [
         speed_rule(task, key, rule, match, sp.min_requests)
-        for key in ("output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
+        for key in GATED_SPEED
         if (rule := getattr(sp, key)) is not None
     ]
     return rules, [f"{task}: {match.note}"] if match.note else []

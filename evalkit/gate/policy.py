@@ -27,7 +27,7 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -125,6 +125,13 @@ class SpeedPolicy(_Strict):
     e2e_p50_ms: SpeedRule | None = None
     min_requests: int = Field(default=30, ge=2)
     judge_unmatched_load: bool = False
+
+
+GATED_SPEED: tuple[str, ...] = tuple(
+    k for k, f in SpeedPolicy.model_fields.items() if SpeedRule in get_args(f.annotation)
+)
+"""The speed figures a policy can judge (:class:`SpeedPolicy`'s rule fields, named by the speed catalogue's keys,
+:data:`evalkit.contracts.SPEED_METRICS`), in the order the gate reports them."""
 
 
 class RatesPolicy(_Strict):

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from evalkit.contracts import QUANTILES, speed_metric
 from evalkit.gate.inputs import MetricSamples, StatusCounts
 from evalkit.gate.matching import RunsMatch, SpeedSlice
 from evalkit.gate.policy import (
@@ -27,12 +28,8 @@ from evalkit.gate.stats import (
     speed_runs_change,
 )
 
-SPEED_METRICS = {  # policy key -> (label, SpeedSlice field, lower is better)
-    "output_tokens_per_s": ("output tokens/s", "output_tokens", False),
-    "ttft_p50_ms": ("TTFT p50", "ttft_ms", True),
-    "tpot_p50_ms": ("TPOT p50", "tpot_ms", True),
-    "e2e_p50_ms": ("E2E latency p50", "e2e_ms", True),
-}
+# a rate's SpeedSlice field where it is not the catalogue's: output tokens/s is summed from the requests' tokens
+SLICE_FIELDS = {"output_tokens_per_s": "output_tokens"}
 RATES = {
     "max_error_rate": ("api_error", "error rate"),
     "max_truncated_rate": ("truncated", "truncation rate"),
@@ -197,14 +194,17 @@ def rate_rules(task: str, counts: StatusCounts, rates: RatesPolicy) -> list[Rule
     return out
 
 
-def _figure(s: SpeedSlice, field: str) -> float | None:
-    """The slice's figure as the rule shows it: the median, or output tokens/s."""
+def _figure(s: SpeedSlice, field: str, stat: str | None) -> float | None:
+    """The slice's figure as the rule shows it: the latency's percentile (the median for p50), or output
+    tokens/s."""
     values = getattr(s, field)
     if not values:
         return None
     if field == "output_tokens":
         return sum(values) / s.wall_s if s.wall_s else None
-    return float(np.median(values))
+    if stat is None or stat == "p50":
+        return float(np.median(values))
+    return float(np.percentile(values, dict(QUANTILES)[stat]))
 
 
 def _speed_skip(name: str, task: str, rule: SpeedRule, note: str, verdict: RuleVerdict = "skip") -> Rule:
@@ -217,8 +217,9 @@ def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_reque
     run per side: fails when worse by more than the run-to-run noise budget (or ``max_change``, if larger); no
     significance is claimed from the requests of one run. A latency change under the rule's floor never fails.
     Not compared (load not matched): skipped, or failed when the policy requires matched load."""
-    label, field, lower_is_better = SPEED_METRICS[key]
-    name = f"{task}: {label}"
+    metric = speed_metric(key)
+    field, lower_is_better = SLICE_FIELDS.get(key, metric.field), metric.lower_is_better
+    name = f"{task}: {metric.label}"
     if match.base is None or match.cand is None:
         return _speed_skip(name, task, rule, match.note, match.verdict)
     short = [len(getattr(s, field)) for s in (*match.base, *match.cand) if len(getattr(s, field)) < min_requests]
@@ -226,8 +227,8 @@ def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_reque
         return _speed_skip(
             name, task, rule, f"too few requests with this figure in a run ({min(short)}, need {min_requests})"
         )
-    bf = [_figure(s, field) for s in match.base]
-    cf = [_figure(s, field) for s in match.cand]
+    bf = [_figure(s, field, metric.stat) for s in match.base]
+    cf = [_figure(s, field, metric.stat) for s in match.cand]
     if any(x is None or x <= 0 for x in (*bf, *cf)):
         return _speed_skip(name, task, rule, "a run's figure is unknown (no wall time or no positive values)")
     b = [float(x) for x in bf if x is not None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalkit.contracts import Speed
 from evalkit.report.analysis import primary_correct
 from evalkit.report.common import Banner, compact_json, fmt_ms, fmt_pct
 from evalkit.report.timecourse import first_token_stall
@@ -137,11 +138,10 @@ def stall_banner(name: str, samples: list[dict[str, Any]], server: dict[str, Any
     )
 
 
-def shared_wait_banner(name: str, speed: dict[str, Any], server: dict[str, Any]) -> Banner | None:
+def shared_wait_banner(name: str, speed: Speed | None, server: dict[str, Any]) -> Banner | None:
     """Without per-sample start times: TTFTs of seconds that are all the same (p50 to p99 within 2%) mean one
     wait shared by the requests, not a per-request cost."""
-    ttft = as_dict(speed.get("ttft_ms"))
-    p50, p99 = as_num(ttft.get("p50")), as_num(ttft.get("p99"))
+    p50, p99 = (speed.ttft_ms.p50, speed.ttft_ms.p99) if speed else (None, None)
     if p50 is None or p99 is None or p50 < 1000 or p99 - p50 > 0.02 * p50:
         return None
     return Banner(
@@ -152,10 +152,10 @@ def shared_wait_banner(name: str, speed: dict[str, Any], server: dict[str, Any])
     )
 
 
-def client_bound_banner(name: str, speed: dict[str, Any]) -> Banner:
-    lag = as_num(speed.get("loop_lag_ms_p99"))
-    cpu = as_num(speed.get("client_cpu_s"))
-    wall = as_num(speed.get("wall_s"))
+def client_bound_banner(name: str, speed: Speed) -> Banner:
+    lag = speed.loop_lag_ms_p99
+    cpu = speed.client_cpu_s
+    wall: float | None = speed.wall_s
     detail = []
     if lag is not None:
         detail.append(f"event-loop lag p99 {lag:.1f} ms")
@@ -180,27 +180,26 @@ def _note(note: str) -> str:
 
 def run_banners(run: Run) -> list[Banner]:
     out = [Banner("warn", _note(note)) for note in run.notes]
-    for name, t in run.summary_tasks.items():
-        speed = as_dict(t.get("speed"))
-        if speed.get("client_bound") is True:
+    for t in run.tasks():
+        name, speed, counts, server = t.name, t.speed, t.counts, t.server or {}
+        if speed is not None and speed.client_bound is True:
             out.append(client_bound_banner(name, speed))
-        counts = as_dict(t.get("counts"))
-        total = as_int(counts.get("total"))
+        total = counts.get("total")
         samples = [s for s in run.samples if s.get("task") == name]
         settings = as_dict(run.manifest_tasks.get(name, {}).get("settings"))
         for status in ("api_error", "empty", "no_answer", "truncated", *ALWAYS_SHOWN):
-            k = as_int(counts.get(status)) or 0
+            k = counts.get(status) or 0
             if k > 0 and (status in ("api_error", *ALWAYS_SHOWN) or not total or k / total >= STATUS_SHARE):
                 out.append(status_banner(name, status, k, total, settings, samples))
         timed = [s for s in samples if as_num(s.get("start_s")) is not None]
         if timed:
-            stall = stall_banner(name, timed, as_dict(t.get("server")))
+            stall = stall_banner(name, timed, server)
         else:
-            stall = shared_wait_banner(name, speed, as_dict(t.get("server")))
+            stall = shared_wait_banner(name, speed, server)
         if stall is not None:
             out.append(stall)
-    for name, t in run.manifest_tasks.items():
-        clamp = t.get("max_tokens_clamp")
+    for name, mt in run.manifest_tasks.items():
+        clamp = mt.get("max_tokens_clamp")
         if clamp:
             out.append(Banner("info", f"{name}: max_tokens was clamped: {compact_json(clamp)}"))
     return out

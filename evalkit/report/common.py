@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from evalkit.contracts import MetricValue
 from evalkit.scoring.estimators import proportion_interval
-from evalkit.store.reader import as_dict, as_int, as_list, as_num
+from evalkit.store.reader import TaskRead, as_int, as_num
 
 DASH = "—"
 TEXT_LIMIT = 3000  # characters kept of one long text (head + tail)
@@ -137,17 +138,12 @@ def _denominator(value: float, n: int, clusters: int | None) -> str:
     return count
 
 
-def metric_view(name: str, m: Any, clusters: int | None = None) -> MetricView:
+def metric_view(name: str, m: MetricValue, clusters: int | None = None) -> MetricView:
     """A metric as shown. A proportion gets a Wilson 95% interval (it has a width at 0% and 100%, where
     value ± 1.96 stderr collapses to a point), computed from ``value``, ``n`` and, when the samples come from
     ``clusters`` problems, the clustered ``stderr``; other values keep the interval the store gives."""
-    d = as_dict(m)
-    value = as_num(d.get("value"))
-    n = as_int(d.get("n"))
-    ci = as_list(d.get("ci95"))
-    lo = as_num(ci[0]) if len(ci) == 2 else None
-    hi = as_num(ci[1]) if len(ci) == 2 else None
-    stderr = as_num(d.get("stderr"))
+    value, n, stderr = as_num(m.value), m.n, as_num(m.stderr)
+    lo, hi = (as_num(m.ci95[0]), as_num(m.ci95[1])) if m.ci95 is not None else (None, None)
     if lo is None and hi is None and value is not None and stderr is not None:
         lo, hi = value - 1.96 * stderr, value + 1.96 * stderr
     frac = all(-1e-9 <= x <= 1 + 1e-9 for x in (value, lo, hi) if x is not None)
@@ -178,11 +174,11 @@ def metric_view(name: str, m: Any, clusters: int | None = None) -> MetricView:
     )
 
 
-def task_clusters(task_summary: dict[str, Any]) -> int | None:
+def task_clusters(task: TaskRead) -> int | None:
     """Independent units behind a task's samples (problems of a repeated-sampling task), when recorded."""
-    return as_int(as_dict(task_summary.get("detail")).get("num_problems"))
+    return as_int(task.detail.get("num_problems"))
 
 
-def metric_views(task_summary: dict[str, Any]) -> list[MetricView]:
-    clusters = task_clusters(task_summary)
-    return [metric_view(str(k), v, clusters) for k, v in as_dict(task_summary.get("metrics")).items()]
+def metric_views(task: TaskRead) -> list[MetricView]:
+    clusters = task_clusters(task)
+    return [metric_view(k, v, clusters) for k, v in task.metrics.items()]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.contracts import Speed, speed_metric
 from evalkit.report.analysis import pareto_front
 from evalkit.report.common import (
     DASH,
@@ -25,7 +26,7 @@ from evalkit.report.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.report.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
 from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.report.verdict_view import VerdictView
-from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
+from evalkit.store.reader import Run, as_dict, as_num, as_str
 
 
 def run_config(run: Run) -> dict[str, str]:
@@ -145,24 +146,25 @@ class SpeedCell:
     delta: Delta
 
 
-# (column, key in summary speed, percentile or None, higher is better, formatter)
-SPEED_COLUMNS: tuple[tuple[str, str, str | None, bool, Callable[[Any], str]], ...] = (
-    ("output tok/s", "output_tokens_per_s", None, True, fmt_num),
-    ("req/s", "requests_per_s", None, True, lambda v: fmt_num(v, 2)),
-    ("TTFT p50", "ttft_ms", "p50", False, fmt_ms),
-    ("TTFT p99", "ttft_ms", "p99", False, fmt_ms),
-    ("TPOT p50", "tpot_ms", "p50", False, fmt_ms),
-    ("TPOT p99", "tpot_ms", "p99", False, fmt_ms),
+# the speed columns of a comparison: catalogue key (header: its ``short``; better: its ``direction``), formatter
+SPEED_COLUMNS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("output_tokens_per_s", fmt_num),
+    ("requests_per_s", lambda v: fmt_num(v, 2)),
+    ("ttft_p50_ms", fmt_ms),
+    ("ttft_p99_ms", fmt_ms),
+    ("tpot_p50_ms", fmt_ms),
+    ("tpot_p99_ms", fmt_ms),
 )
 
 
-def speed_cells(speed: dict[str, Any], base: dict[str, Any] | None) -> list[SpeedCell]:
-    """The speed columns of one run, with the change against ``base`` (run A) coloured better or worse."""
+def speed_cells(speed: Speed | None, base: Speed | None, compared: bool) -> list[SpeedCell]:
+    """The speed columns of one run, with the change against ``base`` (run A; ``compared``: a later run)
+    coloured better or worse."""
     cells = []
-    for _, key, q, higher, fmt in SPEED_COLUMNS:
-        v = as_dict(speed.get(key)).get(q) if q else speed.get(key)
-        b = (as_dict(base.get(key)).get(q) if q else base.get(key)) if base is not None else None
-        cells.append(SpeedCell(fmt(v), _rel_delta(v, b, higher) if base is not None else Delta()))
+    for key, fmt in SPEED_COLUMNS:
+        m = speed_metric(key)
+        v, b = m.of(speed), m.of(base)
+        cells.append(SpeedCell(fmt(v), _rel_delta(v, b, not m.lower_is_better) if compared else Delta()))
     return cells
 
 
@@ -175,13 +177,12 @@ def _rel_delta(v: Any, base: Any, higher_is_better: bool) -> Delta:
     return Delta(f"{100 * change:+.1f}%", verdict)
 
 
-def _concurrency(speed: dict[str, Any], trace: Any) -> str:
+def _concurrency(speed: Speed | None, trace: list[tuple[float, int]]) -> str:
     """The concurrency a run used, and the steps ``auto`` took to it."""
-    used = as_int(speed.get("concurrency"))
-    steps = [x for x in as_list(trace) if isinstance(x, list) and len(x) == 2 and as_int(x[1]) is not None]
+    used = speed.concurrency if speed else None
     text = str(used) if used is not None else DASH
-    if len(steps) > 1:
-        text += " (" + " → ".join(f"{as_int(lim)} at {as_num(ts) or 0:.1f} s" for ts, lim in steps) + ")"
+    if len(trace) > 1:
+        text += " (" + " → ".join(f"{lim} at {ts or 0:.1f} s" for ts, lim in trace) + ")"
     return text
 
 
@@ -193,9 +194,9 @@ def _acc_delta(m: MetricView | None, base: MetricView | None) -> str:
     return f"{m.value - base.value:+.4g}"
 
 
-def _counts_str(counts: dict[str, Any]) -> str:
+def _counts_str(counts: dict[str, int]) -> str:
     statuses = ("api_error", "empty", "no_answer", "truncated")
-    return ", ".join(f"{st} {as_int(counts.get(st)):,}" for st in statuses if as_int(counts.get(st)))
+    return ", ".join(f"{st} {counts[st]:,}" for st in statuses if counts.get(st))
 
 
 def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
@@ -203,15 +204,14 @@ def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
     for run, lab in zip(runs, labels, strict=True):
         for note in run.notes:
             out.append(Banner("warn", f"{lab}: {note}"))
-        for name, t in run.summary_tasks.items():
-            speed = as_dict(t.get("speed"))
-            if speed.get("client_bound") is True:
-                out.append(Banner("warn", f"{lab} / {name}: client-bound; its speed numbers are lower bounds."))
+        for t in run.tasks():
+            if t.speed is not None and t.speed.client_bound is True:
+                out.append(Banner("warn", f"{lab} / {t.name}: client-bound; its speed numbers are lower bounds."))
     tasks: dict[str, list[tuple[str, str, str]]] = {}
     for run, lab in zip(runs, labels, strict=True):
-        for name, t in run.manifest_tasks.items():
-            sha = compact_json(t.get("data_sha256")) if t.get("data_sha256") else ""
-            tasks.setdefault(name, []).append((lab, as_str(t.get("version")) or "", sha))
+        for name, mt in run.manifest_tasks.items():
+            sha = compact_json(mt.get("data_sha256")) if mt.get("data_sha256") else ""
+            tasks.setdefault(name, []).append((lab, as_str(mt.get("version")) or "", sha))
     for name, entries in tasks.items():
         if len({e[1] for e in entries}) > 1:
             out.append(
@@ -258,28 +258,28 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
     task_names: list[str] = []
     for r in runs:
         for n in r.task_names():
-            if n not in task_names and (n in r.summary_tasks):
+            if n not in task_names and r.task(n).listed:
                 task_names.append(n)
     tasks: list[CompareTask] = []
     charts: list[dict[str, Any]] = []
     for ti, name in enumerate(task_names):
         metric_names: list[str] = []
         for r in runs:
-            for k in as_dict(r.summary_tasks.get(name, {}).get("metrics")):
-                if str(k) not in metric_names:
-                    metric_names.append(str(k))
+            for k in r.task(name).metrics:
+                if k not in metric_names:
+                    metric_names.append(k)
         primary = metric_names[0] if metric_names else None
-        base_t = runs[0].summary_tasks.get(name, {})
-        base_speed = as_dict(base_t.get("speed"))
+        base_t = runs[0].task(name)
+        base_speed = base_t.speed
         base_metrics = {mv.name: mv for mv in metric_views(base_t)}
         points: list[tuple[float | None, float | None]] = []
         rows: list[CompareRow] = []
         for i, (run, lab) in enumerate(zip(runs, labels, strict=True)):
-            t = run.summary_tasks.get(name)
-            speed = as_dict((t or {}).get("speed"))
-            mvs = {mv.name: mv for mv in metric_views(t or {})}
+            t = run.task(name)
+            speed = t.speed
+            mvs = {mv.name: mv for mv in metric_views(t)}
             pm = mvs.get(primary) if primary else None
-            points.append((as_num(speed.get("output_tokens_per_s")), pm.value if pm else None))
+            points.append((speed.output_tokens_per_s if speed else None, pm.value if pm else None))
             # only the config keys of this task (or global) that differ
             diff = [kv for kv in heads[i].diff if "." not in kv.key or kv.key.startswith(f"{name}.")]
             rows.append(
@@ -287,16 +287,16 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
                     index=i,
                     letter=letter(i),
                     label=lab,
-                    present=t is not None,
+                    present=t.listed,
                     diff=diff,
-                    concurrency=_concurrency(speed, (t or {}).get("concurrency_trace")),
-                    speed=speed_cells(speed, base_speed if i else None),
+                    concurrency=_concurrency(speed, t.concurrency_trace),
+                    speed=speed_cells(speed, base_speed, compared=i > 0),
                     cells=[
                         CompareCell(mvs.get(k), _acc_delta(mvs.get(k), base_metrics.get(k)) if i else "")
                         for k in metric_names
                     ],
                     on_front=False,
-                    counts=_counts_str(as_dict((t or {}).get("counts"))),
+                    counts=_counts_str(t.counts),
                 )
             )
         front = pareto_front(points)
@@ -307,7 +307,7 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
             CompareTask(
                 name=name,
                 anchor=anchor,
-                speed_labels=[c[0] for c in SPEED_COLUMNS],
+                speed_labels=[speed_metric(key).short for key, _ in SPEED_COLUMNS],
                 metric_labels=[metric_label(k) for k in metric_names],
                 primary=primary,
                 primary_label=metric_label(primary) if primary else DASH,
@@ -318,7 +318,7 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
         series = []
         for i, run in enumerate(runs):
             tl = timeline([s for s in run.samples if s.get("task") == name and s.get("status") != "api_error"])
-            trace = as_list(run.summary_tasks.get(name, {}).get("concurrency_trace"))
+            trace = [list(x) for x in run.task(name).concurrency_trace]
             if tl["t"]:
                 series.append((f"{letter(i)} {labels[i]}", tl, trace))
         if series:

@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from evalkit.contracts import QUANTILES
 from evalkit.report.common import DASH, fmt_int, fmt_ms, fmt_num, fmt_pct
 from evalkit.report.compare_view import letter
 
@@ -90,6 +91,7 @@ def environment(strict: bool = False) -> jinja2.Environment:
         dash=lambda v: DASH if v is None or v == "" else v,
     )
     env.globals["letter"] = letter
+    env.globals["quantiles"] = [q for q, _ in QUANTILES]  # the percentile columns of every latency table
     return env
 
 

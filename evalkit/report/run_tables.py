@@ -6,12 +6,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.contracts import LATENCIES, QUANTILES, Percentiles, Speed, SteadyState, speed_metric
 from evalkit.report.common import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
 from evalkit.scoring.estimators import wilson_interval
 from evalkit.store.reader import as_dict, as_int, as_list, as_num, as_str
-
-SPEED_KEYS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Speed, server, GPU
@@ -24,74 +22,68 @@ class SpeedCard:
     sub: str = ""
 
 
-def speed_cards(speed: dict[str, Any]) -> list[SpeedCard]:
-    ttft = as_dict(speed.get("ttft_ms"))
-    tpot = as_dict(speed.get("tpot_ms"))
-    conc = speed.get("concurrency")
-    wall = as_num(speed.get("wall_s"))
+def speed_cards(speed: Speed | None) -> list[SpeedCard]:
+    conc = speed.concurrency if speed else None
+    wall = speed.wall_s if speed else None
     sub = []
     if conc is not None:
         sub.append(f"concurrency {conc}")
     if wall is not None:
         sub.append(f"{wall:,.1f} s wall")
     return [
-        SpeedCard("Output tok/s", fmt_num(speed.get("output_tokens_per_s")), " · ".join(sub)),
+        SpeedCard("Output tok/s", fmt_num(speed and speed.output_tokens_per_s), " · ".join(sub)),
         SpeedCard(
             "Requests/s",
-            fmt_num(speed.get("requests_per_s"), 2),
-            f"total tok/s {fmt_num(speed.get('total_tokens_per_s'))}",
+            fmt_num(speed and speed.requests_per_s, 2),
+            f"total tok/s {fmt_num(speed and speed.total_tokens_per_s)}",
         ),
-        SpeedCard("TTFT p50", fmt_ms(ttft.get("p50")), f"p99 {fmt_ms(ttft.get('p99'))}"),
-        SpeedCard("TPOT p50", fmt_ms(tpot.get("p50")), f"p99 {fmt_ms(tpot.get('p99'))}"),
+        *(_latency_card(speed, key) for key in CARD_LATENCIES),
     ]
+
+
+CARD_LATENCIES = ("ttft_ms", "tpot_ms")  # the latencies with a card: p50, and p99 under it
+
+
+def _latency_card(speed: Speed | None, key: str) -> SpeedCard:
+    p50, p99 = speed_metric(f"{key.removesuffix('_ms')}_p50_ms"), speed_metric(f"{key.removesuffix('_ms')}_p99_ms")
+    return SpeedCard(p50.short, fmt_ms(p50.of(speed)), f"p99 {fmt_ms(p99.of(speed))}")
 
 
 @dataclass
 class PctRow:
     label: str
     mean: str
-    p50: str
-    p90: str
-    p99: str
+    stats: list[str]  # one per QUANTILES entry
     n: str
 
 
-def pct_rows(speed: dict[str, Any]) -> list[PctRow]:
+def _stats(p: Percentiles) -> list[str]:
+    return [fmt_ms(getattr(p, q)) for q, _ in QUANTILES]
+
+
+def pct_rows(speed: Speed | SteadyState | None) -> list[PctRow]:
     rows = []
-    for key, label in SPEED_KEYS:
-        p = as_dict(speed.get(key))
-        if not p:
+    for lat in LATENCIES:
+        p: Percentiles | None = getattr(speed, lat.key, None)
+        if p is None:
             continue
-        rows.append(
-            PctRow(
-                label,
-                fmt_ms(p.get("mean")),
-                fmt_ms(p.get("p50")),
-                fmt_ms(p.get("p90")),
-                fmt_ms(p.get("p99")),
-                fmt_int(p.get("n")),
-            )
-        )
+        rows.append(PctRow(lat.label, fmt_ms(p.mean), _stats(p), fmt_int(p.n)))
     return rows
 
 
-def speed_table(speed: dict[str, Any]) -> tuple[list[PctRow], list[KV]]:
+def speed_table(speed: Speed | None) -> tuple[list[PctRow], list[KV]]:
     rows = pct_rows(speed)
+    wall = speed.wall_s if speed else None
+    cpu = speed.client_cpu_s if speed else None
     extra = [
-        KV("Output tokens/s", fmt_num(speed.get("output_tokens_per_s"))),
-        KV("Total tokens/s", fmt_num(speed.get("total_tokens_per_s"))),
-        KV("Requests/s", fmt_num(speed.get("requests_per_s"), 3)),
-        KV(
-            "Wall time",
-            fmt_num(speed.get("wall_s")) + " s" if as_num(speed.get("wall_s")) is not None else DASH,
-        ),
-        KV("Concurrency", as_str(speed.get("concurrency"))),
-        KV(
-            "Client CPU",
-            fmt_num(speed.get("client_cpu_s")) + " s" if as_num(speed.get("client_cpu_s")) is not None else DASH,
-        ),
-        KV("Event-loop lag p99", fmt_ms(speed.get("loop_lag_ms_p99"))),
-        KV("Client-bound", _flag_str(speed.get("client_bound"), "yes", "no", DASH)),
+        KV("Output tokens/s", fmt_num(speed and speed.output_tokens_per_s)),
+        KV("Total tokens/s", fmt_num(speed and speed.total_tokens_per_s)),
+        KV("Requests/s", fmt_num(speed and speed.requests_per_s, 3)),
+        KV("Wall time", fmt_num(wall) + " s" if wall is not None else DASH),
+        KV("Concurrency", as_str(speed and speed.concurrency)),
+        KV("Client CPU", fmt_num(cpu) + " s" if cpu is not None else DASH),
+        KV("Event-loop lag p99", fmt_ms(speed and speed.loop_lag_ms_p99)),
+        KV("Client-bound", _flag_str(speed and speed.client_bound, "yes", "no", DASH)),
     ]
     return rows, extra
 
@@ -112,9 +104,7 @@ class LatencyRow:
     source: str  # "server" | "client"
     what: str  # what exactly was measured, shown as a tooltip and in the legend
     mean: str
-    p50: str
-    p90: str
-    p99: str
+    stats: list[str]  # one per QUANTILES entry
     n: str
     first: bool = False  # first row of its metric (the metric name is printed once)
     bounded: bool = False  # a stored percentile contradicted the mean and is shown as a bound
@@ -152,7 +142,6 @@ LATENCY_METRICS = (
     ),
     ("Queue time", "queue_s", "vllm:request_queue_time_seconds: waiting before first scheduled", "", ""),
 )
-QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 
 
 def _server_pcts(h: dict[str, Any]) -> tuple[dict[str, str], bool]:
@@ -162,7 +151,8 @@ def _server_pcts(h: dict[str, Any]) -> tuple[dict[str, str], bool]:
     mean = as_num(h.get("mean"))
     out = {"mean": fmt_ms(mean * 1000 if mean is not None else None)}
     bounded = False
-    for key, q in QUANTILES:
+    for key, pct in QUANTILES:
+        q = pct / 100
         v = as_num(h.get(key))
         if v is not None and mean is not None and v > mean / (1 - q) + 1e-12:
             out[key] = "≤ " + fmt_ms(mean / (1 - q) * 1000)
@@ -172,7 +162,7 @@ def _server_pcts(h: dict[str, Any]) -> tuple[dict[str, str], bool]:
     return out, bounded
 
 
-def latency_rows(server: dict[str, Any], speed: dict[str, Any]) -> list[LatencyRow]:
+def latency_rows(server: dict[str, Any], speed: Speed | None) -> list[LatencyRow]:
     """Server and client distributions of each latency metric, paired by what they measure."""
     rows: list[LatencyRow] = []
     for metric, skey, swhat, ckey, cwhat in LATENCY_METRICS:
@@ -186,27 +176,14 @@ def latency_rows(server: dict[str, Any], speed: dict[str, Any]) -> list[LatencyR
                     "server",
                     swhat,
                     p["mean"],
-                    p["p50"],
-                    p["p90"],
-                    p["p99"],
+                    [p[q] for q, _ in QUANTILES],
                     fmt_int(h.get("n")),
                     bounded=bounded,
                 )
             )
-        c = as_dict(speed.get(ckey)) if ckey else {}
-        if c:
-            pair.append(
-                LatencyRow(
-                    metric,
-                    "client",
-                    cwhat,
-                    fmt_ms(c.get("mean")),
-                    fmt_ms(c.get("p50")),
-                    fmt_ms(c.get("p90")),
-                    fmt_ms(c.get("p99")),
-                    fmt_int(c.get("n")),
-                )
-            )
+        c: Percentiles | None = getattr(speed, ckey, None) if ckey else None
+        if c is not None:
+            pair.append(LatencyRow(metric, "client", cwhat, fmt_ms(c.mean), _stats(c), fmt_int(c.n)))
         if pair:
             pair[0].first = True
         rows += pair

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.contracts import STATUSES
+from evalkit.contracts import LATENCIES, STATUSES, EndpointSummary, Percentiles, Speed, speed_metric
 from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
 from evalkit.report.banners import run_banners
 from evalkit.report.common import (
@@ -38,7 +39,7 @@ from evalkit.report.run_tables import (
 from evalkit.report.sample_data import SampleSection, sample_section
 from evalkit.report.timecourse import timeline, timeline_chart
 from evalkit.scoring.estimators import wilson_interval
-from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
+from evalkit.store.reader import Run, TaskRead, as_dict, as_int, as_list, as_num, as_str
 
 # ----------------------------------------------------------------------------------------------------------
 # Single-run report
@@ -65,12 +66,12 @@ def wilson_str(k: int, n: int) -> str:
     return f"{fmt_pct(lo)}–{fmt_pct(hi)}"
 
 
-def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
+def ttft_split(server: dict[str, Any], speed: Speed | None) -> str | None:
     """Where the mean TTFT went: the server's queue and its engine before the first token (server TTFT - queue),
     and, when client and server counted the same requests, outside the engine (client TTFT - server TTFT: HTTP,
     the API server, the client)."""
-    c, srv = as_dict(speed.get("ttft_ms")), as_dict(server.get("ttft_s"))
-    client, stt = as_num(c.get("mean")), as_num(srv.get("mean"))
+    c, srv = speed.ttft_ms if speed else Percentiles(), as_dict(server.get("ttft_s"))
+    client, stt = c.mean, as_num(srv.get("mean"))
     queue = as_num(as_dict(server.get("queue_s")).get("mean"))
     if client is None or stt is None or queue is None:
         return None
@@ -78,7 +79,7 @@ def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
         f"{fmt_ms(queue * 1000)} in the server's queue + {fmt_ms((stt - queue) * 1000)} in its engine before the "
         "first token"
     )
-    cn, sn = as_int(c.get("n")), as_int(srv.get("n"))
+    cn, sn = c.n, as_int(srv.get("n"))
     if cn is not None and cn == sn:
         outside = fmt_ms(client - stt * 1000)
         return f"{fmt_ms(client)} mean = {inside} + {outside} outside the engine (HTTP, API server, client)"
@@ -88,14 +89,10 @@ def ttft_split(server: dict[str, Any], speed: dict[str, Any]) -> str | None:
     )
 
 
-def concurrency_str(speed: dict[str, Any], trace: list[Any], manifest_concurrency: Any) -> str | None:
+def concurrency_str(speed: Speed | None, trace: list[tuple[float, int]], manifest_concurrency: Any) -> str | None:
     """The concurrency a task ran at, with how ``auto`` got there (its trace)."""
-    used = as_int(speed.get("concurrency"))
-    steps = [
-        f"{as_int(lim)} at {as_num(ts):.1f} s"
-        for ts, lim in (x for x in trace if isinstance(x, list) and len(x) == 2)
-        if as_num(ts) is not None and as_int(lim) is not None
-    ]
+    used = speed.concurrency if speed else None
+    steps = [f"{lim} at {ts:.1f} s" for ts, lim in trace]
     asked = f" (asked: {manifest_concurrency})" if manifest_concurrency is not None else ""
     if used is None and not steps:
         return None
@@ -112,45 +109,45 @@ class EndpointRow:
     endpoint: str
     requests: str
     errors: str
-    output_tok_s: str
-    requests_s: str
-    ttft_p50: str
-    tpot_p50: str
-    e2e_p50: str
+    speed: list[str]  # one per ENDPOINT_COLUMNS entry
     wall: str
 
 
-def endpoint_rows(t: dict[str, Any]) -> list[EndpointRow]:
+# the speed columns of the per-endpoint table: catalogue key, header, how the figure is shown
+ENDPOINT_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("output_tokens_per_s", "output tok/s", fmt_num),
+    ("requests_per_s", "requests/s", lambda v: fmt_num(v, 3)),
+    ("ttft_p50_ms", "TTFT p50", fmt_ms),
+    ("tpot_p50_ms", "TPOT p50", fmt_ms),
+    ("e2e_p50_ms", "E2E p50", fmt_ms),
+)
+
+
+def endpoint_rows(endpoints: list[EndpointSummary]) -> list[EndpointRow]:
     """The task summary's ``endpoints`` (a sharded run) as table rows; none for a run against one endpoint."""
     rows = []
-    for e in as_list(t.get("endpoints")):
-        e = as_dict(e)
-        speed, counts = as_dict(e.get("speed")), as_dict(e.get("counts"))
-        wall = as_num(speed.get("wall_s"))
+    for e in endpoints:
+        speed, counts = e.speed, e.counts
         rows.append(
             EndpointRow(
-                endpoint=as_str(e.get("endpoint")) or "?",
+                endpoint=e.endpoint or "?",
                 requests=fmt_int(counts.get("total")),
                 errors=fmt_int(counts.get("api_error")),
-                output_tok_s=fmt_num(speed.get("output_tokens_per_s")),
-                requests_s=fmt_num(speed.get("requests_per_s"), 3),
-                ttft_p50=fmt_ms(as_dict(speed.get("ttft_ms")).get("p50")),
-                tpot_p50=fmt_ms(as_dict(speed.get("tpot_ms")).get("p50")),
-                e2e_p50=fmt_ms(as_dict(speed.get("e2e_ms")).get("p50")),
-                wall=f"{wall:,.1f} s" if wall is not None else "—",
+                speed=[show(speed_metric(key).of(speed)) for key, _, show in ENDPOINT_COLUMNS],
+                wall=f"{speed.wall_s:,.1f} s",
             )
         )
     return rows
 
 
-def _server_speed(t: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+def _server_speed(t: TaskRead, server: dict[str, Any]) -> Speed | None:
     """The client speed to set beside the server's histograms: in a sharded run the summary's ``server`` is
     one endpoint's (it names it), so that endpoint's client speed; else the task's."""
     name = server.get("endpoint")
-    for e in as_list(t.get("endpoints")):
-        if name is not None and as_dict(e).get("endpoint") == name:
-            return as_dict(as_dict(e).get("speed"))
-    return as_dict(t.get("speed"))
+    for e in t.endpoints:
+        if name is not None and e.endpoint == name:
+            return e.speed
+    return t.speed
 
 
 @dataclass
@@ -183,42 +180,40 @@ class TaskView:
     has_summary: bool
 
 
-def steady_table(speed: dict[str, Any]) -> tuple[str | None, list[PctRow], list[KV]]:
+def steady_table(speed: Speed | None) -> tuple[str | None, list[PctRow], list[KV]]:
     """The steady-state window's heading, percentile rows and rates (``speed.steady_state``); no rows when it
     holds too few requests (the heading then says why), no heading for a summary without one."""
-    s = as_dict(speed.get("steady_state"))
-    if not s:
+    s = speed.steady_state if speed else None
+    if s is None:
         return None, [], []
-    target = as_str(s.get("target"))
-    if s.get("reason"):
-        return f"Steady state ({target} in flight): no figures; {s['reason']}.", [], []
-    start, end = fmt_num(s.get("start_s")), fmt_num(s.get("end_s"))
-    title = f"Steady state ({fmt_int(s.get('requests'))} requests, {start}–{end} s, {target} in flight)"
+    target = str(s.target)
+    if s.reason:
+        return f"Steady state ({target} in flight): no figures; {s.reason}.", [], []
+    start, end = fmt_num(s.start_s), fmt_num(s.end_s)
+    title = f"Steady state ({fmt_int(s.requests)} requests, {start}–{end} s, {target} in flight)"
     extra = [
-        KV("Output tokens/s", fmt_num(s.get("output_tokens_per_s"))),
-        KV("Requests/s", fmt_num(s.get("requests_per_s"), 3)),
-        KV("Window", fmt_num(s.get("duration_s")) + " s" if as_num(s.get("duration_s")) is not None else DASH),
+        KV("Output tokens/s", fmt_num(s.output_tokens_per_s)),
+        KV("Requests/s", fmt_num(s.requests_per_s, 3)),
+        KV("Window", fmt_num(s.duration_s) + " s" if s.duration_s is not None else DASH),
     ]
     return title, pct_rows(s), extra
 
 
 def task_view(run: Run, name: str, index: int) -> TaskView:
-    t = run.summary_tasks.get(name, {})
-    counts = as_dict(t.get("counts"))
-    chips = [CountChip(st, as_int(counts.get(st)) or 0) for st in STATUSES if as_int(counts.get(st))]
-    chips += [
-        CountChip(str(k), as_int(v) or 0) for k, v in counts.items() if k not in STATUSES and k != "total" and as_int(v)
-    ]
-    speed = as_dict(t.get("speed"))
-    server = as_dict(t.get("server"))
+    t = run.task(name)
+    counts = t.counts
+    chips = [CountChip(st, counts[st]) for st in STATUSES if counts.get(st)]
+    chips += [CountChip(k, v) for k, v in counts.items() if k not in STATUSES and k != "total" and v]
+    speed = t.speed
+    server = t.server or {}
     srows, sextra = speed_table(speed)
     steady_title, steady_rows, steady_extra = steady_table(speed)
-    conc = concurrency_str(speed, as_list(t.get("concurrency_trace")), run.manifest.get("concurrency"))
+    conc = concurrency_str(speed, t.concurrency_trace, run.manifest.get("concurrency"))
     sextra = [KV("Concurrency", conc) if kv.key == "Concurrency" else kv for kv in sextra]
     split = ttft_split(server, speed)
     if split:
         sextra.append(KV("Where TTFT went", split))
-    gpu = as_dict(t.get("gpu"))
+    gpu = t.gpu or {}
     grows, gextra = gpu_rows(gpu, as_dict(run.manifest.get("server")).get("gpus"))
     la = accuracy_by_length(s for s in run.samples if s.get("task") == name)
     length_rows = [
@@ -230,17 +225,17 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     return TaskView(
         name=name,
         anchor=f"task-{index}",
-        version=as_str(t.get("version") or run.manifest_tasks.get(name, {}).get("version")),
+        version=as_str(t.version or run.manifest_tasks.get(name, {}).get("version")),
         metrics=metric_views(t),
         counts=chips,
-        total=as_int(counts.get("total")),
+        total=counts.get("total"),
         cards=speed_cards(speed),
         speed_rows=srows,
         speed_extra=sextra,
         steady_title=steady_title,
         steady_rows=steady_rows,
         steady_extra=steady_extra,
-        endpoints=endpoint_rows(t),
+        endpoints=endpoint_rows(t.endpoints),
         server_endpoint=as_str(server.get("endpoint")),
         server_available=available if isinstance(available, bool) else None,
         latency=lat,
@@ -250,11 +245,15 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
         gpu_available=gpu.get("available") if isinstance(gpu.get("available"), bool) else None,
         gpu_rows=grows,
         gpu_extra=gextra,
-        detail=detail_view(t.get("detail")),
+        detail=detail_view(t.detail),
         length_rows=length_rows,
         length_unknown=la.unknown_length,
-        has_summary=bool(t),
+        has_summary=t.present,
     )
+
+
+# the latencies with a CDF chart: one value per request (the samples are read without their inter-token gaps)
+CDF_LATENCIES = tuple(lat for lat in LATENCIES if lat.key != "itl_ms")
 
 
 def _chart_series_cdf(run: Run, tasks: list[str], key: str) -> list[dict[str, Any]]:
@@ -268,16 +267,15 @@ def _chart_series_cdf(run: Run, tasks: list[str], key: str) -> list[dict[str, An
 
 def run_charts(run: Run, tasks: list[str]) -> list[dict[str, Any]]:
     charts: list[dict[str, Any]] = []
-    for key, title in (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2e_ms", "E2E latency (ms)")):
+    for lat in CDF_LATENCIES:
+        key, title = lat.key, f"{lat.label} (ms)"
         series = _chart_series_cdf(run, tasks, key)
         if series:
             charts.append({"id": f"cdf-{key}", "kind": "cdf", "title": f"CDF of {title}", "x": title, "series": series})
     for task in tasks:
         tl = timeline([s for s in run.samples if s.get("task") == task and s.get("status") != "api_error"])
         if tl["t"]:
-            trace = [
-                x for x in as_list(run.summary_tasks.get(task, {}).get("concurrency_trace")) if isinstance(x, list)
-            ]
+            trace = [list(x) for x in run.task(task).concurrency_trace]
             charts.append(
                 timeline_chart(f"timeline-{task}", f"{task}: throughput and requests in flight", [(task, tl, trace)])
             )
@@ -323,6 +321,8 @@ class RunView:
     samples: SampleSection
     charts: list[dict[str, Any]]
     chart_ids: set[str]
+    cdf_ids: list[str] = field(default_factory=lambda: [f"cdf-{lat.key}" for lat in CDF_LATENCIES])
+    endpoint_headers: list[str] = field(default_factory=lambda: [h for _, h, _ in ENDPOINT_COLUMNS])
 
 
 def build_run_view(run: Run) -> RunView:

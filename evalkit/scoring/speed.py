@@ -7,7 +7,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from evalkit.contracts import Percentiles, SampleRecord, Speed, SteadyState
+from evalkit.contracts import LATENCIES, QUANTILES, Percentiles, SampleRecord, Speed, SteadyState
 
 STEADY_MIN_REQUESTS = 30  # fewer requests inside the steady-state window: no steady-state figures
 
@@ -30,21 +30,17 @@ def large_percentiles(values: array) -> Percentiles:
     if len(values) == 0:
         return Percentiles(n=0)
     arr: Any = np.frombuffer(values, dtype=np.float32 if values.typecode == "f" else np.float64)
-    p50, p90, p99 = (float(x) for x in np.percentile(arr, [50, 90, 99]))
-    return Percentiles(mean=float(arr.mean(dtype=np.float64)), p50=p50, p90=p90, p99=p99, n=len(values))
+    qs = np.percentile(arr, [pct for _, pct in QUANTILES])
+    stats = {name: float(x) for (name, _), x in zip(QUANTILES, qs, strict=True)}
+    return Percentiles(mean=float(arr.mean(dtype=np.float64)), **stats, n=len(values))
 
 
 def percentiles(values: Iterable[float | None]) -> Percentiles:
     vals = sorted(v for v in values if v is not None)
     if not vals:
         return Percentiles(n=0)
-    return Percentiles(
-        mean=sum(vals) / len(vals),
-        p50=percentile(vals, 50),
-        p90=percentile(vals, 90),
-        p99=percentile(vals, 99),
-        n=len(vals),
-    )
+    stats = {name: percentile(vals, pct) for name, pct in QUANTILES}
+    return Percentiles(mean=sum(vals) / len(vals), **stats, n=len(vals))
 
 
 def speed_summary(records: Sequence[SampleRecord], wall_s: float | None = None, itl: array | None = None) -> Speed:
@@ -58,16 +54,21 @@ def speed_summary(records: Sequence[SampleRecord], wall_s: float | None = None, 
     all_tok = out_tok + sum(r.prompt_tokens or 0 for r in done)
     if itl is None:
         itl = array("d", (x for r in done for x in r.itl_ms))
-    return Speed(
-        ttft_ms=percentiles(r.ttft_ms for r in done),
-        tpot_ms=percentiles(r.tpot_ms for r in done),
-        itl_ms=large_percentiles(itl),
-        e2e_ms=percentiles(r.e2e_ms for r in done),
-        output_tokens_per_s=out_tok / wall_s if wall_s > 0 else None,
-        total_tokens_per_s=all_tok / wall_s if wall_s > 0 else None,
-        requests_per_s=len(done) / wall_s if wall_s > 0 else None,
-        wall_s=wall_s,
-    )
+    rates = {
+        "output_tokens_per_s": out_tok / wall_s if wall_s > 0 else None,
+        "total_tokens_per_s": all_tok / wall_s if wall_s > 0 else None,
+        "requests_per_s": len(done) / wall_s if wall_s > 0 else None,
+    }
+    return Speed.model_validate({**_latencies(done, itl), **rates, "wall_s": wall_s})
+
+
+def _latencies(records: Sequence[SampleRecord], itl: array) -> dict[str, Percentiles]:
+    """Percentiles of each latency of the catalogue (:data:`~evalkit.contracts.LATENCIES`) over ``records``; the
+    inter-token latencies, one per token gap and many, from ``itl``."""
+    return {
+        lat.key: large_percentiles(itl) if lat.key == "itl_ms" else percentiles(getattr(r, lat.key) for r in records)
+        for lat in LATENCIES
+    }
 
 
 def steady_window(records: Sequence[SampleRecord], target: int) -> tuple[float | None, float | None, int]:
@@ -134,10 +135,8 @@ def steady_state(
     else:
         gaps = array("d", (x for r in inside for x in r.itl_ms))
     duration = end - start
-    out.ttft_ms = percentiles(r.ttft_ms for r in inside)
-    out.tpot_ms = percentiles(r.tpot_ms for r in inside)
-    out.itl_ms = large_percentiles(gaps)
-    out.e2e_ms = percentiles(r.e2e_ms for r in inside)
+    for key, value in _latencies(inside, gaps).items():
+        setattr(out, key, value)
     out.output_tokens_per_s = sum(r.output_tokens or 0 for r in finished) / duration
     out.requests_per_s = len(finished) / duration
     return out

@@ -4,7 +4,11 @@ The one reader of run dirs (the report, the gate, users' scripts). Reports must 
 runs, so reading is tolerant: the files are kept as JSON objects whose values are checked for their type where
 they are used (the ``as_*`` helpers), and problems are collected as human-readable ``notes`` (and, per file, in
 ``problems``) instead of raised. :meth:`Run.typed_manifest`, :meth:`Run.typed_summary` and :meth:`Run.records`
-give the validated models of :mod:`evalkit.contracts`.
+give the validated models of :mod:`evalkit.contracts` (strict: a ValidationError on anything odd); :meth:`Run.task`
+and :meth:`Run.tasks` give each task of the summary as a :class:`TaskRead`, every field typed and read on its own
+(:func:`lenient_value`: a field that does not read is None or empty, the others still read). Report and watch
+read the summary only that way (tests/test_typed_reads.py keeps ``run.summary`` dict reads out of report, gate
+and watch; the gate's fail-closed loader, which names each refused value, is the one exception).
 
 Example::
 
@@ -19,16 +23,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from evalkit.contracts import Manifest, RunSummary, SampleRecord
+from evalkit.contracts import EndpointSummary, Manifest, MetricValue, RunSummary, SampleRecord, Speed, TaskSummary
 from evalkit.store.files import LOCK, MANIFEST, SAMPLES, SUMMARY
 
 
@@ -64,6 +71,124 @@ def as_str(x: Any) -> str | None:
     return x if isinstance(x, str) else str(x)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model class of a field's annotation (``Model`` or ``Model | None``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, UnionType):
+        for arg in get_args(annotation):
+            if (found := _model_in(arg)) is not None:
+                return found
+    return None
+
+
+def _container(annotation: Any) -> tuple[Any, Any] | None:
+    """(origin, item annotation) of a ``list[X]`` / ``dict[str, X]`` annotation (``| None`` allowed), else None."""
+    if get_origin(annotation) in (Union, UnionType):
+        found = [c for a in get_args(annotation) if (c := _container(a)) is not None]
+        return found[0] if found else None
+    origin = get_origin(annotation)
+    if origin is list:
+        return list, get_args(annotation)[0]
+    if origin is dict:
+        return dict, get_args(annotation)[1]
+    return None
+
+
+_NOT_READ = object()
+
+
+def lenient_value(annotation: Any, raw: Any) -> Any:
+    """``raw`` (JSON as read) as ``annotation``, validated strictly as JSON (no numbers from strings, no bools as
+    numbers): a model is read field by field (:func:`lenient`), a list or mapping keeps the entries that read;
+    ``_NOT_READ`` when it does not read (or is null)."""
+    if raw is None:
+        return _NOT_READ
+    model = _model_in(annotation)
+    if model is not None:
+        value = lenient(model, raw)
+        return _NOT_READ if value is None else value
+    container = _container(annotation)
+    if container is not None and container[1] is not Any:
+        origin, item = container
+        if origin is list and isinstance(raw, list):
+            return [v for x in raw if (v := lenient_value(item, x)) is not _NOT_READ]
+        if origin is dict and isinstance(raw, dict):
+            return {str(k): v for k, x in raw.items() if (v := lenient_value(item, x)) is not _NOT_READ}
+        return _NOT_READ
+    try:
+        return _adapter(annotation).validate_json(orjson.dumps(raw), strict=True)
+    except (ValidationError, TypeError, orjson.JSONEncodeError):
+        return _NOT_READ
+
+
+@functools.cache
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def lenient(model: type[M], data: Any) -> M | None:
+    """``data`` (a JSON object as read) as ``model``, each field read on its own (:func:`lenient_value`): a field
+    that does not read falls back to its default; None when ``data`` is not a mapping or a required field is
+    missing or does not read. Keys the model does not know are kept where it allows them."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        return model.model_validate_json(orjson.dumps(data), strict=True)
+    except (ValidationError, TypeError, orjson.JSONEncodeError):
+        pass
+    values: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        value = lenient_value(info.annotation, data.get(name))
+        if value is not _NOT_READ:
+            values[name] = value
+        elif info.is_required():
+            return None
+    if model.model_config.get("extra") == "allow":
+        values.update((k, v) for k, v in data.items() if k not in model.model_fields)
+    try:
+        return model.model_validate(values)
+    except ValidationError:
+        return None
+
+
+@dataclass(frozen=True)
+class TaskRead:
+    """One task's entry in ``summary.json`` as report, gate and watch read it: each field of
+    :class:`~evalkit.contracts.TaskSummary` read on its own (:func:`lenient_value`), so that an old, cut or
+    hand-edited summary still shows what does read; a field that does not is None (or empty). ``listed``: the
+    summary's ``tasks`` names the task; ``present``: with a mapping that is not empty. tests/test_typed_reads.py
+    checks that the other fields are TaskSummary's."""
+
+    name: str
+    listed: bool = False
+    present: bool = False
+    version: str | None = None
+    metrics: dict[str, MetricValue] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    speed: Speed | None = None
+    concurrency_trace: list[tuple[float, int]] = field(default_factory=list)
+    concurrency_levels: list[dict[str, Any]] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] | None = None
+    gpu: dict[str, Any] | None = None
+    endpoints: list[EndpointSummary] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, name: str, raw: Any, listed: bool = True) -> TaskRead:
+        if not isinstance(raw, dict):
+            return cls(name, listed)
+        values = {
+            key: value
+            for key, info in TaskSummary.model_fields.items()
+            if (value := lenient_value(info.annotation, raw.get(key))) is not _NOT_READ
+        }
+        return cls(name, listed, bool(raw), **values)
+
+
 @dataclass
 class Run:
     """A run directory as read: ``manifest`` and ``summary`` as JSON objects ({} when unreadable), ``samples``
@@ -84,6 +209,15 @@ class Run:
     def typed_summary(self) -> RunSummary:
         """The summary validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
         return RunSummary.model_validate(self.summary)
+
+    def task(self, name: str) -> TaskRead:
+        """``summary.json``'s entry for task ``name``, read leniently into typed fields (:class:`TaskRead`)."""
+        tasks = as_dict(self.summary.get("tasks"))
+        return TaskRead.of(name, tasks.get(name), name in tasks)
+
+    def tasks(self) -> list[TaskRead]:
+        """Every task entry of ``summary.json``, in its order (:meth:`task`)."""
+        return [TaskRead.of(str(k), v) for k, v in as_dict(self.summary.get("tasks")).items()]
 
     def records(self) -> Iterator[SampleRecord]:
         """The samples as validated records (pydantic ValidationError on one that is not)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.config import RunConfig, load_config
+from evalkit.contracts import speed_metric
 from evalkit.errors import EndpointError, EvalkitError, RunError, ServerError, StoreError
 from evalkit.store.files import write_text_atomic
 from evalkit.store.manifest import fingerprint
@@ -31,16 +32,15 @@ from evalkit.sweep.spec import SweepSpec
 
 # steady_*: over the window at the run's level of requests in flight (summary speed.steady_state); empty where it
 # holds fewer requests than its figures need, steady_requests then says how many it held
+# (the speed catalogue's keys; a column is named by the metric's ``column``)
+TABLE_SPEED = ("output_tokens_per_s", "requests_per_s", "ttft_p50_ms", "tpot_p50_ms", "ttft_p99_ms")
+TABLE_STEADY = ("output_tokens_per_s", "ttft_p50_ms")
 SPEED_COLUMNS = (
-    "output_tok_s",
-    "requests_s",
-    "ttft_p50_ms",
-    "tpot_p50_ms",
-    "ttft_p99_ms",
-    "steady_output_tok_s",
-    "steady_ttft_p50_ms",
+    *(speed_metric(key).column for key in TABLE_SPEED),
+    *(f"steady_{speed_metric(key).column}" for key in TABLE_STEADY),
     "steady_requests",
 )
+CHART_SPEED = (("sweep-throughput", "output_tokens_per_s"), ("sweep-ttft", "ttft_p50_ms"))  # against concurrency
 ERROR_COLUMN = "error"  # the table's last column when a combination has no numbers, or numbers that failed
 Echo = Callable[[str], None]
 
@@ -163,28 +163,17 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
     by_task = summary.get("tasks") or {}
     speed = (by_task.get(tasks[0]) or {}).get("speed") or {}
 
-    def pct(key: str, q: str) -> Any:
-        return (speed.get(key) or {}).get(q)
-
-    row.update(
-        output_tok_s=speed.get("output_tokens_per_s"),
-        requests_s=speed.get("requests_per_s"),
-        ttft_p50_ms=pct("ttft_ms", "p50"),
-        tpot_p50_ms=pct("tpot_ms", "p50"),
-        ttft_p99_ms=pct("ttft_ms", "p99"),
-    )
+    row.update({(m := speed_metric(key)).column: m.of_json(speed) for key in TABLE_SPEED})
     steady = speed.get("steady_state") or {}
-    row.update(
-        steady_output_tok_s=steady.get("output_tokens_per_s"),
-        steady_ttft_p50_ms=(steady.get("ttft_ms") or {}).get("p50"),
-        steady_requests=steady.get("requests"),
-    )
+    row.update({f"steady_{(m := speed_metric(key)).column}": m.of_json(steady) for key in TABLE_STEADY})
+    row["steady_requests"] = steady.get("requests")
     if combo.concurrency is None:
         row["concurrency"] = speed.get("concurrency")  # what auto settled on
     from evalkit.report.common import metric_views
+    from evalkit.store.reader import TaskRead
 
     for task in tasks:
-        for mv in metric_views(by_task.get(task) or {}):  # the report's 95% interval (Wilson for a share)
+        for mv in metric_views(TaskRead.of(task, by_task.get(task))):  # the report's 95% interval (Wilson for a share)
             row[f"{task} {mv.name}"] = mv.value
             ci = f"[{mv.lo:.4f}, {mv.hi:.4f}]" if mv.lo is not None and mv.hi is not None else None
             row[f"{task} {mv.name} ci95"] = ci
@@ -400,10 +389,9 @@ def to_markdown(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def concurrency_charts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Output tokens/s and TTFT p50 against the concurrency level, one line per config and sampling point."""
     charts: list[dict[str, Any]] = []
-    for cid, key, label in (
-        ("sweep-throughput", "output_tok_s", "output tokens/s"),
-        ("sweep-ttft", "ttft_p50_ms", "TTFT p50 (ms)"),
-    ):
+    for cid, metric in CHART_SPEED:
+        m = speed_metric(metric)
+        key, label = m.column, m.label if m.unit != "ms" else f"{m.label} (ms)"
         series: dict[str, list[dict[str, float]]] = {}
         for r in rows:
             if r.get(key) is not None and r.get("concurrency") is not None:

@@ -17,6 +17,7 @@ from typing import IO, Any, Literal
 import orjson
 from pydantic import BaseModel, Field
 
+from evalkit.contracts import speed_metric
 from evalkit.errors import ConfigError
 from evalkit.gate.result import EXIT_CODES
 from evalkit.store.files import write_json_atomic
@@ -41,7 +42,7 @@ class TickRecord(BaseModel):
     docs: list[int] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict)
     accuracy: dict[str, float | None] = Field(default_factory=dict)  # this tick alone, per metric
-    speed: dict[str, float | None] = Field(default_factory=dict)  # this tick alone
+    speed: dict[str, float | None] = Field(default_factory=dict)  # this tick alone, keyed by tick_speed_key()
     window: dict[str, Any] = Field(default_factory=dict)  # ticks, items, accuracy/baseline value and CI
     verdict: Literal["pass", "fail", "cannot_decide", "baseline", "none"] = "none"
     reason: str | None = None  # why the verdict is cannot_decide
@@ -140,3 +141,14 @@ def outcome_line(history: list[TickRecord]) -> str:
     if last.verdict == "cannot_decide":
         return f"cannot decide (tick {last.tick}): {last.reason}"
     return f"cannot decide: no tick was judged (tick {last.tick} is a {last.verdict} tick)"
+
+
+TICK_SPEED = ("ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "output_tokens_per_s")
+"""The speed figures a tick records (the speed catalogue's keys, :data:`evalkit.contracts.SPEED_METRICS`)."""
+
+
+def tick_speed_key(key: str) -> str:
+    """The key of a speed figure in a tick record's ``speed`` (``history.jsonl``): a latency as
+    ``<field>_<percentile>`` (``ttft_ms_p50``), a rate by its catalogue key."""
+    m = speed_metric(key)
+    return f"{m.field}_{m.stat}" if m.stat else m.key

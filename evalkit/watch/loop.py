@@ -23,17 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.config import RunConfig, load_config
+from evalkit.contracts import speed_metric
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.gate import CannotCompare, GateResult, RunInputs, from_run_dir, load_policy
 from evalkit.gate.policy import Policy
 from evalkit.runner import Runner
 from evalkit.server.gpu import gpu_info
-from evalkit.store.reader import as_dict, as_num, open_run
+from evalkit.store.reader import as_num, open_run
 from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry
 from evalkit.watch.exporter import WatchMetrics, check_port
 from evalkit.watch.history import (
     JUDGED,
+    TICK_SPEED,
     TickRecord,
     append_history,
     check_settings,
@@ -42,6 +44,7 @@ from evalkit.watch.history import (
     rotation,
     slice_for,
     tick_dir,
+    tick_speed_key,
 )
 from evalkit.watch.webhook import Webhook, webhook_target
 from evalkit.watch.window import Accuracy, judge, merge, tick_inputs, watch_policy
@@ -239,13 +242,12 @@ class Watch:
     def _record_tick(self, rec: TickRecord, d: Path) -> None:
         s = self.s
         run = open_run(d)
-        task = as_dict(run.summary_tasks.get(s.task))
-        rec.counts = {k: int(v) for k, v in as_dict(task.get("counts")).items() if isinstance(v, int)}
-        rec.accuracy = {k: as_num(as_dict(m).get("value")) for k, m in as_dict(task.get("metrics")).items()}
-        speed = as_dict(task.get("speed"))
-        rec.speed = {f"{k}_p50": as_num(as_dict(speed.get(k)).get("p50")) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
-        rec.speed["output_tokens_per_s"] = as_num(speed.get("output_tokens_per_s"))
-        server, gpu = as_dict(task.get("server")), as_dict(task.get("gpu"))
+        task = run.task(s.task)
+        rec.counts = dict(task.counts)
+        rec.accuracy = {k: as_num(m.value) for k, m in task.metrics.items()}
+        speed = task.speed
+        rec.speed = {tick_speed_key(key): speed_metric(key).of(speed) for key in TICK_SPEED}
+        server, gpu = task.server or {}, task.gpu or {}
         rec.server = {
             k: server.get(k)
             for k in ("kv_cache_usage_peak", "num_requests_running_peak", "num_requests_waiting_peak", "preemptions")

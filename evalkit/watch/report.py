@@ -19,7 +19,7 @@ from evalkit.errors import EvalkitError
 from evalkit.report.common import fmt_pct, fmt_sig, now_iso
 from evalkit.report.html import render_template
 from evalkit.store.files import write_text_atomic
-from evalkit.watch.history import HISTORY, JUDGED, SETTINGS, TickRecord, read_history
+from evalkit.watch.history import HISTORY, JUDGED, SETTINGS, TickRecord, read_history, tick_speed_key
 
 
 def _shown(verdict: str | None) -> str:
@@ -60,10 +60,10 @@ def _charts(records: list[TickRecord], metric: str) -> list[dict[str, Any]]:
         _series("baseline, same documents", xs, [b.get("value") for b in base]),
     ]
     latency = [
-        _series("TTFT p50 (ms)", xs, [r.speed.get("ttft_ms_p50") for r in records]),
-        _series("TPOT p50 (ms)", xs, [r.speed.get("tpot_ms_p50") for r in records]),
+        _series("TTFT p50 (ms)", xs, [r.speed.get(tick_speed_key("ttft_p50_ms")) for r in records]),
+        _series("TPOT p50 (ms)", xs, [r.speed.get(tick_speed_key("tpot_p50_ms")) for r in records]),
     ]
-    tok = [_series("output tokens/s", xs, [r.speed.get("output_tokens_per_s") for r in records])]
+    tok = [_series("output tokens/s", xs, [r.speed.get(tick_speed_key("output_tokens_per_s")) for r in records])]
     return [
         {
             "id": "accuracy",
@@ -120,9 +120,9 @@ def _row(r: TickRecord) -> dict[str, Any]:
         "verdict_shown": _shown(r.verdict),
         "reason": r.reason,
         "p_value": fmt_sig(r.p_value),
-        "ttft": r.speed.get("ttft_ms_p50"),
-        "tpot": r.speed.get("tpot_ms_p50"),
-        "tok_s": r.speed.get("output_tokens_per_s"),
+        "ttft": r.speed.get(tick_speed_key("ttft_p50_ms")),
+        "tpot": r.speed.get(tick_speed_key("tpot_p50_ms")),
+        "tok_s": r.speed.get(tick_speed_key("output_tokens_per_s")),
     }
 
 
