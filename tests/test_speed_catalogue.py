@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from evalkit import console
+from evalkit.cli import console
 from evalkit.contracts import (
     LATENCIES,
     QUANTILES,
