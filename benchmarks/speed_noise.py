@@ -20,8 +20,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from evalkit.gate import default_policy, evaluate, from_run_dir
-from evalkit.gate.engine import combine_runs
+from evalkit.gating import default_policy, evaluate, from_run_dir
+from evalkit.gating.engine import combine_runs
 from evalkit.store.reader import open_run
 
 FIGURES = {  # name -> (summary.json speed key, percentile or None for a plain number)

@@ -8,8 +8,7 @@ The Python API (:mod:`evalkit.api`, loaded on first use so that ``import evalkit
     evalkit.report("reports/run1")
     outcome = evalkit.gate("reports/base", "reports/run1")
 
-``evalkit.report`` and ``evalkit.gate`` are also the packages of those names, made callable
-(:mod:`evalkit._callable`); type-checked code can call :func:`evalkit.api.report` and :func:`evalkit.api.gate`.
+The code behind ``report`` and ``gate`` lives in the packages :mod:`evalkit.reporting` and :mod:`evalkit.gating`.
 """
 
 from __future__ import annotations
@@ -20,14 +19,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from evalkit.api import open_run, run
+    from evalkit.api import gate, open_run, report, run
 
 __all__ = ["__version__", "gate", "open_run", "report", "run"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("run", "open_run"):
+    if name in __all__[1:]:
         return getattr(importlib.import_module("evalkit.api"), name)
-    if name in ("report", "gate"):  # the package, callable as the API function
-        return importlib.import_module(f"evalkit.{name}")
     raise AttributeError(f"module 'evalkit' has no attribute {name!r}")

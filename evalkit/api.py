@@ -4,8 +4,8 @@
   :class:`RunResult`, whose ``manifest`` and ``summary`` are the :mod:`evalkit.contracts` models.
 - :func:`open_run` reads a run dir (:class:`evalkit.store.reader.Run`: ``typed_summary()``, ``records()``).
 - :func:`report` renders ``report.html`` or a comparison from run dirs alone (``evalkit report``).
-- :func:`gate` is the release gate (``evalkit gate``): a :class:`~evalkit.gate.command.GateOutcome` holding the
-  :class:`~evalkit.gate.result.GateResult` and the files written.
+- :func:`gate` is the release gate (``evalkit gate``): a :class:`~evalkit.gating.command.GateOutcome` holding the
+  :class:`~evalkit.gating.result.GateResult` and the files written.
 
 All four are also ``evalkit.run``, ``evalkit.open_run``, ``evalkit.report`` and ``evalkit.gate``. Bad input
 raises :class:`~evalkit.errors.EvalkitError` with the same one-line message the command prints. Examples:
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used: the command starts without pydantic models, scipy, lm-eval or jinja2
     from evalkit.contracts import Manifest, RunSummary
-    from evalkit.gate.command import GateOutcome
+    from evalkit.gating.command import GateOutcome
     from evalkit.store.reader import Run
 
 __all__ = ["RunResult", "gate", "offline_environment", "open_run", "report", "run", "run_repeats"]
@@ -56,13 +56,13 @@ def open_run(run_dir: str | Path, *, with_samples: bool = True) -> Run:
 
 def report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | None = None) -> Path:
     """Render one run's ``report.html`` or the comparison of several, as ``evalkit report``:
-    :func:`evalkit.report.command.write_report`.
+    :func:`evalkit.reporting.command.write_report`.
 
     Example::
 
         report(["reports/base", "reports/cand"], "compare.html")
     """
-    from evalkit.report.command import write_report
+    from evalkit.reporting.command import write_report
 
     return write_report(run_dirs, output)
 
@@ -77,17 +77,26 @@ def gate(
     env: Mapping[str, str] | None = None,
 ) -> GateOutcome:
     """The release gate on BASELINE CANDIDATE (or CANDIDATE alone; ``baselines`` / ``candidates``: several runs
-    per side), as ``evalkit gate``: :func:`evalkit.gate.command.gate_runs`.
+    per side), as ``evalkit gate``: :func:`evalkit.gating.command.gate_runs`, whose compare.html is
+    :func:`evalkit.reporting.write_gate_compare`.
 
     Example::
 
         outcome = gate("reports/base", "reports/cand", policy="gate.yaml")
         outcome.result.verdict, outcome.exit_code      # "pass" 0, "fail" 1, "cannot_decide" 2
     """
-    from evalkit.gate.command import gate_runs
+    from evalkit.gating.command import gate_runs
+    from evalkit.reporting import write_gate_compare
 
     return gate_runs(
-        *runs, baselines=baselines, candidates=candidates, policy=policy, output=output, force=force, env=env
+        *runs,
+        baselines=baselines,
+        candidates=candidates,
+        policy=policy,
+        output=output,
+        force=force,
+        env=env,
+        write_compare=write_gate_compare,
     )
 
 

@@ -683,7 +683,7 @@ class Runner:
 
     def _render_report(self, store: RunStore) -> None:
         try:
-            from evalkit.report import render_run
+            from evalkit.reporting import render_run
         except ImportError:
             return
         try:

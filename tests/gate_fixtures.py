@@ -1,4 +1,4 @@
-"""Synthetic gate inputs (:mod:`evalkit.gate.inputs`): paired accuracy runs and per-request speed records.
+"""Synthetic gate inputs (:mod:`evalkit.gating.inputs`): paired accuracy runs and per-request speed records.
 
 Items have a difficulty drawn once per seed of the *item set*, so a baseline and a candidate built with the same
 ``items_seed`` answer the same problems; each run draws its own answers (``seed``). ``scale`` < 1 lowers every
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from evalkit.gate import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+from evalkit.gating import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
 
 N_GSM8K = 1319
 

@@ -19,9 +19,9 @@ import pytest
 
 from evalkit.config.files import MAX_BYTES, MAX_DEPTH, read_settings_file
 from evalkit.errors import ConfigError
-from evalkit.gate import PolicyError, load_policy, policy_from_dict
-from evalkit.gate.policy import MAX_RESAMPLES
-from evalkit.gate.result import EXIT_CODES
+from evalkit.gating import PolicyError, load_policy, policy_from_dict
+from evalkit.gating.policy import MAX_RESAMPLES
+from evalkit.gating.result import EXIT_CODES
 from tests.report_fixtures import build_gsm8k_run
 from tests.test_bad_input import ERROR_PREFIX, assert_one_error_line, invoke, run_cli
 

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.report import render_compare
-from evalkit.report.compare_view import run_config
+from evalkit.reporting import render_compare
+from evalkit.reporting.compare_view import run_config
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.store.reader import open_run
 from tests.report_fixtures import build_gsm8k_run

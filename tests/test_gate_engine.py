@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evalkit.gate import (
+from evalkit.gating import (
     CannotCompare,
     GateResult,
     PolicyError,
@@ -20,8 +20,8 @@ from evalkit.gate import (
     evaluate_expected,
     policy_from_dict,
 )
-from evalkit.gate.engine import combine_runs
-from evalkit.gate.matching import level_at, match_load
+from evalkit.gating.engine import combine_runs
+from evalkit.gating.matching import level_at, match_load
 from tests.gate_fixtures import N_GSM8K, correctness, difficulties, identity, metric, run, speed_records, task
 
 FAST = policy_from_dict({"bootstrap": {"resamples": 1000}})

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.config import load_config
-from evalkit.gate import evaluate, from_run_dir, policy_from_dict
+from evalkit.gating import evaluate, from_run_dir, policy_from_dict
 from evalkit.runner import Runner
 from evalkit.store.writer import RunStore
 from evalkit.testing.server import Behaviour, TestServer

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from evalkit.gate import (
+from evalkit.gating import (
     CannotCompare,
     GateInputError,
     StatusCounts,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.gate import PolicyError, default_policy, load_policy
+from evalkit.gating import PolicyError, default_policy, load_policy
 
 
 def _write(tmp_path: Path, text: str) -> Path:

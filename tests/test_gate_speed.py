@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.config import load_config
-from evalkit.gate.stats import speed_runs_change
+from evalkit.gating.stats import speed_runs_change
 from evalkit.runner import Runner
 from evalkit.sweep.plan import plan
 from evalkit.sweep.spec import SweepSpec
@@ -225,7 +225,7 @@ def test_the_gate_judges_speed_over_the_steady_state_when_both_runs_have_one() -
     state it is as fast as the baseline; over the whole run its TPOT p50 looks far worse."""
     import dataclasses
 
-    from evalkit.gate import evaluate, policy_from_dict
+    from evalkit.gating import evaluate, policy_from_dict
     from tests.gate_fixtures import N_GSM8K, correctness, difficulties, metric, speed_records, task
     from tests.gate_fixtures import run as run_inputs
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from evalkit.gate import default_policy
-from evalkit.gate.policy import AccuracyRule, BootstrapSettings, ExpectedScore
-from evalkit.gate.rules import accuracy_rule, expected_rule, sums
-from evalkit.gate.stats import (
+from evalkit.gating import default_policy
+from evalkit.gating.policy import AccuracyRule, BootstrapSettings, ExpectedScore
+from evalkit.gating.rules import accuracy_rule, expected_rule, sums
+from evalkit.gating.stats import (
     binomial_vs_expected,
     mcnemar_exact,
     mde_mcnemar,

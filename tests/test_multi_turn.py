@@ -152,7 +152,7 @@ def report_messages(run_dir) -> list[list[str]]:
     import base64
     import gzip
 
-    from evalkit.report.sample_data import sample_section
+    from evalkit.reporting.sample_data import sample_section
 
     data = json.loads(gzip.decompress(base64.b64decode(sample_section(open_run(run_dir)).data)))
     return [[m[0] for m in row.get("m", [])] for row in data["rows"]]

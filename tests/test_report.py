@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from evalkit.report import compute_flips, html, pareto_front, render_compare, render_run, render_run_html
-from evalkit.report.analysis import (
+from evalkit.reporting import compute_flips, html, pareto_front, render_compare, render_run, render_run_html
+from evalkit.reporting.analysis import (
     accuracy_by_length,
     cdf_points,
     cut_text,
     fit_limit,
     primary_correct,
 )
-from evalkit.report.provenance import endpoint_host, parse_argv
+from evalkit.reporting.provenance import endpoint_host, parse_argv
 
 try:
     from tests import report_fixtures as rf

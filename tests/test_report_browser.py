@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from evalkit.report import render_compare, render_run
+from evalkit.reporting import render_compare, render_run
 
 try:
     from tests.report_fixtures import build_aime_run, build_gsm8k_run

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from evalkit.report import render_compare_html, render_run_html
+from evalkit.reporting import render_compare_html, render_run_html
 
 try:
     from tests import report_fixtures as rf
@@ -171,7 +171,7 @@ def stalled_samples() -> list[dict[str, Any]]:
 
 
 def test_stall_from_the_samples() -> None:
-    from evalkit.report.timecourse import first_token_stall
+    from evalkit.reporting.timecourse import first_token_stall
 
     stall = first_token_stall(stalled_samples())
     assert stall is not None
@@ -209,7 +209,7 @@ def test_stall_banner_in_the_report(tmp_path: Path) -> None:
 
 
 def test_timeline() -> None:
-    from evalkit.report.timecourse import timeline
+    from evalkit.reporting.timecourse import timeline
 
     tl = timeline([{"start_s": 0.0, "ttft_ms": 1000.0, "e2e_ms": 3000.0, "output_tokens": 200}] * 2)
     assert sum(x * 0.1 for x in tl["tok_s"]) == pytest.approx(400)  # every token counted once

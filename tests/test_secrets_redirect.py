@@ -25,7 +25,7 @@ from evalkit.config.endpoint import normalize_base_url
 from evalkit.contracts import GenParams, Request
 from evalkit.errors import EndpointError
 from evalkit.redact import redact_argv, redact_env, redact_url
-from evalkit.report.provenance import argv_str
+from evalkit.reporting.provenance import argv_str
 from evalkit.requests.auto_concurrency import _server_counts
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.requests.client import Client

@@ -17,8 +17,8 @@ from evalkit.contracts import (
     SteadyState,
     speed_metric,
 )
-from evalkit.gate.policy import GATED_SPEED, LATENCY_FLOORS_MS, NOISE_BUDGETS, SpeedPolicy
-from evalkit.report import compare_view, run_tables, run_view
+from evalkit.gating.policy import GATED_SPEED, LATENCY_FLOORS_MS, NOISE_BUDGETS, SpeedPolicy
+from evalkit.reporting import compare_view, run_tables, run_view
 from evalkit.scoring.speed import percentiles, speed_summary
 from evalkit.sweep import run as sweep_run
 from evalkit.watch.history import TICK_SPEED, tick_speed_key

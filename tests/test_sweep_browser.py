@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.gate.command import run_gate
-from evalkit.report import render_compare
+from evalkit.gating.command import run_gate
+from evalkit.reporting import render_compare, write_gate_compare
 from evalkit.sweep.run import concurrency_charts
 from tests.report_fixtures import build_gsm8k_run
 from tests.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page, screenshot
@@ -32,7 +32,9 @@ def test_sweep_and_gate_pages_in_chromium(tmp_path: Path) -> None:
             }
         )
     sweep_page = render_compare(dirs, tmp_path / "sweep.html", charts=concurrency_charts(rows))
-    gate_page = run_gate(dirs[0], dirs[2], out_dir=tmp_path / "gate").files["compare.html"]
+    gate_page = run_gate(dirs[0], dirs[2], out_dir=tmp_path / "gate", write_compare=write_gate_compare).files[
+        "compare.html"
+    ]
 
     async def go() -> None:
         async with chromium() as cdp:

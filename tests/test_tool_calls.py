@@ -251,7 +251,7 @@ def test_serve_flags_for_tool_calling() -> None:
 
 
 def test_the_gate_fails_a_candidate_whose_parser_drops_calls(tmp_path) -> None:
-    from evalkit.gate.command import run_gate
+    from evalkit.gating.command import run_gate
 
     with TestServer(Behaviour(tool_variant="right")) as srv:
         run(srv, tmp_path / "base", ["bfcl-simple"], limit=30)

@@ -1,9 +1,9 @@
 """Report, gate and watch read ``summary.json`` through the typed models only.
 
-The rule: no module of ``evalkit/report``, ``evalkit/gate`` or ``evalkit/watch`` reads a run's raw summary dict
+The rule: no module of ``evalkit/reporting``, ``evalkit/gating`` or ``evalkit/watch`` reads a run's raw summary dict
 (``run.summary``, ``run.summary_tasks``); they read :meth:`Run.task` / :meth:`Run.tasks` (:class:`TaskRead`, each
 field of :class:`~evalkit.contracts.TaskSummary` typed) or :meth:`Run.typed_summary`, so that mypy shows every
-reader of a field that changes. The one exception is the gate's fail-closed loader (``gate/load.py``), which
+reader of a field that changes. The one exception is the gate's fail-closed loader (``gating/load.py``), which
 checks each raw value itself to say in one line which field of which file was refused or ignored.
 
 The manifest is read as a dict in a few places still (``MANIFEST_READS``): that count may only go down.
@@ -23,22 +23,22 @@ from evalkit.store.reader import TaskRead, lenient, open_run
 from tests.report_fixtures import build_gsm8k_run
 
 ROOT = Path(__file__).resolve().parents[1] / "evalkit"
-PACKAGES = ("report", "gate", "watch")
+PACKAGES = ("reporting", "gating", "watch")
 SUMMARY_ATTRS = {"summary", "summary_tasks"}
 MANIFEST_ATTRS = {"manifest", "manifest_tasks"}
 # file -> why it may read the raw summary
 SUMMARY_ALLOWED = {
-    "gate/load.py": "the gate's fail-closed loader: each raw value checked, refused or ignored with a note naming it"
+    "gating/load.py": "the gate's fail-closed loader: each raw value checked, refused or ignored with a note naming it"
 }
 # file -> raw manifest reads left (a ratchet: lower it when one goes, never raise it)
 MANIFEST_READS = {
-    "gate/load.py": 1,
-    "report/banners.py": 2,
-    "report/compare_view.py": 5,
-    "report/flips.py": 1,
-    "report/provenance.py": 2,
-    "report/run_view.py": 4,
-    "report/sample_data.py": 1,
+    "gating/load.py": 1,
+    "reporting/banners.py": 2,
+    "reporting/compare_view.py": 5,
+    "reporting/flips.py": 1,
+    "reporting/provenance.py": 2,
+    "reporting/run_view.py": 4,
+    "reporting/sample_data.py": 1,
 }
 
 

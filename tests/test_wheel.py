@@ -92,7 +92,7 @@ def sh(venv: Path, outside: Path, *cmd: str, timeout: int = 300) -> subprocess.C
 def test_wheel_holds_tasks_data_and_templates(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = subprocess.run(
-        ["git", "ls-files", "tasks", "evalkit/report/templates", "evalkit/report/static"],
+        ["git", "ls-files", "tasks", "evalkit/reporting/templates", "evalkit/reporting/static"],
         cwd=REPO,
         capture_output=True,
         text=True,

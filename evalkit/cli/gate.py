@@ -48,7 +48,7 @@ def gate(
     from rich.console import Console
 
     from evalkit import api
-    from evalkit.gate.command import print_outcome
+    from evalkit.gating.command import print_outcome
 
     try:
         outcome = api.gate(

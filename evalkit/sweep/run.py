@@ -169,7 +169,7 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
     row["steady_requests"] = steady.get("requests")
     if combo.concurrency is None:
         row["concurrency"] = speed.get("concurrency")  # what auto settled on
-    from evalkit.report.common import metric_views
+    from evalkit.reporting.common import metric_views
     from evalkit.store.reader import TaskRead
 
     for task in tasks:
@@ -357,7 +357,7 @@ def write_outputs(rows: list[dict[str, Any]], dirs: list[Path], spec: SweepSpec,
     write_text_atomic(files["sweep.csv"], to_csv(rows, columns))
     write_text_atomic(files["sweep.md"], to_markdown(rows, columns))
     if dirs:
-        from evalkit.report import render_compare
+        from evalkit.reporting import render_compare
 
         charts = concurrency_charts(rows) if spec.concurrency else None
         files["compare.html"] = render_compare(dirs, out / "compare.html", charts=charts)

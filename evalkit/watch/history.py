@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from evalkit.contracts import speed_metric
 from evalkit.errors import ConfigError
-from evalkit.gate.result import EXIT_CODES
+from evalkit.gating.result import EXIT_CODES
 from evalkit.store.files import write_json_atomic
 
 HISTORY, SETTINGS, TICKS = "history.jsonl", "watch.json", "ticks"

@@ -25,8 +25,8 @@ from typing import Any
 from evalkit.config import RunConfig, load_config
 from evalkit.contracts import speed_metric
 from evalkit.errors import ConfigError, EvalkitError
-from evalkit.gate import CannotCompare, GateResult, RunInputs, from_run_dir, load_policy
-from evalkit.gate.policy import Policy
+from evalkit.gating import CannotCompare, GateResult, RunInputs, from_run_dir, load_policy
+from evalkit.gating.policy import Policy
 from evalkit.runner import Runner
 from evalkit.server.gpu import gpu_info
 from evalkit.store.reader import as_num, open_run

@@ -1,8 +1,8 @@
 """The watch's statistics: the window of ticks as one candidate run, judged against the baseline by the gate.
 
-Every tick is a run directory read through the gate's loader (:func:`evalkit.gate.from_run_dir`, which reads it
+Every tick is a run directory read through the gate's loader (:func:`evalkit.gating.from_run_dir`, which reads it
 with :func:`evalkit.store.open_run`); :func:`merge` joins the ticks of a window (or the first ticks that form a
-baseline) into one :class:`~evalkit.gate.RunInputs`, and :func:`judge` asks the gate for the verdict: accuracy
+baseline) into one :class:`~evalkit.gating.RunInputs`, and :func:`judge` asks the gate for the verdict: accuracy
 paired item by item on the documents both hold, speed, error/empty/truncation rates. :func:`ticks_to_detect`
 says, from the gate's power formula for McNemar's test, within how many ticks a given accuracy drop is caught.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evalkit.gate import (
+from evalkit.gating import (
     GateResult,
     MetricSamples,
     RunInputs,
@@ -25,8 +25,8 @@ from evalkit.gate import (
     from_run_dir,
     policy_from_dict,
 )
-from evalkit.gate.policy import Policy
-from evalkit.gate.stats import mde_mcnemar
+from evalkit.gating.policy import Policy
+from evalkit.gating.stats import mde_mcnemar
 from evalkit.scoring.estimators import proportion_interval
 
 # The gate's default policy, with two changes: alpha 0.01 instead of 0.05, since the watch tests again at every
@@ -149,7 +149,7 @@ def ticks_to_detect(
 ) -> int | None:
     """After the endpoint's accuracy falls by ``drop``, within how many ticks the watch fails with probability
     ``power``: the first k whose window (k degraded ticks, the rest before the change) shows a drop of at least
-    McNemar's minimum detectable effect (the gate's :func:`~evalkit.gate.stats.mde_mcnemar`) and beyond the
+    McNemar's minimum detectable effect (the gate's :func:`~evalkit.gating.stats.mde_mcnemar`) and beyond the
     budget. ``noise_discordance``: the share of items answered differently by two runs of an unchanged
     endpoint (sampling noise; default: independent draws, 2p(1-p)). None when the window can never show it."""
     p, q = base_accuracy, base_accuracy - drop

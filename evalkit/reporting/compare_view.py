@@ -1,5 +1,5 @@
 """The comparison report's view model: config diff, speed/accuracy table with the Pareto front, scatter
-charts and (through :mod:`evalkit.report.flips`) per-request flips between two runs."""
+charts and (through :mod:`evalkit.reporting.flips`) per-request flips between two runs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.contracts import Speed, speed_metric
-from evalkit.report.analysis import pareto_front
-from evalkit.report.common import (
+from evalkit.reporting.analysis import pareto_front
+from evalkit.reporting.common import (
     DASH,
     KV,
     Banner,
@@ -22,10 +22,10 @@ from evalkit.report.common import (
     metric_views,
     now_iso,
 )
-from evalkit.report.flips import CompareRunHead, FlipsView, flips_view
-from evalkit.report.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
-from evalkit.report.timecourse import timeline, timeline_chart
-from evalkit.report.verdict_view import VerdictView
+from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
+from evalkit.reporting.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
+from evalkit.reporting.timecourse import timeline, timeline_chart
+from evalkit.reporting.verdict_view import VerdictView
 from evalkit.store.reader import Run, as_dict, as_num, as_str
 
 

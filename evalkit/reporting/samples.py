@@ -1,5 +1,5 @@
 """Texts of server-rendered sample rows (the comparison's flips), cut to a size budget with one limit.
-(The run report's sample list is data: :mod:`evalkit.report.sample_data`.)
+(The run report's sample list is data: :mod:`evalkit.reporting.sample_data`.)
 
 Model text is passed as plain ``str`` (autoescaped by Jinja), never as ``Markup``.
 """
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from markupsafe import escape
 
-from evalkit.report.analysis import Cut, cut_text, fit_limit
-from evalkit.report.common import TEXT_LIMIT
+from evalkit.reporting.analysis import Cut, cut_text, fit_limit
+from evalkit.reporting.common import TEXT_LIMIT
 
 CUT_NOTE_BYTES = 160  # the note that says a text was cut
 

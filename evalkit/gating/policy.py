@@ -32,7 +32,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalkit.config.files import read_settings_file
-from evalkit.gate.errors import PolicyError
+from evalkit.gating.errors import PolicyError
 
 MAX_RESAMPLES = 100_000  # bootstrap replicates: at 1,000+ items each rule then takes seconds, not hours
 SEED_LIMIT = 2**32  # bootstrap seeds: 0 <= seed < 2**32

@@ -7,24 +7,26 @@ writes gate.json / gate.md / junit.xml / compare.html and appends gate.md to ``$
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from evalkit.gate.engine import combine_runs, evaluate, evaluate_expected
-from evalkit.gate.errors import CannotCompare, CannotDecide, GateInputError
-from evalkit.gate.inputs import RunInputs
-from evalkit.gate.load import from_run_dir
-from evalkit.gate.output import append_step_summary, to_markdown, write_outputs
-from evalkit.gate.policy import GATED_SPEED, Policy, default_policy, load_policy
-from evalkit.gate.result import EXIT_CODES, GateResult
+from evalkit.gating.engine import combine_runs, evaluate, evaluate_expected
+from evalkit.gating.errors import CannotCompare, CannotDecide, GateInputError
+from evalkit.gating.inputs import RunInputs
+from evalkit.gating.load import from_run_dir
+from evalkit.gating.output import append_step_summary, to_markdown, write_outputs
+from evalkit.gating.policy import GATED_SPEED, Policy, default_policy, load_policy
+from evalkit.gating.result import EXIT_CODES, GateResult
 from evalkit.store.reader import writer_pid
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 COMPARE_HTML = "compare.html"
+# writes compare.html for the runs gated (baseline runs, then candidate runs) with the gate's result
+CompareWriter = Callable[[list[Path], Path, GateResult, RunInputs, RunInputs], Path]
 
 
 @dataclass
@@ -82,12 +84,14 @@ def run_gate(
     *,
     force: bool = False,
     env: Mapping[str, str] | None = None,
+    write_compare: CompareWriter | None = None,
 ) -> GateOutcome:
     """Gate ``candidate`` against ``baseline`` (or, with ``baseline`` None or empty, against the policy's expected
     scores) and write the outputs into ``out_dir`` (default :func:`default_out_dir` of the first candidate).
-    Either side may be several run dirs of one config (:func:`~evalkit.gate.engine.combine_runs`): speed is then
-    judged on run-to-run variation. Raises CannotCompare, CannotDecide, GateInputError or PolicyError (one line
-    each, exit 2) before anything is written."""
+    Either side may be several run dirs of one config (:func:`~evalkit.gating.engine.combine_runs`): speed is then
+    judged on run-to-run variation. ``write_compare`` writes compare.html beside them when there is a baseline
+    (the API passes :func:`evalkit.reporting.write_gate_compare`; the gate knows no report). Raises CannotCompare,
+    CannotDecide, GateInputError or PolicyError (one line each, exit 2) before anything is written."""
     bases = _dirs(baseline)
     cands = _dirs(candidate)
     if not cands:
@@ -112,8 +116,8 @@ def run_gate(
     result.notes += (base.notes if base is not None else []) + cand.notes + _batch_invariant_notes(roles)
     out = out_dir if out_dir is not None else default_out_dir(cands[0])
     files = write_outputs(result, out)
-    if base is not None:
-        files[COMPARE_HTML] = _write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
+    if base is not None and write_compare is not None:
+        files[COMPARE_HTML] = write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
     summary = append_step_summary(to_markdown(result), env)
     return GateOutcome(result, policy, policy_file, out, files, summary)
 
@@ -164,6 +168,7 @@ def gate_runs(
     output: str | Path | None = None,
     force: bool = False,
     env: Mapping[str, str] | None = None,
+    write_compare: CompareWriter | None = None,
 ) -> GateOutcome:
     """``evalkit gate`` (also ``evalkit.gate(...)``): ``runs`` is BASELINE CANDIDATE, or CANDIDATE alone to check
     it against the policy's expected scores; ``baselines`` / ``candidates`` add run dirs to either side (several
@@ -186,17 +191,11 @@ def gate_runs(
     try:
         policy_file = Path(policy) if policy is not None else None
         out_dir = Path(output) if output is not None else None
-        return run_gate(base or None, cand, policy_file, out_dir, force=force, env=env)
+        return run_gate(base or None, cand, policy_file, out_dir, force=force, env=env, write_compare=write_compare)
     except OSError as e:
         raise GateInputError(
             f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"
         ) from None
-
-
-def _write_compare(dirs: list[Path], target: Path, result: GateResult, base: RunInputs | None, cand: RunInputs) -> Path:
-    from evalkit.report import Verdict, render_compare
-
-    return render_compare(dirs, target, verdict=Verdict(result, base, cand))
 
 
 def policy_lines(policy: Policy) -> list[str]:
@@ -233,7 +232,7 @@ def print_outcome(outcome: GateOutcome, console: Any) -> None:
     verdict and the files written, on a rich ``console``."""
     from rich.table import Table
 
-    from evalkit.gate.output import _budget, _evidence, _observed
+    from evalkit.gating.output import budget_text, evidence_text, observed_text
 
     result = outcome.result
     source = str(outcome.policy_source) if outcome.policy_source else "default (no --policy file)"
@@ -247,7 +246,7 @@ def print_outcome(outcome: GateOutcome, console: Any) -> None:
     style = {"pass": "green", "fail": "bold red", "skip": "dim"}
     for r in result.rules:
         verdict = f"[{style[r.verdict]}]{r.verdict}[/{style[r.verdict]}]"
-        table.add_row(r.name, verdict, _observed(r), _budget(r), _evidence(r))
+        table.add_row(r.name, verdict, observed_text(r), budget_text(r), evidence_text(r))
     console.print(table)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, markup=False)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalkit.gate.engine import evaluate
-from evalkit.gate.errors import CannotCompare, GateInputError
-from evalkit.gate.inputs import MetricSamples, RunInputs
-from evalkit.gate.load import from_run_dir
-from evalkit.gate.output import _budget, _evidence, _observed
-from evalkit.gate.result import GateResult
+from evalkit.gating.engine import evaluate
+from evalkit.gating.errors import CannotCompare, GateInputError
+from evalkit.gating.inputs import MetricSamples, RunInputs
+from evalkit.gating.load import from_run_dir
+from evalkit.gating.output import budget_text, evidence_text, observed_text
+from evalkit.gating.result import GateResult
 
 
 @dataclass
@@ -84,7 +84,9 @@ def build_verdict_view(v: Verdict) -> VerdictView:
             bt, ct = v.baseline.tasks.get(r.task), v.candidate.tasks.get(r.task)
             flips = flips_text(bt.metrics.get(metric) if bt else None, ct.metrics.get(metric) if ct else None)
         rows.append(
-            VerdictRow(r.name, r.verdict, _observed(r), _budget(r), _evidence(r), r.method or "", flips, r.note)
+            VerdictRow(
+                r.name, r.verdict, observed_text(r), budget_text(r), evidence_text(r), r.method or "", flips, r.note
+            )
         )
     res = v.result
     notes = [*(f"cannot decide: {r}" for r in res.reasons), *res.notes]

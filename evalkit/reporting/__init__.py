@@ -14,11 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evalkit.report.analysis import Flips, compute_flips, pareto_front
-from evalkit.report.compare_view import build_compare_view
-from evalkit.report.html import render_template
-from evalkit.report.run_view import build_run_view
-from evalkit.report.verdict_view import Verdict, build_verdict_view, gate_verdict
+from evalkit.gating import GateResult, RunInputs
+from evalkit.reporting.analysis import Flips, compute_flips, pareto_front
+from evalkit.reporting.compare_view import build_compare_view
+from evalkit.reporting.html import render_template
+from evalkit.reporting.run_view import build_run_view
+from evalkit.reporting.verdict_view import Verdict, build_verdict_view, gate_verdict
 from evalkit.store.files import write_text_atomic
 from evalkit.store.reader import Run, open_run
 
@@ -33,6 +34,7 @@ __all__ = [
     "render_compare_html",
     "render_run",
     "render_run_html",
+    "write_gate_compare",
 ]
 
 
@@ -79,6 +81,14 @@ def render_compare_html(
     return render_template("compare.html.j2", v=view)
 
 
+def write_gate_compare(
+    run_dirs: list[Path], out: Path, result: GateResult, baseline: RunInputs, candidate: RunInputs
+) -> Path:
+    """The gate's compare.html: the comparison of the runs gated, with the gate's own verdict (what
+    :func:`evalkit.gating.command.run_gate` takes as ``write_compare``)."""
+    return render_compare(run_dirs, out, verdict=Verdict(result, baseline, candidate))
+
+
 def render_compare(
     run_dirs: list[Path],
     out: Path,
@@ -89,9 +99,3 @@ def render_compare(
     """Write the comparison report of ``run_dirs`` to ``out`` (with the gate's ``verdict`` for two runs)."""
     write_text_atomic(Path(out), render_compare_html(list(run_dirs), pair, verdict, charts))
     return Path(out)
-
-
-from evalkit._callable import make_callable  # noqa: E402  (after render_run, which the command uses)
-from evalkit.report.command import write_report  # noqa: E402
-
-make_callable(__name__, write_report)  # evalkit.report(run_dir) is evalkit.api.report

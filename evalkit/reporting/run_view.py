@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalkit.contracts import LATENCIES, STATUSES, EndpointSummary, Percentiles, Speed, speed_metric
-from evalkit.report.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
-from evalkit.report.banners import run_banners
-from evalkit.report.common import (
+from evalkit.reporting.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
+from evalkit.reporting.banners import run_banners
+from evalkit.reporting.common import (
     DASH,
     KV,
     Banner,
@@ -21,8 +21,8 @@ from evalkit.report.common import (
     metric_views,
     now_iso,
 )
-from evalkit.report.provenance import TaskProvenance, provenance
-from evalkit.report.run_tables import (
+from evalkit.reporting.provenance import TaskProvenance, provenance
+from evalkit.reporting.run_tables import (
     DetailView,
     GpuRow,
     LatencyRow,
@@ -36,8 +36,8 @@ from evalkit.report.run_tables import (
     speed_cards,
     speed_table,
 )
-from evalkit.report.sample_data import SampleSection, sample_section
-from evalkit.report.timecourse import timeline, timeline_chart
+from evalkit.reporting.sample_data import SampleSection, sample_section
+from evalkit.reporting.timecourse import timeline, timeline_chart
 from evalkit.scoring.estimators import wilson_interval
 from evalkit.store.reader import Run, TaskRead, as_dict, as_int, as_list, as_num, as_str
 

@@ -1,4 +1,4 @@
-"""Build the gate's inputs (:mod:`evalkit.gate.inputs`) from a run directory.
+"""Build the gate's inputs (:mod:`evalkit.gating.inputs`) from a run directory.
 
 Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
 everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from evalkit.gate.errors import GateInputError
-from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+from evalkit.gating.errors import GateInputError
+from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
 from evalkit.store.reader import open_run
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evalkit.errors import EvalkitError
-from evalkit.report import render_compare, render_run
+from evalkit.reporting import render_compare, render_run
 
 
 def write_report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | None = None) -> Path:

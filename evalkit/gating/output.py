@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from evalkit.errors import warn
-from evalkit.gate.result import GateResult, Rule
+from evalkit.gating.result import GateResult, Rule
 
 GATE_JSON, GATE_MD, JUNIT_XML = "gate.json", "gate.md", "junit.xml"
 _MARK = {"pass": "✅ pass", "fail": "❌ fail", "skip": "➖ skip", "cannot_decide": "⚠️ cannot decide"}
@@ -25,7 +25,7 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.2f}%"
 
 
-def _observed(r: Rule) -> str:
+def observed_text(r: Rule) -> str:
     """The observed value in the rule's unit: points for accuracy, percent for speed and rates."""
     if r.observed is None:
         return "–"
@@ -39,7 +39,7 @@ def _observed(r: Rule) -> str:
     return f"{r.observed:.2%}"
 
 
-def _budget(r: Rule) -> str:
+def budget_text(r: Rule) -> str:
     if r.budget is None:
         return "–"
     if r.kind in ("accuracy", "expected"):
@@ -49,7 +49,7 @@ def _budget(r: Rule) -> str:
     return f"≤ {r.budget:.2%}"
 
 
-def _evidence(r: Rule) -> str:
+def evidence_text(r: Rule) -> str:
     """The p-value or CI that decided the rule, the other one alongside."""
     parts = []
     scale, unit = (100.0, " pts") if r.kind == "accuracy" else (100.0, "%")
@@ -85,7 +85,7 @@ def to_markdown(result: GateResult) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in result.rules:
-        row = (r.name, _MARK[r.verdict], _observed(r), _budget(r), _evidence(r), _mde(r), r.note)
+        row = (r.name, _MARK[r.verdict], observed_text(r), budget_text(r), evidence_text(r), _mde(r), r.note)
         lines.append("| " + " | ".join(_cell(x) for x in row) + " |")
     if result.reasons:
         lines += ["", "**Cannot decide:**", *(f"- {_cell(n)}" for n in result.reasons)]
@@ -110,9 +110,9 @@ def to_junit(result: GateResult) -> str:
         skipped=str(skipped),
     )
     for r in result.rules:
-        case = ET.SubElement(suite, "testcase", classname=f"evalkit.gate.{r.task}", name=r.name)
+        case = ET.SubElement(suite, "testcase", classname=f"evalkit.gating.{r.task}", name=r.name)
         detail = (
-            f"observed: {_observed(r)}\nbudget: {_budget(r)}\nevidence: {_evidence(r)}\nMDE: {_mde(r)}\n"
+            f"observed: {observed_text(r)}\nbudget: {budget_text(r)}\nevidence: {evidence_text(r)}\nMDE: {_mde(r)}\n"
             f"method: {r.method or '–'}\nnote: {r.note}"
         )
         if r.verdict == "fail":

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from evalkit.contracts import Speed
-from evalkit.report.analysis import primary_correct
-from evalkit.report.common import Banner, compact_json, fmt_ms, fmt_pct
-from evalkit.report.timecourse import first_token_stall
+from evalkit.reporting.analysis import primary_correct
+from evalkit.reporting.common import Banner, compact_json, fmt_ms, fmt_pct
+from evalkit.reporting.timecourse import first_token_stall
 from evalkit.scoring.speed import percentile
 from evalkit.store.reader import Run, as_dict, as_int, as_num
 

@@ -1,14 +1,14 @@
 """The verdict engine: a candidate run against a baseline run (:func:`evaluate`) or against published scores
-(:func:`evaluate_expected`), under a :class:`~evalkit.gate.policy.Policy`."""
+(:func:`evaluate_expected`), under a :class:`~evalkit.gating.policy.Policy`."""
 
 from __future__ import annotations
 
-from evalkit.gate.errors import CannotCompare, PolicyError
-from evalkit.gate.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
-from evalkit.gate.matching import Unmatched, match_runs
-from evalkit.gate.policy import GATED_SPEED, Policy, default_policy
-from evalkit.gate.result import GateResult, Rule, overall
-from evalkit.gate.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
+from evalkit.gating.errors import CannotCompare, PolicyError
+from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
+from evalkit.gating.matching import Unmatched, match_runs
+from evalkit.gating.policy import GATED_SPEED, Policy, default_policy
+from evalkit.gating.result import GateResult, Rule, overall
+from evalkit.gating.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
 
 
 def identity_differences(a: Identity, b: Identity) -> list[str]:

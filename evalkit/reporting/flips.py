@@ -6,10 +6,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from evalkit.report.analysis import Flip, compute_flips, cut_text
-from evalkit.report.common import KV, fmt_pct, short
-from evalkit.report.sample_data import gold_answer, split_fewshot
-from evalkit.report.samples import TextPool, TextRef
+from evalkit.reporting.analysis import Flip, compute_flips, cut_text
+from evalkit.reporting.common import KV, fmt_pct, short
+from evalkit.reporting.sample_data import gold_answer, split_fewshot
+from evalkit.reporting.samples import TextPool, TextRef
 from evalkit.store.reader import Run, as_dict, as_int, as_str
 
 FLIP_TEXT_BYTES = 2_000_000

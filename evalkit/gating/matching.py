@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from evalkit.gate.inputs import SpeedRecords
+from evalkit.gating.inputs import SpeedRecords
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 
 from evalkit.contracts import QUANTILES, speed_metric
-from evalkit.gate.inputs import MetricSamples, StatusCounts
-from evalkit.gate.matching import RunsMatch, SpeedSlice
-from evalkit.gate.policy import (
+from evalkit.gating.inputs import MetricSamples, StatusCounts
+from evalkit.gating.matching import RunsMatch, SpeedSlice
+from evalkit.gating.policy import (
     LATENCY_FLOORS_MS,
     NOISE_BUDGETS,
     AccuracyRule,
@@ -18,8 +18,8 @@ from evalkit.gate.policy import (
     RatesPolicy,
     SpeedRule,
 )
-from evalkit.gate.result import EPS, Rule, RuleVerdict, decide
-from evalkit.gate.stats import (
+from evalkit.gating.result import EPS, Rule, RuleVerdict, decide
+from evalkit.gating.stats import (
     Estimate,
     binomial_vs_expected,
     bootstrap_vs_expected,

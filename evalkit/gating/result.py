@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evalkit.gate.policy import Mode
+from evalkit.gating.policy import Mode
 
 RuleVerdict = Literal["pass", "fail", "skip"]
 Kind = Literal["accuracy", "expected", "speed", "rate", "coverage"]

@@ -1,6 +1,6 @@
 """The gate's inputs: small typed records of one run, independent of how a run directory is stored.
 
-:func:`evalkit.gate.load.from_run_dir` builds a :class:`RunInputs` from a run directory; tests build them
+:func:`evalkit.gating.load.from_run_dir` builds a :class:`RunInputs` from a run directory; tests build them
 directly. Everything the gate decides is computed from these records alone.
 """
 
