@@ -119,7 +119,7 @@ def test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop(test_server, pr
 
 def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_server, probe_dir, tmp_path, monkeypatch):
     # a big run's records are read back twice for the summary (there, then here): never both at once
-    import evalkit.runner as runner
+    from evalkit.runner import orchestrate, request_phase
 
     started: list[Worker] = []
     alive_at_read_back: list[bool] = []
@@ -133,8 +133,8 @@ def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_serve
         alive_at_read_back.append(any(s._proc.poll() is None for s in started))
         return load_for_summary(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "Worker", Tracked)
-    monkeypatch.setattr(runner, "load_for_summary", read_back)
+    monkeypatch.setattr(orchestrate, "Worker", Tracked)
+    monkeypatch.setattr(request_phase, "load_for_summary", read_back)
     res = run_probe(test_server.url, probe_dir, tmp_path / "run")
     assert res["summary"]["tasks"]["probe"]["metrics"]["n"]["value"] == 12
     assert len(started) == 1 and alive_at_read_back == [False]
