@@ -12,12 +12,13 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from evalkit.config import RunConfig
-from evalkit.contracts import RunSummary, TaskSummary, manifest_json, summary_json
+from evalkit.contracts import Manifest, RunSummary, TaskSummary
 from evalkit.errors import ConfigError, RunError
 from evalkit.requests.scheduler import fit_open_files
 from evalkit.runner.endpoints import endpoint_urls, served_model, start_server
@@ -43,12 +44,23 @@ def process_age_s() -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """What :meth:`Runner.run` wrote: the run dir, and the manifest and summary it holds (the models written to
+    ``manifest.json`` and ``summary.json``)."""
+
+    run_dir: Path
+    manifest: Manifest
+    summary: RunSummary
+
+
 class Runner:
     """Runs a RunConfig end to end and writes the store.
 
     Example::
 
-        result = Runner(load_config({"tasks": ["gsm8k"], "endpoint": url, "limit": 10})).run()
+        outcome = Runner(load_config({"tasks": ["gsm8k"], "endpoint": url, "limit": 10})).run()
+        outcome.summary.tasks["gsm8k"].counts["total"]
     """
 
     def __init__(
@@ -103,7 +115,7 @@ class Runner:
         return start_server(self.server, self.cfg, run_dir)
 
     # -- main --------------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> RunOutcome:
         # where the whole command's time goes, in the summary's "timings_s"
         self.timings: dict[str, float | None] = {"startup": process_age_s()}
         self._t = time.perf_counter()
@@ -165,7 +177,7 @@ class Runner:
         model: str,
         max_model_len: int | None,
         store: RunStore,
-    ) -> dict[str, Any]:
+    ) -> RunOutcome:
         plans = plan_tasks(tasks, self._settings, self._builder, base_url, api_key, model, max_model_len)
         self._lap("prompts")
         manifest = new_manifest(self.cfg, plans, self.argv, self._urls, model, self._in_flight.cap, self.server)
@@ -212,7 +224,7 @@ class Runner:
             self._lap("report")
             store.write_summary(summary)
         self._check_errors(summary)
-        return {"run_dir": str(store.dir), "summary": summary_json(summary), "manifest": manifest_json(manifest)}
+        return RunOutcome(run_dir=store.dir, manifest=manifest, summary=summary)
 
     def _run_one(self, p: TaskRun, phase: RequestPhase, last: bool) -> TaskSummary:
         """One task: its warm-up (sampling configs not warmed yet in this run), then its request phase."""
