@@ -233,19 +233,19 @@ class Runner:
             self.progress(p.task.name, done, p.total, None)
         options = client_options(self.cfg)
         extra = extra_body(self.cfg, p.settings)
-        left = max(0, p.total - done)
-        if self._warmups.warm_up(
+        sent = self._warmups.warm_up(
             p,
             self._urls,
             phase.api_key,
             phase.model,
             phase.max_model_len,
-            self._in_flight,
-            options,
-            extra,
-            left,
-            self.server,
-        ):
+            in_flight=self._in_flight,
+            options=options,
+            extra=extra,
+            left=max(0, p.total - done),
+            server=self.server,
+        )
+        if sent:
             self._lap(f"{p.task.name}.warmup")
         # the scoring process exits once it has summarised the run's last task, unless the caller owns it
         return phase.run(p, options, extra, close_scoring=last and self._given_scoring is None)
