@@ -132,7 +132,6 @@ def run(
         result.summary.tasks["gsm8k"].metrics["exact_match,strict-match"].value
     """
     from evalkit.config import load_config
-    from evalkit.contracts import Manifest, RunSummary
     from evalkit.runner import Runner
 
     offline_environment()
@@ -141,11 +140,7 @@ def run(
     if argv is None:
         argv = _call_argv(names, config, settings)
     out = Runner(cfg, progress=progress, argv=argv).run()
-    return RunResult(
-        run_dir=Path(out["run_dir"]),
-        manifest=Manifest.model_validate(out["manifest"]),
-        summary=RunSummary.model_validate(out["summary"]),
-    )
+    return RunResult(run_dir=out.run_dir, manifest=out.manifest, summary=out.summary)
 
 
 def run_repeats(
@@ -168,7 +163,6 @@ def run_repeats(
         [r.run_dir.name for r in results]   # ['repeat-1', 'repeat-2', 'repeat-3']
     """
     from evalkit.config import load_config
-    from evalkit.contracts import Manifest, RunSummary
     from evalkit.errors import ConfigError
     from evalkit.runner import Runner
 
@@ -191,13 +185,7 @@ def run_repeats(
                 out = runner.run()
             finally:
                 server = runner.server
-            results.append(
-                RunResult(
-                    run_dir=Path(out["run_dir"]),
-                    manifest=Manifest.model_validate(out["manifest"]),
-                    summary=RunSummary.model_validate(out["summary"]),
-                )
-            )
+            results.append(RunResult(run_dir=out.run_dir, manifest=out.manifest, summary=out.summary))
     finally:
         if server is not None:
             server.stop()

@@ -33,7 +33,7 @@ def _auto_run(srv: SubprocessServer, tmp_path, limit: int = 600) -> dict:
             "report": False,
         }
     )
-    return Runner(cfg).run()["summary"]["tasks"]["gsm8k"]
+    return Runner(cfg).run().summary.tasks["gsm8k"].model_dump(mode="json")  # as summary.json holds it
 
 
 def _limits(t: dict) -> list[int]:
@@ -104,9 +104,9 @@ def test_fixed_concurrency_is_respected(tmp_path):
         )
         out = Runner(cfg).run()
         assert srv.max_concurrency_seen == 3
-    t = out["summary"]["tasks"]["gsm8k"]
-    assert t["speed"]["concurrency"] == 3
-    assert t["concurrency_levels"] == []  # nothing is tuned at a fixed concurrency
+    t = out.summary.tasks["gsm8k"]
+    assert t.speed.concurrency == 3
+    assert t.concurrency_levels == []  # nothing is tuned at a fixed concurrency
 
 
 @pytest.mark.slow

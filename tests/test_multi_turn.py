@@ -170,11 +170,11 @@ def test_runs_pass_fail_on_state_and_stop_at_the_step_cap(tmp_path) -> None:
         run(srv, tmp_path / "wrong", limit=1)
         srv.behaviour.tool_variant = "endless"
         run(srv, tmp_path / "endless", limit=1)
-    summary = right["summary"]["tasks"][TASK]
-    assert summary["metrics"]["accuracy,multi_turn"]["value"] == 1.0
-    assert summary["metrics"]["accuracy,multi_turn"]["n"] == 12
-    assert summary["counts"]["ok"] == 12
-    assert right["manifest"]["tasks"][TASK]["settings"]["drop_reasoning"] is True
+    summary = right.summary.tasks[TASK]
+    assert summary.metrics["accuracy,multi_turn"].value == 1.0
+    assert summary.metrics["accuracy,multi_turn"].n == 12
+    assert summary.counts["ok"] == 12
+    assert right.manifest.tasks[TASK].settings["drop_reasoning"] is True
     sample = open_run(tmp_path / "right" / "run").samples[0]
     assert sample["extraction"] == "match" and len(sample["turns"]) == 4
     assert sample["turns"][0]["requests"][0]["results"][0] == '{"current_working_directory": "document"}'

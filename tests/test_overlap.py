@@ -39,10 +39,10 @@ def test_prompts_are_built_while_the_server_starts(tmp_path: Path, monkeypatch: 
     )
     out = Runner(cfg).run()
     assert seen["built_during_start"], seen
-    t = out["summary"]["timings_s"]
+    t = out.summary.timings_s
     assert t["server_start"] >= seen["waited_s"] - 0.5  # the build's time was spent inside the server start
     assert t["prompts"] < 2.0, t  # and the plan found them ready (lm-eval's build alone takes several seconds)
-    counts = out["summary"]["tasks"]["gsm8k"]["counts"]
+    counts = out.summary.tasks["gsm8k"].counts
     assert counts["total"] == 5 and counts["api_error"] == 0
 
 
@@ -61,7 +61,7 @@ def test_timings_account_for_the_command(tmp_path: Path, test_server) -> None:
     t0 = time.perf_counter()
     out = Runner(cfg).run()
     wall = time.perf_counter() - t0
-    t = out["summary"]["timings_s"]
+    t = out.summary.timings_s
     phases = [
         "setup",
         "prompts",
@@ -75,5 +75,5 @@ def test_timings_account_for_the_command(tmp_path: Path, test_server) -> None:
     assert all(isinstance(t[p], float) and t[p] >= 0 for p in phases), t
     assert abs(sum(t[p] for p in phases) - wall) < 0.25 * wall + 0.1, (t, wall)  # the laps cover the run
     assert t["startup"] is None or t["startup"] > 0  # process age at start (Linux)
-    req = out["summary"]["tasks"]["gsm8k"]["speed"]["wall_s"]
+    req = out.summary.tasks["gsm8k"].speed.wall_s
     assert t["gsm8k.requests"] >= req  # the request phase lies inside its lap

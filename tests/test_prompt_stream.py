@@ -58,10 +58,10 @@ def test_requests_go_out_while_lm_eval_builds_the_rest(tmp_path: Path, cold_cach
     first_request = min(r.time for r in test_server.requests)
     # lm-eval builds 1319 prompts (seconds); the run's 8 requests went out before it was done and wrote the cache
     assert first_request < cache.stat().st_mtime - 0.5, (first_request, cache.stat().st_mtime)
-    task = out["manifest"]["tasks"]["gsm8k"]
-    assert task["prompts_streamed"] is True and task["requests"] == 8
-    assert out["summary"]["timings_s"]["prompt_cache"] >= 0  # the build's tail (for the cache) is a phase of its own
-    counts = out["summary"]["tasks"]["gsm8k"]["counts"]
+    task = out.manifest.tasks["gsm8k"]
+    assert task.prompts_streamed is True and task.requests == 8
+    assert out.summary.timings_s["prompt_cache"] >= 0  # the build's tail (for the cache) is a phase of its own
+    counts = out.summary.tasks["gsm8k"].counts
     assert counts["total"] == 8 and counts["api_error"] == 1
     # what was sent is the cache's (lm-eval's) first 8 prompts, in order
     built = orjson.loads(cache.read_bytes())["entries"]
@@ -73,16 +73,16 @@ def test_requests_go_out_while_lm_eval_builds_the_rest(tmp_path: Path, cold_cach
     cache.unlink()
     sent = len(test_server.requests)
     again = run(test_server.url, tmp_path / "run")
-    assert again["manifest"]["tasks"]["gsm8k"]["prompts_streamed"] is True
+    assert again.manifest.tasks["gsm8k"].prompts_streamed is True
     assert [r.prompt for r in test_server.requests[sent:]] == [built[1]["context"]]  # doc 1 had failed
-    assert again["summary"]["tasks"]["gsm8k"]["counts"]["api_error"] == 0
+    assert again.summary.tasks["gsm8k"].counts["api_error"] == 0
 
     # warm: built from the cache before sending, and every request is the one streamed (same keys)
     warm = run(test_server.url, tmp_path / "warm")
-    assert warm["manifest"]["tasks"]["gsm8k"]["prompts_streamed"] is False
+    assert warm.manifest.tasks["gsm8k"].prompts_streamed is False
     warm_keys = {r["key"] for r in samples(tmp_path / "warm")}
     assert first_keys < warm_keys and len(warm_keys) == 8
-    assert "prompt_cache" not in warm["summary"]["timings_s"]
+    assert "prompt_cache" not in warm.summary.timings_s
 
 
 @pytest.mark.slow

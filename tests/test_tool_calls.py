@@ -203,15 +203,15 @@ def test_a_run_hits_every_status_and_reports_expected_against_actual(tmp_path) -
     with TestServer(Behaviour(tool_variant="mix")) as srv:
         out = run(srv, tmp_path, ["bfcl-simple", "bfcl-irrelevance"], limit=40)
         short = run(srv, tmp_path / "short", ["bfcl-simple"], limit=10, max_tokens=4)
-    counts = out["summary"]["tasks"]["bfcl-simple"]["counts"]
+    counts = out.summary.tasks["bfcl-simple"].counts
     for status in ("ok", "no_answer", "empty", "tool_text", "tool_calls_empty", "bad_arguments"):
         assert counts.get(status, 0) > 0, (status, counts)
-    assert short["summary"]["tasks"]["bfcl-simple"]["counts"]["truncated"] > 0
-    detail = out["summary"]["tasks"]["bfcl-simple"]["detail"]
+    assert short.summary.tasks["bfcl-simple"].counts["truncated"] > 0
+    detail = out.summary.tasks["bfcl-simple"].detail
     for verdict in ("match", "no_call", "wrong_value", "unknown_function", "wrong_count", "bad_arguments"):
         assert detail["verdicts"].get(verdict, 0) > 0, (verdict, detail["verdicts"])
     assert "tool-call-parser" in detail["server_hint"]
-    irr = out["summary"]["tasks"]["bfcl-irrelevance"]["detail"]["verdicts"]
+    irr = out.summary.tasks["bfcl-irrelevance"].detail["verdicts"]
     assert irr["no_call"] > 0 and irr["unexpected_call"] > 0
     samples = [s for s in open_run(tmp_path / "run").samples if s["task"] == "bfcl-simple"]
     right = next(s for s in samples if s["extraction"] == "match" and s["doc_id"] == 0)
@@ -268,6 +268,7 @@ def test_max_tokens_is_clamped_to_the_context_left_beside_the_tools(tmp_path) ->
     with TestServer(Behaviour(max_model_len=400)) as srv:  # the tools alone take ~100 tokens of it
         out = run(srv, tmp_path, ["bfcl-simple"], limit=3, max_tokens=330)
         sent = [r.body["max_tokens"] for r in srv.requests]
-    assert out["summary"]["tasks"]["bfcl-simple"]["counts"]["api_error"] == 0
+    assert out.summary.tasks["bfcl-simple"].counts["api_error"] == 0
     assert min(sent) < 330
-    assert out["manifest"]["tasks"]["bfcl-simple"]["max_tokens_clamp"]["prompt_length_from"] == "tokenize"
+    clamp = out.manifest.tasks["bfcl-simple"].max_tokens_clamp
+    assert clamp is not None and clamp["prompt_length_from"] == "tokenize"

@@ -1,0 +1,181 @@
+"""A run's tasks planned before any request: each task's settings (its defaults overridden by the user's), its
+requests (built and clamped to the server's context length, or streamed by the prompt builder) and the manifest
+that records them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evalkit import __version__
+from evalkit.config import RunConfig
+from evalkit.config.endpoint import display_url
+from evalkit.contracts import Endpoint, EndpointKind, Manifest, ManifestTask, Request, WarmupSettings
+from evalkit.redact import redact_argv
+from evalkit.requests import warmup
+from evalkit.requests.clamp import clamp_max_tokens
+from evalkit.store.manifest import package_versions
+from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.prompt_stream import PromptBuilder, RequestStream
+
+
+def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
+    """The task's defaults overridden by what the user set."""
+    d = task.defaults()
+
+    def pick(name: str) -> Any:
+        v = getattr(cfg, name)
+        return v if v is not None else d.get(name)
+
+    return TaskSettings(
+        limit=cfg.limit,
+        num_fewshot=pick("num_fewshot"),
+        num_samples=int(pick("num_samples") or 1),
+        max_tokens=pick("max_tokens"),
+        max_length=cfg.max_length,
+        temperature=pick("temperature"),
+        top_p=pick("top_p"),
+        seed=cfg.seed,
+        chat_template_kwargs=cfg.chat_template_kwargs,
+        endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
+        docs=None if cfg.docs is None else tuple(cfg.docs),
+        drop_reasoning=pick("drop_reasoning") if "drop_reasoning" in d else None,
+    )
+
+
+@dataclass
+class TaskRun:
+    """One task of the run: its requests, built (a list) or coming from the prompt builder (a stream)."""
+
+    task: Task
+    settings: TaskSettings
+    total: int  # requests in the run
+    source: list[Request] | RequestStream
+    clamp: dict[str, Any] | None = None
+    done_keys: set[str] = field(default_factory=set)
+    head: list[Request] | None = None  # a streamed task's first batch, taken by peek() before the timed phase
+
+    @property
+    def kind(self) -> EndpointKind:
+        """completions or chat: the user's choice, else the task's (resolved by task_settings)."""
+        return self.settings.endpoint_kind or self.task.endpoint_kind
+
+    @property
+    def streamed(self) -> bool:
+        return isinstance(self.source, RequestStream)
+
+    async def peek(self) -> list[Request]:
+        """The requests known before sending: all of them, or a streamed task's first batch (kept for
+        ``batches``, which yields it first)."""
+        if not isinstance(self.source, RequestStream):
+            return self.source
+        if self.head is not None:
+            return self.head
+        stream = self.source.batches()
+        try:
+            head: list[Request] = await anext(stream, [])
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+        self.head = head
+        return head
+
+    async def batches(self) -> AsyncIterator[list[Request]]:
+        if isinstance(self.source, RequestStream):
+            if self.head is not None:
+                yield self.head
+            async for batch in self.source.batches():
+                yield batch
+        else:
+            yield self.source
+
+
+def settings_record(settings: TaskSettings) -> dict[str, Any]:
+    """The task settings as the manifest records them (``docs`` only when a selection was made,
+    ``drop_reasoning`` only for tasks with conversations)."""
+    out = dict(settings.__dict__)
+    if out.get("drop_reasoning") is None:
+        out.pop("drop_reasoning", None)
+    if out.get("docs") is None:
+        out.pop("docs", None)
+    else:
+        out["docs"] = list(out["docs"])
+    return out
+
+
+def default_output_dir(cfg: RunConfig, model: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
+    return Path("reports") / f"{'+'.join(cfg.tasks)}-{safe_model}-{stamp}"
+
+
+def plan_tasks(
+    tasks: list[Task],
+    settings: dict[str, TaskSettings],
+    builder: PromptBuilder | None,
+    base_url: str,
+    api_key: str | None,
+    model: str,
+    max_model_len: int | None,
+) -> list[TaskRun]:
+    """Each task's requests: built and clamped at ``base_url`` now, or (prompts the ``builder`` builds in its
+    worker process) counted now and clamped as they come."""
+    plans = []
+    for task in tasks:
+        task_set = settings[task.name]
+        stream = builder.streams.get(task.name) if builder is not None else None
+        if stream is not None:  # counted once lm-eval's task is loaded; requests come while they are built
+            plans.append(TaskRun(task, task_set, stream.count.result(), stream))
+            continue
+        kind = task_set.endpoint_kind or task.endpoint_kind
+        reqs = task.build_requests(task_set)
+        reqs, clamp = asyncio.run(clamp_max_tokens(reqs, base_url, model, kind, max_model_len, api_key))
+        plans.append(TaskRun(task, task_set, len(reqs), reqs, clamp=clamp))
+    return plans
+
+
+def new_manifest(
+    cfg: RunConfig,
+    plans: list[TaskRun],
+    argv: list[str],
+    urls: list[str],
+    model: str,
+    concurrency_cap: dict[str, int] | None,
+    server: Any,
+) -> Manifest:
+    """The manifest of a run of ``plans`` against ``urls`` (the first is the one recorded as ``endpoint``);
+    ``server``: a VLLMServer whose provenance it records, or None."""
+    return Manifest(
+        evalkit_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=redact_argv([Path(argv[0]).name, *argv[1:]]),
+        endpoint=Endpoint(base_url=display_url(urls[0]), kind=plans[0].kind),
+        endpoints=[display_url(u) for u in urls] if len(urls) > 1 else None,
+        model=model,
+        concurrency=cfg.concurrency,
+        concurrency_cap=concurrency_cap,
+        request_rate=cfg.request_rate,
+        versions=package_versions(),
+        tasks={
+            p.task.name: ManifestTask(
+                version=p.task.version,
+                description=p.task.description,
+                data_sha256=p.task.data_sha256,
+                settings=settings_record(p.settings),
+                requests=p.total,
+                prompts_streamed=p.streamed,
+                max_tokens_clamp=p.clamp,  # for streamed prompts: final once the task has run
+                metrics=p.task.metric_names(p.settings) or None,
+            )
+            for p in plans
+        },
+        server=server.provenance() if server is not None else None,
+        warmup=(
+            None
+            if cfg.warmup == 0
+            else WarmupSettings(requests=cfg.warmup, max_tokens=warmup.MAX_TOKENS, prompts_sha256=warmup.text_sha256())
+        ),
+    )

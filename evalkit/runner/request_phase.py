@@ -1,0 +1,202 @@
+"""A task's request phase: the servers' ``/metrics`` scraped, the requests not answered yet sent (paced, each
+answer scored in the scoring process and stored as it comes), then the task's summary built from the store.
+Only the sending is inside the timed phase (``TASK.requests`` in the summary's ``timings_s``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from array import array
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from evalkit.config import RunConfig
+from evalkit.config.endpoint import display_url, server_root
+from evalkit.contracts import Request, Response, SampleRecord, SchedulerStats, Score, TaskSummary
+from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
+from evalkit.requests.client import Client, ClientOptions
+from evalkit.requests.conversation import converse
+from evalkit.requests.scheduler import InFlight, execute
+from evalkit.runner.observe import ServerObserver
+from evalkit.runner.plan import TaskRun
+from evalkit.scoring.summary import endpoint_summaries, task_summary
+from evalkit.store.identity import record_for, request_key
+from evalkit.store.writer import RunStore, load_for_summary
+from evalkit.tasks.base import Task, TaskSettings
+from evalkit.worker import Worker
+
+Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
+
+
+def client_options(cfg: RunConfig) -> ClientOptions:
+    """The client's timeouts and retries, as the run set them."""
+    return ClientOptions(
+        connect_timeout_s=cfg.connect_timeout_s,
+        idle_timeout_s=cfg.idle_timeout_s,
+        max_attempts=cfg.max_attempts,
+        max_retry_s=cfg.max_retry_s,
+    )
+
+
+def extra_body(cfg: RunConfig, settings: TaskSettings) -> dict[str, Any]:
+    """What each request's body carries beyond the task's own: ``truncate_prompt_tokens`` (``--max-length``) and
+    ``user``."""
+    extra: dict[str, Any] = {}
+    if cfg.max_length is not None:
+        extra["truncate_prompt_tokens"] = max(1, cfg.max_length - (settings.max_tokens or 0))
+    if cfg.user is not None:
+        extra["user"] = cfg.user
+    return extra
+
+
+@dataclass
+class RequestPhase:
+    """What every task's request phase of one run shares: the endpoints (``urls``; ``urls[0]`` clamps streamed
+    prompts) serving ``model``, the model ids a response may name (``accepted``; None: any), the run's requests
+    in flight, the store and its writer thread, the scoring process, the progress callback, each task's first
+    failure (filled here) and the run's phase timer ``lap``."""
+
+    cfg: RunConfig
+    urls: list[str]
+    api_key: str | None
+    model: str
+    max_model_len: int | None
+    accepted: set[str] | None
+    in_flight: InFlight
+    store: RunStore
+    store_pool: ThreadPoolExecutor
+    scoring: Worker
+    progress: Progress | None
+    first_error: dict[str, str]
+    lap: Callable[[str], None]
+
+    def run(self, p: TaskRun, options: ClientOptions, extra: dict[str, Any], close_scoring: bool) -> TaskSummary:
+        """Scrape, send what ``p`` has not answered yet, summarise. ``close_scoring``: the scoring process exits
+        once it has summarised this task (the run's last, on a process the run owns)."""
+        task = p.task
+        total = p.total
+        done = len(p.done_keys)
+        store = self.store
+        base_url, api_key, model, max_model_len = self.urls[0], self.api_key, self.model, self.max_model_len
+
+        def store_record(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
+            rec = record_for(req, resp, key, score)
+            store.append(rec)
+            return rec
+
+        keys: dict[int, str] = {}  # id(request) -> its key, while it is in flight
+
+        async def on_done(req: Request, resp: Response) -> None:
+            nonlocal done
+            if resp.error is not None:
+                self.first_error.setdefault(task.name, resp.error)
+            key = keys.pop(id(req))
+            score = None
+            if resp.error is None:  # failed requests are recorded as such, never scored
+                score = await asyncio.wrap_future(self.scoring.score(task.name, req, resp))
+            rec = await asyncio.get_running_loop().run_in_executor(self.store_pool, store_record, req, resp, key, score)
+            done += 1
+            if self.progress:
+                self.progress(task.name, done, total, rec)
+
+        rate = self.cfg.request_rate
+        next_send = time.monotonic()
+
+        async def paced() -> None:
+            """Wait for the request's turn under ``--request-rate`` (requests per second)."""
+            nonlocal next_send
+            if rate is not None:
+                now = time.monotonic()
+                if next_send > now:
+                    await asyncio.sleep(next_send - now)
+                next_send = max(now, next_send) + 1.0 / rate
+
+        async def todo() -> AsyncIterator[Request]:
+            """The requests not answered yet (a resumed run skips the rest), as they come."""
+            sha = task.data_sha256
+            seen = 0
+            async for batch in p.batches():
+                if p.streamed:  # the plan clamped built requests; streamed ones are clamped as they come
+                    batch, clamp = await clamp_max_tokens(batch, base_url, model, p.kind, max_model_len, api_key)
+                    p.clamp = merge_clamps(p.clamp, clamp)
+                for req in batch:
+                    key = request_key(model, p.kind, task.name, task.version, sha, req)
+                    if key not in p.done_keys:
+                        keys[id(req)] = key
+                        await paced()
+                        yield req
+                seen += len(batch)
+                if seen >= total:  # with --limit, lm-eval goes on building the rest (for the cache): not waited for
+                    return
+
+        observer = ServerObserver(self.urls, api_key, model)
+        observer.snapshot()
+        self.lap(f"{task.name}.before_requests")
+        with observer:
+            stats = asyncio.run(self._send(todo(), max(0, total - done), p.kind, options, extra, on_done, task))
+        self.lap(f"{task.name}.requests")
+        servers = observer.server_deltas()
+        # the scoring process summarises first and lets go of its copy of the records (after the last task it
+        # exits) before this process reads its own: two copies of a big run's store are never in memory at once
+        scored = self.scoring.summarize(task.name, store.dir).result()
+        if close_scoring:
+            self.scoring.close()
+        sharded = len(self.urls) > 1
+        itl_by: dict[str, array] | None = {} if sharded else None
+        spans: dict[str, tuple[int, int]] = {}
+        records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
+        out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
+        out.server = servers[0]
+        if sharded:  # the summary's own server section is the first endpoint's, and says so
+            shown = [display_url(u) for u in self.urls]
+            out.server = {**servers[0], "endpoint": shown[0]}
+            out.endpoints = endpoint_summaries(records, itl_by or {}, dict(zip(shown, servers, strict=True)))
+        out.gpu = observer.gpu_summary()
+        self.lap(f"{task.name}.scoring_summary")
+        return out
+
+    async def _send(
+        self,
+        todo: AsyncIterator[Request],
+        total: int,
+        kind: str,
+        options: ClientOptions,
+        extra: dict[str, Any],
+        on_done: Callable[[Request, Response], Awaitable[None]],
+        task: Task,
+    ) -> SchedulerStats:
+        """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
+        all of them together, and the client gives each to the least loaded endpoint. A request with a
+        conversation is one sample of several requests (requests/conversation.py), tools run by the task's
+        backends. A response naming a model that is neither ``model`` nor ``accepted`` fails its attempt."""
+        urls = self.urls
+        async with Client(
+            urls,
+            self.model,
+            kind=kind,
+            api_key=self.api_key,
+            options=options,
+            extra_body=extra,
+            headers=self.cfg.headers,
+            models=self.accepted,
+        ) as client:
+
+            async def send(req: Request) -> Response:
+                executor = task.tool_executor(req) if req.conversation is not None else None
+                if executor is None:
+                    return await client.generate(req)
+                return await converse(client.generate, req, executor)
+
+            return await execute(
+                todo,
+                client,
+                on_done,
+                total=total,
+                concurrency=self.in_flight.concurrency,
+                max_concurrency=self.in_flight.max_concurrency,
+                auto_start=self.cfg.auto_start,
+                metrics_url=[server_root(u) + "/metrics" for u in urls],
+                send=send,
+            )

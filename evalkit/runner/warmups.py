@@ -1,0 +1,92 @@
+"""The run's warm-ups (evalkit/requests/warmup.py) before each task's timed phase: each sampling config is
+warmed once per run, and what every warm-up did is kept for ``summary.json`` and the manifest."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from evalkit.config import RunConfig
+from evalkit.config.endpoint import server_root
+from evalkit.contracts import WarmupSummary
+from evalkit.requests import warmup
+from evalkit.requests.client import ClientOptions
+from evalkit.requests.scheduler import InFlight
+from evalkit.runner.plan import TaskRun
+
+
+class Warmups:
+    """The warm-ups of one run of ``cfg``: the sampling configs warmed so far and, per task, what its warm-up
+    did."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self._warmed: set[warmup.SamplingKey] = set()  # the sampling configs warmed so far in this run
+        self._results: list[tuple[str, warmup.WarmupResult]] = []  # (task, what its warm-up did)
+
+    def warm_up(
+        self,
+        p: TaskRun,
+        urls: list[str],
+        api_key: str | None,
+        model: str,
+        max_model_len: int | None,
+        in_flight: InFlight,
+        options: ClientOptions,
+        extra: dict[str, Any],
+        left: int,
+        server: Any,
+    ) -> bool:
+        """The warm-up before the task's timed phase, for its sampling configs not warmed yet in this run:
+        ``--warmup`` requests each (default: the run's level of requests in flight, capped by the ``left``
+        requests to send), at that level; none with ``--warmup 0`` or nothing left. ``server``: a VLLMServer
+        evalkit started (its prefix cache is reset after the warm-up), or None. True when requests were sent."""
+        if self.cfg.warmup == 0 or left == 0:
+            return False
+        c = in_flight.concurrency
+        level = min(self.cfg.auto_start, in_flight.max_concurrency) if c == "auto" else int(c)
+        count = self.cfg.warmup if self.cfg.warmup is not None else min(level, left)
+        reset_root = server_root(server.base_url) if server is not None else None
+
+        async def go() -> warmup.WarmupResult:
+            return await warmup.run(
+                urls,
+                model,
+                p.kind,
+                await p.peek(),
+                count=count,
+                level=level,
+                options=options,
+                api_key=api_key,
+                extra_body=extra,
+                headers=self.cfg.headers,
+                skip=self._warmed,
+                max_model_len=max_model_len,
+                reset_root=reset_root,
+            )
+
+        result = asyncio.run(go())
+        if not result.points:
+            return False
+        self._warmed |= {pt.key for pt in result.points}
+        self._results.append((p.task.name, result))
+        return True
+
+    def configs(self) -> list[dict[str, Any]]:
+        """The manifest's ``warmup.configs``: every sampling config warmed, with its task."""
+        return [pt.record(name) for name, w in self._results for pt in w.points]
+
+    def summary(self) -> WarmupSummary | None:
+        """``summary.json``'s ``warmup``: every task's warm-up together (None: none was sent)."""
+        if not self._results:
+            return None
+        results = [w for _, w in self._results]
+        resets = [w.prefix_cache_reset for w in results if w.prefix_cache_reset is not None]
+        return WarmupSummary(
+            requests=sum(w.requests for w in results),
+            failed=sum(w.failed for w in results),
+            wall_s=round(sum(w.wall_s for w in results), 3),
+            first_error=next((w.first_error for w in results if w.first_error), None),
+            prefix_cache_reset=all(resets) if resets else None,
+            prefix_cache_note=next((w.prefix_cache_note for w in results if w.prefix_cache_note), None),
+        )
