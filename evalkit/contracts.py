@@ -272,11 +272,8 @@ class Latency:
 
 
 LATENCIES: tuple[Latency, ...] = (
-    Latency("ttft_ms", "TTFT"),
-    Latency("tpot_ms", "TPOT"),
-    Latency("itl_ms", "ITL"),
-    Latency("e2e_ms", "E2E latency"),
-)
+    Latency("ttft_ms", "TTFT"), Latency("tpot_ms", "TPOT"), Latency("itl_ms", "ITL"), Latency("e2e_ms", "E2E latency")
+)  # fmt: skip
 """The latencies of the speed summary, in the order every table shows them."""
 QUANTILES: tuple[tuple[str, float], ...] = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
 """The percentiles of a :class:`Percentiles` (its field, the percent), in the order every table shows them."""
@@ -341,10 +338,9 @@ SPEED = {m.key: m for m in SPEED_METRICS}
 
 def speed_metric(key: str) -> SpeedMetric:
     """The catalogue entry named ``key`` (KeyError naming the known ones otherwise)."""
-    try:
-        return SPEED[key]
-    except KeyError:
-        raise KeyError(f"no speed metric {key!r}; known: {', '.join(SPEED)}") from None
+    if key not in SPEED:
+        raise KeyError(f"no speed metric {key!r}; known: {', '.join(SPEED)}")
+    return SPEED[key]
 
 
 class Speed(BaseModel):

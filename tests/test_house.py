@@ -1,0 +1,40 @@
+"""The shape of the package a newcomer reads (ARCHITECTURE.md): layers as folders, few modules at the top, no
+module over one long screen, no callable-package tricks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import evalkit
+
+PKG = Path(evalkit.__file__).parent
+MAX_LINES = 500
+# vendored upstream code (BFCL's backends) and the test server's app, whose one file holds every endpoint it fakes
+EXEMPT = ("scoring/bfcl_backends/", "testing/app.py")
+MAX_TOP_MODULES = 8
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PKG.rglob("*.py") if not str(p.relative_to(PKG)).startswith(EXEMPT))
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {str(p.relative_to(PKG)): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these modules (over {MAX_LINES} lines): {long}"
+
+
+def test_few_modules_sit_directly_in_the_package() -> None:
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules directly in evalkit/ (at most {MAX_TOP_MODULES}): {top}"
+
+
+def test_the_api_names_are_plain_functions_not_packages() -> None:
+    """evalkit.report and evalkit.gate are the API's functions; no package of evalkit has an API function's name
+    (a package would bind its name on evalkit at its first import and shadow the function)."""
+    api = ast.parse((PKG / "api.py").read_text())
+    functions = {n.name for n in api.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+    packages = {p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()}
+    assert not functions & packages, functions & packages
+    for name in ("run", "open_run", "report", "gate"):
+        assert callable(getattr(evalkit, name)) and getattr(evalkit, name).__module__ == "evalkit.api"
