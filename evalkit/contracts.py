@@ -432,7 +432,7 @@ class ManifestTask(BaseModel):
     version: str
     description: str = ""
     data_sha256: dict[str, str]  # split -> sha256 of the data file
-    settings: dict[str, Any]  # the task's settings after defaults (evalkit.tasks.base.TaskSettings)
+    settings: dict[str, Any]  # the task's settings after defaults (evalkit.tasks.spec.TaskSettings)
     requests: int
     prompts_streamed: bool = False  # built while the first requests were sent (cold prompt cache)
     max_tokens_clamp: dict[str, Any] | None = None  # per-prompt max_tokens cut to the server's context length

@@ -21,9 +21,9 @@ from evalkit.contracts import GenParams, Request, Response, Score, Status
 from evalkit.errors import DataError, TaskError
 from evalkit.scoring.math_answer import canonical_answer, normalize_integer, score_answer
 from evalkit.scoring.reasoning import split_reasoning
-from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
-from evalkit.tasks.spec import TaskSpec
+from evalkit.tasks.spec import TaskSettings, TaskSpec
 
 # MathArena's AIME 2025 instruction ("\\boxed{{}}" in their YAML is a str.format escape for "\boxed{}").
 INSTRUCTION = "Put your final answer within \\boxed{}.\nThe answer is an integer between 0 and 999 inclusive."

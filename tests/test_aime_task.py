@@ -13,8 +13,8 @@ import yaml
 from evalkit.contracts import Request, Response, SampleRecord
 from evalkit.errors import DataError
 from evalkit.scoring.estimators import Z95
-from evalkit.tasks.base import Task, TaskSettings
-from evalkit.tasks.spec import parse_spec
+from evalkit.tasks.base import Task
+from evalkit.tasks.spec import TaskSettings, parse_spec
 
 TASKS = Path(__file__).resolve().parent.parent / "tasks"
 YAML = TASKS / "aime25.yaml"

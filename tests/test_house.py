@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import grimp
+
 import evalkit
 
 PKG = Path(evalkit.__file__).parent
@@ -38,3 +40,32 @@ def test_the_api_names_are_plain_functions_not_packages() -> None:
     assert not functions & packages, functions & packages
     for name in ("run", "open_run", "report", "gate"):
         assert callable(getattr(evalkit, name)) and getattr(evalkit, name).__module__ == "evalkit.api"
+
+
+def test_no_import_cycles() -> None:
+    """No module of evalkit imports itself through others (function-level and TYPE_CHECKING imports count; the
+    package's lazy ``evalkit.run``/``report``/``gate`` for type checkers aside; vendored BFCL code aside)."""
+    graph = grimp.build_graph("evalkit")
+    edges = {
+        m: {i for i in graph.find_modules_directly_imported_by(m) if i.startswith("evalkit")} - {"evalkit.api"}
+        if m == "evalkit"
+        else {i for i in graph.find_modules_directly_imported_by(m) if i.startswith("evalkit")}
+        for m in graph.modules
+        if m.startswith("evalkit") and "bfcl_backends" not in m
+    }
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                cycles.append([*path[path.index(n) :], n])
+            elif n not in state:
+                visit(n, [*path, n])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles[:5]

@@ -17,8 +17,8 @@ from evalkit.runner import Runner
 from evalkit.scoring.bfcl_exec import Backends, named_arguments, parse_call
 from evalkit.scoring.bfcl_multi_turn import check_conversation
 from evalkit.store import open_run
-from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry
+from evalkit.tasks.spec import TaskSettings
 from evalkit.testing.server import Behaviour, TestServer
 from evalkit.testing.tools import THOUGHT
 

@@ -14,9 +14,9 @@ import pytest
 from evalkit.config import load_config
 from evalkit.contracts import Request
 from evalkit.runner import Runner
-from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.prompt_stream import PromptBuilder
 from evalkit.tasks.registry import Registry
+from evalkit.tasks.spec import TaskSettings
 from evalkit.testing.server import TestServer
 from evalkit.worker import WorkerError
 from tests.parity import lm_eval_gsm8k_config

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from evalkit.errors import TaskError
-from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.tasks.registry import Registry
+from evalkit.tasks.spec import TaskSettings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -175,7 +175,7 @@ def test_a_package_adds_a_kind_by_entry_point(tmp_path, monkeypatch):
     assert type(task).__name__ == "EchoTask" and task.defaults() == {"max_tokens": 4, "temperature": 0.0}
     assert task.metric_names() == ["accuracy,echo"]
     from evalkit.contracts import Response
-    from evalkit.tasks.base import TaskSettings
+    from evalkit.tasks.spec import TaskSettings
 
     reqs = task.build_requests(TaskSettings())
     records = []

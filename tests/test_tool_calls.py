@@ -17,8 +17,8 @@ from evalkit.runner import Runner
 from evalkit.scoring.tool_calls import score_tool_answer
 from evalkit.server.launch import build_argv
 from evalkit.store import open_run
-from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry
+from evalkit.tasks.spec import TaskSettings
 from evalkit.testing.server import Behaviour, TestServer
 
 AREA = {

@@ -354,8 +354,8 @@ def test_cli_refuses_a_bad_interval_in_one_line(tmp_path: Path) -> None:
 
 
 def test_a_document_selection_builds_only_those_documents() -> None:
-    from evalkit.tasks.base import TaskSettings
     from evalkit.tasks.registry import Registry
+    from evalkit.tasks.spec import TaskSettings
 
     reg = Registry([])
     aime = reg.get("aime25")

@@ -148,7 +148,7 @@ def test_a_dying_scorer_is_a_clear_error_and_keeps_what_was_stored(test_server, 
 
 
 def test_scores_equal_in_process_scores_and_errors_come_back(probe_dir):
-    from evalkit.tasks.base import TaskSettings
+    from evalkit.tasks.spec import TaskSettings
 
     task = Registry().get("gsm8k")
     reqs = task.build_requests(TaskSettings(limit=3))

@@ -33,8 +33,8 @@ def tasks_show(
     """A task's defaults, metrics, data checksums and a preview of its first prompt."""
     import json
 
-    from evalkit.tasks.base import TaskSettings
     from evalkit.tasks.registry import Registry
+    from evalkit.tasks.spec import TaskSettings
 
     try:
         reg = Registry(tasks_dir or [])

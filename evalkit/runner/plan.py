@@ -19,8 +19,9 @@ from evalkit.redact import redact_argv
 from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.store.manifest import package_versions
-from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.base import Task
 from evalkit.tasks.prompt_stream import PromptBuilder, RequestStream
+from evalkit.tasks.spec import TaskSettings
 
 
 def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:

@@ -24,7 +24,8 @@ from evalkit.runner.plan import TaskRun
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.writer import RunStore, load_for_summary
-from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.base import Task
+from evalkit.tasks.spec import TaskSettings
 from evalkit.worker import Worker
 
 Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record

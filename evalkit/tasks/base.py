@@ -14,46 +14,14 @@ import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score, ToolExecutor
-from evalkit.tasks.spec import TaskSpec
+from evalkit.tasks.spec import TaskSettings, TaskSpec
 
 if TYPE_CHECKING:  # the metrics (and numpy) are imported when a summary is computed, not to list tasks
     from evalkit.scoring.metrics import Samples
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class TaskSettings:
-    """User-facing knobs, already merged with the task's defaults by the runner."""
-
-    limit: int | None = None
-    num_fewshot: int | None = None
-    num_samples: int = 1
-    max_tokens: int | None = None
-    max_length: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    endpoint_kind: EndpointKind | None = None
-    docs: tuple[int, ...] | None = None  # only these document ids (``limit`` then caps how many of them)
-    # multi-turn tool-calling tasks: leave earlier turns' reasoning out of the history sent back (None: other tasks)
-    drop_reasoning: bool | None = None
-
-    def wants(self, doc_id: int) -> bool:
-        """Whether document ``doc_id`` is in the run's selection (every document when ``docs`` is None)."""
-        return self.docs is None or doc_id in self.docs
-
-    def select(self, items: Sequence[T]) -> list[tuple[int, T]]:
-        """The ``(doc_id, item)`` pairs of a task's documents (doc_id = position) that the run takes: those in
-        ``docs``, then at most ``limit`` of them."""
-        chosen = [(d, item) for d, item in enumerate(items) if self.wants(d)]
-        return chosen if self.limit is None else chosen[: max(self.limit, 0)]
 
 
 def sha256_file(path: Path) -> str:

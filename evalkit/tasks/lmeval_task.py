@@ -22,11 +22,11 @@ import yaml
 
 from evalkit.contracts import GenParams, MetricValue, Request, Response, SampleRecord, Score, Status
 from evalkit.errors import TaskError
-from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
 from evalkit.tasks.prompt_cache import FORMAT as PROMPT_CACHE_FORMAT
 from evalkit.tasks.prompt_cache import cache_writable, prompt_cache_dir, read_cache, write_cache
-from evalkit.tasks.spec import TaskSpec
+from evalkit.tasks.spec import TaskSettings, TaskSpec
 
 LM_EVAL_SEED = 1234  # lm-eval's default seed for API models and for the few-shot sampler
 

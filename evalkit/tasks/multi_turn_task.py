@@ -29,9 +29,9 @@ from evalkit.contracts import Conversation, GenParams, Request, Response, Score,
 from evalkit.errors import DataError, TaskError
 from evalkit.scoring.bfcl_exec import FUNC_DOCS, MODULES, Backends
 from evalkit.scoring.bfcl_multi_turn import KEY, score_conversation
-from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
-from evalkit.tasks.spec import TaskSpec
+from evalkit.tasks.spec import TaskSettings, TaskSpec
 from evalkit.tasks.tool_task import BUILTIN_DEFAULTS, TOOL_CHOICES, ToolCallTask, to_tools
 
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
@@ -113,3 +113,9 @@ class MultiTurnToolTask(ToolCallTask):
         item = self.items[request.doc_id]
         names = [f["name"] for f in item["function"]]
         return score_conversation(item, item["ground_truth"], response.turns or [], names)
+
+
+def tool_calls_task(spec: TaskSpec) -> Task:
+    """The ``tool-calls`` kind (the registry's kinds table names this): a single-turn category's
+    :class:`ToolCallTask`, or ``category: multi_turn``'s conversations."""
+    return MultiTurnToolTask(spec) if spec.options.get("category") == "multi_turn" else ToolCallTask(spec)

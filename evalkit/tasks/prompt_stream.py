@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.contracts import Request
-from evalkit.tasks.base import TaskSettings
+from evalkit.tasks.spec import TaskSettings
 from evalkit.worker import Worker, settle
 
 

@@ -40,7 +40,7 @@ ENTRY_POINT_GROUP = "evalkit.task_kinds"
 KINDS: dict[str, str] = {
     "lm-eval": "evalkit.tasks.lmeval_task:LmEvalTask",
     "python": "evalkit.tasks.registry:load_python_task",
-    "tool-calls": "evalkit.tasks.tool_task:ToolCallTask",
+    "tool-calls": "evalkit.tasks.multi_turn_task:tool_calls_task",
 }
 KindFactory = Callable[[TaskSpec], Task]
 

@@ -6,7 +6,7 @@ here, each failing with one line that names the file or task and the fix:
 - ``name``, ``kind`` and ``version`` are present (``version`` kept as a string);
 - ``data`` maps names to paths, resolved against the task file's folder (:meth:`TaskSpec.data_files` says which
   a kind needs);
-- ``defaults`` only names keys of :class:`evalkit.tasks.base.TaskSettings`;
+- ``defaults`` only names keys of :class:`TaskSettings`;
 - ``endpoint_kind``, when given, is ``chat`` or ``completions``;
 - ``metrics``, when given, lists names of :data:`evalkit.scoring.metrics.METRICS` (what the default summary
   reports, e.g. ``[avg, pass, maj]``).
@@ -20,21 +20,50 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import yaml
 
 from evalkit.contracts import EndpointKind
 from evalkit.errors import TaskError
 
+T = TypeVar("T")
+
 ENDPOINT_KINDS = ("chat", "completions")
 _COMMON = ("name", "kind", "version", "description", "data", "defaults", "endpoint_kind", "metrics")
 
 
+@dataclass(frozen=True)
+class TaskSettings:
+    """User-facing knobs, already merged with the task's defaults by the runner."""
+
+    limit: int | None = None
+    num_fewshot: int | None = None
+    num_samples: int = 1
+    max_tokens: int | None = None
+    max_length: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    endpoint_kind: EndpointKind | None = None
+    docs: tuple[int, ...] | None = None  # only these document ids (``limit`` then caps how many of them)
+    # multi-turn tool-calling tasks: leave earlier turns' reasoning out of the history sent back (None: other tasks)
+    drop_reasoning: bool | None = None
+
+    def wants(self, doc_id: int) -> bool:
+        """Whether document ``doc_id`` is in the run's selection (every document when ``docs`` is None)."""
+        return self.docs is None or doc_id in self.docs
+
+    def select(self, items: Sequence[T]) -> list[tuple[int, T]]:
+        """The ``(doc_id, item)`` pairs of a task's documents (doc_id = position) that the run takes: those in
+        ``docs``, then at most ``limit`` of them."""
+        chosen = [(d, item) for d, item in enumerate(items) if self.wants(d)]
+        return chosen if self.limit is None else chosen[: max(self.limit, 0)]
+
+
 def settings_keys() -> list[str]:
     """The keys a task's ``defaults`` may set: the fields of TaskSettings."""
-    from evalkit.tasks.base import TaskSettings
-
     return sorted(f.name for f in fields(TaskSettings))
 
 

@@ -31,9 +31,9 @@ from evalkit.errors import DataError, TaskError
 from evalkit.scoring.bfcl_ast import api_name
 from evalkit.scoring.metrics import WILSON_CI, Samples, count_statuses
 from evalkit.scoring.tool_calls import CATEGORIES, IRRELEVANCE, KEY, score_tool_answer
-from evalkit.tasks.base import Task, TaskSettings
+from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
-from evalkit.tasks.spec import TaskSpec
+from evalkit.tasks.spec import TaskSettings, TaskSpec
 
 BUILTIN_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 1024}
 TOOL_CHOICES = ("auto", "required", "none")
@@ -99,15 +99,6 @@ class ToolCallTask(Task):
         super().__init__(spec)
         self.tool_choice = spec.choice("tool_choice", TOOL_CHOICES, "auto")
         self.items = self._load()
-
-    @classmethod
-    def from_spec(cls, spec: TaskSpec) -> Task:
-        """The ``tool-calls`` kind: a single-turn category, or ``category: multi_turn``'s conversations."""
-        if spec.options.get("category") == "multi_turn":
-            from evalkit.tasks.multi_turn_task import MultiTurnToolTask
-
-            return MultiTurnToolTask(spec)
-        return cls(spec)
 
     def _load(self) -> list[dict[str, Any]]:
         path = self.data_files["test"]

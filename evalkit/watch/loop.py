@@ -30,8 +30,8 @@ from evalkit.gating.policy import Policy
 from evalkit.runner import Runner
 from evalkit.server.gpu import gpu_info
 from evalkit.store.reader import as_num, open_run
-from evalkit.tasks.base import TaskSettings
 from evalkit.tasks.registry import Registry
+from evalkit.tasks.spec import TaskSettings
 from evalkit.watch.exporter import WatchMetrics, check_port
 from evalkit.watch.history import (
     JUDGED,
