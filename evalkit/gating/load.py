@@ -21,7 +21,7 @@ import orjson
 from evalkit.gating.errors import GateInputError
 from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
-from evalkit.store.reader import open_run
+from evalkit.store.reader import ManifestTaskRead, open_run
 
 SAMPLING_KEYS = (
     "num_samples",
@@ -45,19 +45,19 @@ def from_run_dir(path: str | Path) -> RunInputs:
     for name in (MANIFEST, SUMMARY, SAMPLES):
         if name in run.problems:
             raise GateInputError(_problem(run_dir / name, *run.problems[name]))
-    manifest, summary = run.manifest, run.summary
+    manifest, summary = run.manifest_read(), run.summary
     samples: dict[str, list[dict[str, Any]]] = {}
     for rec in run.samples:
         if isinstance(rec.get("doc_id"), int):
             samples.setdefault(str(rec["task"]), []).append(rec)
     notes = _Notes(run.label, run_dir / SUMMARY)
-    m_tasks, s_tasks = _dict(manifest.get("tasks")), _field(summary, "tasks", dict, notes, "tasks", "") or {}
-    names = [*m_tasks, *(n for n in s_tasks if n not in m_tasks)]
-    rate = _num(manifest.get("request_rate"))
+    s_tasks = _field(summary, "tasks", dict, notes, "tasks", "") or {}
+    names = [*manifest.tasks, *(n for n in s_tasks if n not in manifest.tasks)]
+    rate = manifest.request_rate
     tasks = {
         name: _task(
             name,
-            _dict(m_tasks.get(name)),
+            manifest.task(name),
             _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {},
             samples.get(name, []),
             notes,
@@ -65,7 +65,7 @@ def from_run_dir(path: str | Path) -> RunInputs:
         )
         for name in names
     }
-    concurrency = manifest.get("concurrency")
+    concurrency = manifest.concurrency
     return RunInputs(
         label=run.label,
         tasks=tasks,
@@ -128,7 +128,7 @@ def _int(x: Any, low: int) -> int | None:
 
 def _task(
     name: str,
-    manifest: dict[str, Any],
+    manifest: ManifestTaskRead,
     summary: dict[str, Any],
     samples: list[dict[str, Any]],
     notes: _Notes,
@@ -149,13 +149,12 @@ def _task(
     )
 
 
-def _metric_names(task: str, manifest: dict[str, Any], in_summary: list[str]) -> list[str]:
+def _metric_names(task: str, manifest: ManifestTaskRead, in_summary: list[str]) -> list[str]:
     """The task's metric names: as its manifest recorded them from the task definition, else (older stores) the
     summary's, else the task registry's. Never only the summary's when the manifest has them: a stale or cut
     summary must not decide which metrics are compared."""
-    recorded = manifest.get("metrics")
-    if isinstance(recorded, list) and recorded:
-        return [str(m) for m in recorded]
+    if manifest.metrics:
+        return list(manifest.metrics)
     return [str(m) for m in in_summary] or _registry_metrics(task)
 
 
@@ -169,14 +168,14 @@ def _registry_metrics(task: str) -> list[str]:
         return []
 
 
-def asked_docs(manifest: dict[str, Any]) -> frozenset[int] | None:
+def asked_docs(manifest: ManifestTaskRead) -> frozenset[int] | None:
     """The documents the run was asked for, from its manifest: the ``docs`` selection (capped by the request
     count, as ``limit`` caps it) or the first ``requests / num_samples`` documents; None when the manifest does
     not say."""
-    requests, settings = manifest.get("requests"), _dict(manifest.get("settings"))
+    requests, settings = manifest.requests, manifest.settings
     per_doc = settings.get("num_samples")
     per_doc = per_doc if isinstance(per_doc, int) and not isinstance(per_doc, bool) and per_doc > 0 else 1
-    if not isinstance(requests, int) or isinstance(requests, bool) or requests < 0:
+    if requests is None or requests < 0:
         return None
     n = requests // per_doc
     docs = settings.get("docs")
@@ -198,9 +197,9 @@ def _consistency(task: str, summary: dict[str, Any], counts: StatusCounts) -> li
     ]
 
 
-def _identity(manifest: dict[str, Any], summary: dict[str, Any], samples: list[dict[str, Any]]) -> Identity:
-    settings = _dict(manifest.get("settings"))
-    version = manifest.get("version", summary.get("version"))
+def _identity(manifest: ManifestTaskRead, summary: dict[str, Any], samples: list[dict[str, Any]]) -> Identity:
+    settings = manifest.settings
+    version = manifest.version if manifest.version is not None else summary.get("version")
     digests: dict[int, str] = {}
     for s in samples:
         if s["doc_id"] not in digests:
@@ -210,7 +209,7 @@ def _identity(manifest: dict[str, Any], summary: dict[str, Any], samples: list[d
     limit, fewshot = settings.get("limit"), settings.get("num_fewshot")
     return Identity(
         version=None if version is None else str(version),
-        data_sha256={str(k): str(v) for k, v in _dict(manifest.get("data_sha256")).items()},
+        data_sha256=dict(manifest.data_sha256),
         limit=limit if isinstance(limit, int) else None,
         num_fewshot=fewshot if isinstance(fewshot, int) else None,
         num_samples=settings.get("num_samples") if isinstance(settings.get("num_samples"), int) else None,

@@ -180,13 +180,14 @@ def _note(note: str) -> str:
 
 def run_banners(run: Run) -> list[Banner]:
     out = [Banner("warn", _note(note)) for note in run.notes]
+    manifest = run.manifest_read()
     for t in run.tasks():
         name, speed, counts, server = t.name, t.speed, t.counts, t.server or {}
         if speed is not None and speed.client_bound is True:
             out.append(client_bound_banner(name, speed))
         total = counts.get("total")
         samples = [s for s in run.samples if s.get("task") == name]
-        settings = as_dict(run.manifest_tasks.get(name, {}).get("settings"))
+        settings = manifest.task(name).settings
         for status in ("api_error", "empty", "no_answer", "truncated", *ALWAYS_SHOWN):
             k = counts.get(status) or 0
             if k > 0 and (status in ("api_error", *ALWAYS_SHOWN) or not total or k / total >= STATUS_SHARE):
@@ -198,8 +199,8 @@ def run_banners(run: Run) -> list[Banner]:
             stall = shared_wait_banner(name, speed, server)
         if stall is not None:
             out.append(stall)
-    for name, mt in run.manifest_tasks.items():
-        clamp = mt.get("max_tokens_clamp")
+    for name, mt in manifest.tasks.items():
+        clamp = mt.max_tokens_clamp
         if clamp:
             out.append(Banner("info", f"{name}: max_tokens was clamped: {compact_json(clamp)}"))
     return out

@@ -26,26 +26,25 @@ from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.reporting.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
 from evalkit.reporting.timecourse import timeline, timeline_chart
 from evalkit.reporting.verdict_view import VerdictView
-from evalkit.store.reader import Run, as_dict, as_num, as_str
+from evalkit.store.reader import Run, as_dict, as_num
 
 
 def run_config(run: Run) -> dict[str, str]:
     """A flat {setting: value} of what shapes a run's numbers: server flags, env, sampling, versions."""
-    m = run.manifest
+    m = run.manifest_read()
     cfg: dict[str, str] = {}
 
     def put(k: str, v: Any) -> None:
         if v is not None:
             cfg[k] = compact_json(v)
 
-    put("model", m.get("model"))
-    endpoint = as_dict(m.get("endpoint"))
-    server = as_dict(m.get("server"))
+    put("model", m.model)
+    server = m.server or {}
     # a server evalkit started listens on a free port: its URL and --port are noise, not config
     host = None if server else endpoints_str(m)
-    put("endpoint", " ".join(x for x in (as_str(endpoint.get("kind")), host) if x) or None)
-    put("concurrency", m.get("concurrency"))
-    put("vllm", server.get("vllm_version") or as_dict(m.get("versions")).get("vllm"))
+    put("endpoint", " ".join(x for x in (m.endpoint.kind if m.endpoint else None, host) if x) or None)
+    put("concurrency", m.concurrency)
+    put("vllm", server.get("vllm_version") or m.versions.get("vllm"))
     put("gpu", gpu_summary(server.get("gpus")))
     pos, flags = parse_argv(server.get("argv"))
     if pos:
@@ -55,10 +54,10 @@ def run_config(run: Run) -> dict[str, str]:
             put(k, v)
     for k, v in as_dict(server.get("env_overrides")).items():
         put(f"env {k}", v)
-    for task, t in run.manifest_tasks.items():
-        for k, v in as_dict(t.get("settings")).items():
+    for task, t in m.tasks.items():
+        for k, v in t.settings.items():
             put(f"{task}.{k}", "null" if v is None else v)
-    put("evalkit", m.get("evalkit_version"))
+    put("evalkit", m.evalkit_version)
     return cfg
 
 
@@ -209,9 +208,9 @@ def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
                 out.append(Banner("warn", f"{lab} / {t.name}: client-bound; its speed numbers are lower bounds."))
     tasks: dict[str, list[tuple[str, str, str]]] = {}
     for run, lab in zip(runs, labels, strict=True):
-        for name, mt in run.manifest_tasks.items():
-            sha = compact_json(mt.get("data_sha256")) if mt.get("data_sha256") else ""
-            tasks.setdefault(name, []).append((lab, as_str(mt.get("version")) or "", sha))
+        for name, mt in run.manifest_read().tasks.items():
+            sha = compact_json(mt.data_sha256) if mt.data_sha256 else ""
+            tasks.setdefault(name, []).append((lab, mt.version or "", sha))
     for name, entries in tasks.items():
         if len({e[1] for e in entries}) > 1:
             out.append(
@@ -244,14 +243,15 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
     common = [KV(k, configs[0][k], mono=True) for k in keys if k not in differing]
     heads = []
     for i, (run, lab, cfg) in enumerate(zip(runs, labels, configs, strict=True)):
+        manifest = run.manifest_read()
         heads.append(
             CompareRunHead(
                 index=i,
                 letter=letter(i),
                 label=lab,
-                model=as_str(run.manifest.get("model")),
+                model=manifest.model,
                 diff=[KV(k, cfg.get(k, DASH), mono=True) for k in differing],
-                argv=argv_str(as_dict(run.manifest.get("server")).get("argv")),
+                argv=argv_str((manifest.server or {}).get("argv")),
                 notes=run.notes,
             )
         )

@@ -81,11 +81,12 @@ class FlipsView:
 def flips_view(ra: Run, rb: Run, ha: CompareRunHead, hb: CompareRunHead) -> FlipsView:
     f = compute_flips(ra.samples, rb.samples)
     pool = TextPool()
+    manifest = ra.manifest_read()
 
     def prompt_ref(s: dict[str, Any]) -> TextRef:
         """The question under test; the few-shot examples before it are only counted."""
         prompt = as_str(s.get("prompt"))
-        k = as_int(as_dict(ra.manifest_tasks.get(str(s.get("task")), {}).get("settings")).get("num_fewshot"))
+        k = as_int(manifest.task(str(s.get("task"))).settings.get("num_fewshot"))
         examples, question = split_fewshot(prompt, k) if prompt is not None else ([], None)
         note = None
         if examples:

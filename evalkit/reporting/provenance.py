@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from evalkit.redact import redact_argv
 from evalkit.reporting.common import KV, compact_json
-from evalkit.store.reader import Run, as_dict, as_list, as_num, as_str
+from evalkit.store.reader import ManifestRead, Run, as_dict, as_list, as_num, as_str
 
 
 def endpoint_host(base_url: Any) -> str | None:
@@ -87,27 +87,26 @@ class TaskProvenance:
     clamp: str | None
 
 
-def endpoints_str(manifest: dict[str, Any]) -> str | None:
+def endpoints_str(manifest: ManifestRead) -> str | None:
     """The endpoint, or the endpoints of a sharded run (space-separated), without credentials."""
-    shards = [endpoint_host(u) for u in as_list(manifest.get("endpoints"))]
+    shards = [endpoint_host(u) for u in manifest.endpoints or []]
     if shards:
         return " ".join(h or "?" for h in shards)
-    return endpoint_host(as_dict(manifest.get("endpoint")).get("base_url"))
+    return endpoint_host(manifest.endpoint.base_url if manifest.endpoint else None)
 
 
 def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
-    m = run.manifest
-    endpoint = as_dict(m.get("endpoint"))
-    versions = as_dict(m.get("versions"))
-    server = as_dict(m.get("server"))
+    m = run.manifest_read()
+    versions = m.versions
+    server = m.server or {}
     rows: list[KV] = [
-        KV("Model", as_str(m.get("model"))),
+        KV("Model", m.model),
         KV("Endpoint", endpoints_str(m), mono=True),
-        KV("API", as_str(endpoint.get("kind"))),
-        KV("Concurrency", as_str(m.get("concurrency"))),
-        KV("Started", as_str(m.get("created_at"))),
-        KV("Finished", as_str(m.get("finished_at"))),
-        KV("evalkit", as_str(m.get("evalkit_version"))),
+        KV("API", m.endpoint.kind if m.endpoint else None),
+        KV("Concurrency", as_str(m.concurrency)),
+        KV("Started", m.created_at),
+        KV("Finished", m.finished_at),
+        KV("evalkit", m.evalkit_version),
         KV("vLLM", as_str(server.get("vllm_version") or versions.get("vllm"))),
     ]
     for k, v in versions.items():
@@ -131,24 +130,21 @@ def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
             if extra:
                 desc += f"; {extra}"
             rows.append(KV(f"GPU {i}", desc))
-    elif "server" in m:
+    elif "server" in m.keys:
         rows.append(KV("Server", "not launched by evalkit (no server flags recorded)"))
-    cmd = argv_str(m.get("command"))
+    cmd = argv_str(m.command)
     if cmd:
         rows.append(KV("Command", cmd, mono=True))
     rows.append(KV("Run directory", run.path.resolve().name, mono=True))
     tasks: list[TaskProvenance] = []
-    for name, t in run.manifest_tasks.items():
-        sha = [KV(str(split), as_str(h), mono=True) for split, h in as_dict(t.get("data_sha256")).items()]
-        settings = [
-            KV(str(k), compact_json(v) if v is not None else "null", mono=True)
-            for k, v in as_dict(t.get("settings")).items()
-        ]
-        clamp = t.get("max_tokens_clamp")
+    for name, t in m.tasks.items():
+        sha = [KV(split, h, mono=True) for split, h in t.data_sha256.items()]
+        settings = [KV(str(k), compact_json(v) if v is not None else "null", mono=True) for k, v in t.settings.items()]
+        clamp = t.max_tokens_clamp
         tasks.append(
             TaskProvenance(
                 name=name,
-                version=as_str(t.get("version")),
+                version=t.version,
                 data_sha256=sha,
                 settings=settings,
                 clamp=compact_json(clamp) if clamp else None,

@@ -208,13 +208,14 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     server = t.server or {}
     srows, sextra = speed_table(speed)
     steady_title, steady_rows, steady_extra = steady_table(speed)
-    conc = concurrency_str(speed, t.concurrency_trace, run.manifest.get("concurrency"))
+    manifest = run.manifest_read()
+    conc = concurrency_str(speed, t.concurrency_trace, manifest.concurrency)
     sextra = [KV("Concurrency", conc) if kv.key == "Concurrency" else kv for kv in sextra]
     split = ttft_split(server, speed)
     if split:
         sextra.append(KV("Where TTFT went", split))
     gpu = t.gpu or {}
-    grows, gextra = gpu_rows(gpu, as_dict(run.manifest.get("server")).get("gpus"))
+    grows, gextra = gpu_rows(gpu, (manifest.server or {}).get("gpus"))
     la = accuracy_by_length(s for s in run.samples if s.get("task") == name)
     length_rows = [
         LengthRow(b.label, b.n, fmt_pct(b.accuracy), wilson_str(b.correct, b.n), b.truncated) for b in la.buckets if b.n
@@ -225,7 +226,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     return TaskView(
         name=name,
         anchor=f"task-{index}",
-        version=as_str(t.version or run.manifest_tasks.get(name, {}).get("version")),
+        version=t.version or manifest.task(name).version,
         metrics=metric_views(t),
         counts=chips,
         total=counts.get("total"),
@@ -327,7 +328,7 @@ class RunView:
 
 def build_run_view(run: Run) -> RunView:
     names = run.task_names()
-    model = as_str(run.manifest.get("model"))
+    model = run.manifest_read().model
     prov, tprov = provenance(run)
     charts = run_charts(run, names)
     return RunView(

@@ -190,9 +190,10 @@ def sample_section(run: Run) -> SampleSection:
     fewshot_table = TextTable()
     long_texts: list[str] = []
     rows = []
+    manifest = run.manifest_read()
     for s in samples:
         task = str(s.get("task"))
-        k = as_int(as_dict(run.manifest_tasks.get(task, {}).get("settings")).get("num_fewshot"))
+        k = as_int(manifest.task(task).settings.get("num_fewshot"))
         prompt = as_str(s.get("prompt"))
         examples = split_fewshot(prompt, k)[0] if prompt is not None else []
         rows.append(_row(s, tasks.index(task), table, [fewshot_table.add(x) for x in examples], long_texts))

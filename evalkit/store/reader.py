@@ -5,10 +5,12 @@ runs, so reading is tolerant: the files are kept as JSON objects whose values ar
 they are used (the ``as_*`` helpers), and problems are collected as human-readable ``notes`` (and, per file, in
 ``problems``) instead of raised. :meth:`Run.typed_manifest`, :meth:`Run.typed_summary` and :meth:`Run.records`
 give the validated models of :mod:`evalkit.contracts` (strict: a ValidationError on anything odd); :meth:`Run.task`
-and :meth:`Run.tasks` give each task of the summary as a :class:`TaskRead`, every field typed and read on its own
-(:func:`lenient_value`: a field that does not read is None or empty, the others still read). Report and watch
-read the summary only that way (tests/test_typed_reads.py keeps ``run.summary`` dict reads out of report, gate
-and watch; the gate's fail-closed loader, which names each refused value, is the one exception).
+and :meth:`Run.tasks` give each task of the summary as a :class:`TaskRead`, and :meth:`Run.manifest_read` the
+manifest as a :class:`ManifestRead`, every field typed and read on its own (:func:`lenient_value`: a field that
+does not read is None or empty, the others still read; what did not read is listed as :class:`Dropped`). Report,
+gate and watch read the run only that way (tests/test_typed_reads.py keeps ``run.summary`` / ``run.manifest``
+dict reads out of them; the gate's fail-closed loader, which names each refused summary value, is the one
+exception).
 
 Example::
 
@@ -30,12 +32,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
-from evalkit.contracts import EndpointSummary, Manifest, MetricValue, RunSummary, SampleRecord, Speed, TaskSummary
+from evalkit.contracts import (
+    Endpoint,
+    EndpointSummary,
+    Manifest,
+    ManifestTask,
+    MetricValue,
+    RunSummary,
+    SampleRecord,
+    Speed,
+    TaskSummary,
+    WarmupSettings,
+)
 from evalkit.store.files import LOCK, MANIFEST, SAMPLES, SUMMARY
 
 
@@ -101,28 +115,71 @@ def _container(annotation: Any) -> tuple[Any, Any] | None:
 _NOT_READ = object()
 
 
-def lenient_value(annotation: Any, raw: Any) -> Any:
+@dataclass(frozen=True)
+class Dropped:
+    """A value a lenient read did not take: ``where`` (its dotted path, e.g. ``tasks.gsm8k.requests``), the
+    ``value`` as read, and ``expected``: the type it does not read as."""
+
+    where: str
+    value: Any
+    expected: str
+
+
+def _admits_none(annotation: Any) -> bool:
+    return (
+        annotation is Any
+        or annotation is None
+        or annotation is type(None)
+        or (get_origin(annotation) in (Union, UnionType) and type(None) in get_args(annotation))
+    )
+
+
+def _expected(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def lenient_value(annotation: Any, raw: Any, where: str = "", dropped: list[Dropped] | None = None) -> Any:
     """``raw`` (JSON as read) as ``annotation``, validated strictly as JSON (no numbers from strings, no bools as
     numbers): a model is read field by field (:func:`lenient`), a list or mapping keeps the entries that read;
-    ``_NOT_READ`` when it does not read (or is null)."""
+    ``_NOT_READ`` when it does not read or is null (an entry of a list or mapping may be null where its type
+    allows). Each value that does not read is added to ``dropped`` (with its path from ``where``) when it is
+    given; an absent or null one is not."""
     if raw is None:
         return _NOT_READ
     model = _model_in(annotation)
     if model is not None:
-        value = lenient(model, raw)
+        value = lenient(model, raw, where, dropped)
+        if value is None:
+            _drop(dropped, where, raw, annotation)
         return _NOT_READ if value is None else value
     container = _container(annotation)
     if container is not None and container[1] is not Any:
         origin, item = container
         if origin is list and isinstance(raw, list):
-            return [v for x in raw if (v := lenient_value(item, x)) is not _NOT_READ]
+            return [v for i, x in enumerate(raw) if (v := _entry(item, x, f"{where}[{i}]", dropped)) is not _NOT_READ]
         if origin is dict and isinstance(raw, dict):
-            return {str(k): v for k, x in raw.items() if (v := lenient_value(item, x)) is not _NOT_READ}
+            return {
+                str(k): v
+                for k, x in raw.items()
+                if (v := _entry(item, x, f"{where}.{k}" if where else str(k), dropped)) is not _NOT_READ
+            }
+        _drop(dropped, where, raw, annotation)
         return _NOT_READ
     try:
         return _adapter(annotation).validate_json(orjson.dumps(raw), strict=True)
     except (ValidationError, TypeError, orjson.JSONEncodeError):
+        _drop(dropped, where, raw, annotation)
         return _NOT_READ
+
+
+def _entry(item: Any, raw: Any, where: str, dropped: list[Dropped] | None) -> Any:
+    """An entry of a list or mapping: null where its type allows it, else :func:`lenient_value`."""
+    return None if raw is None and _admits_none(item) else lenient_value(item, raw, where, dropped)
+
+
+def _drop(dropped: list[Dropped] | None, where: str, raw: Any, annotation: Any) -> None:
+    if dropped is not None and raw is not None:
+        dropped.append(Dropped(where, raw, _expected(annotation)))
 
 
 @functools.cache
@@ -130,10 +187,11 @@ def _adapter(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation)
 
 
-def lenient(model: type[M], data: Any) -> M | None:
+def lenient(model: type[M], data: Any, where: str = "", dropped: list[Dropped] | None = None) -> M | None:
     """``data`` (a JSON object as read) as ``model``, each field read on its own (:func:`lenient_value`): a field
     that does not read falls back to its default; None when ``data`` is not a mapping or a required field is
-    missing or does not read. Keys the model does not know are kept where it allows them."""
+    missing or does not read. Keys the model does not know are kept where it allows them. ``where`` and
+    ``dropped``: as for :func:`lenient_value`."""
     if not isinstance(data, dict):
         return None
     try:
@@ -142,9 +200,11 @@ def lenient(model: type[M], data: Any) -> M | None:
         pass
     values: dict[str, Any] = {}
     for name, info in model.model_fields.items():
-        value = lenient_value(info.annotation, data.get(name))
+        value = lenient_value(info.annotation, data.get(name), f"{where}.{name}" if where else name, dropped)
         if value is not _NOT_READ:
             values[name] = value
+        elif name in data and data[name] is None and _admits_none(info.annotation):
+            values[name] = None
         elif info.is_required():
             return None
     if model.model_config.get("extra") == "allow":
@@ -189,6 +249,98 @@ class TaskRead:
         return cls(name, listed, bool(raw), **values)
 
 
+def _read_fields(
+    fields: dict[str, FieldInfo], raw: dict[str, Any], where: str, dropped: list[Dropped]
+) -> dict[str, Any]:
+    """The ``fields`` (a model's) in ``raw`` that read (:func:`lenient_value`), by name; the others in ``dropped``."""
+    prefix = f"{where}." if where else ""
+    return {
+        key: value
+        for key, info in fields.items()
+        if (value := lenient_value(info.annotation, raw.get(key), prefix + key, dropped)) is not _NOT_READ
+    }
+
+
+@dataclass(frozen=True)
+class ManifestTaskRead:
+    """One task's entry in ``manifest.json`` as report, gate and watch read it: each field of
+    :class:`~evalkit.contracts.ManifestTask` read on its own (:func:`lenient_value`); a field that does not read
+    is None (or empty). ``listed``: the manifest's ``tasks`` names the task; ``present``: with a mapping that is
+    not empty; a ``version`` written as a number reads as its text. tests/test_typed_reads.py checks that the
+    other fields are ManifestTask's."""
+
+    name: str
+    listed: bool = False
+    present: bool = False
+    version: str | None = None
+    description: str | None = None
+    data_sha256: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    requests: int | None = None
+    prompts_streamed: bool | None = None
+    max_tokens_clamp: dict[str, Any] | None = None
+    metrics: list[str] | None = None
+
+    @classmethod
+    def of(cls, name: str, raw: Any, listed: bool = True, dropped: list[Dropped] | None = None) -> ManifestTaskRead:
+        if not isinstance(raw, dict):
+            if dropped is not None and raw is not None:
+                dropped.append(Dropped(f"tasks.{name}", raw, "ManifestTask"))
+            return cls(name, listed)
+        values = _read_fields(ManifestTask.model_fields, raw, f"tasks.{name}", [] if dropped is None else dropped)
+        version = raw.get("version")
+        if as_num(version) is not None:  # a version written as a number (lm-eval's task YAML): its text
+            values["version"] = str(version)
+            if dropped:
+                dropped[:] = [d for d in dropped if d.where != f"tasks.{name}.version"]
+        return cls(name, listed, bool(raw), **values)
+
+
+@dataclass(frozen=True)
+class ManifestRead:
+    """``manifest.json`` as report, gate and watch read it: each field of :class:`~evalkit.contracts.Manifest`
+    read on its own (:func:`lenient_value`), ``tasks`` as :class:`ManifestTaskRead`; a field that does not read
+    is None (or empty). ``keys``: the keys the file has (read or not); ``dropped``: each value that did not read
+    (its path, the value, the type it is not), for a reader that must say so. tests/test_typed_reads.py checks
+    that the fields are Manifest's."""
+
+    schema_version: int | None = None
+    evalkit_version: str | None = None
+    created_at: str | None = None
+    finished_at: str | None = None
+    command: list[str] = field(default_factory=list)
+    endpoint: Endpoint | None = None
+    endpoints: list[str] | None = None
+    model: str | None = None
+    concurrency: int | Literal["auto"] | None = None
+    concurrency_cap: dict[str, int] | None = None
+    request_rate: float | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    tasks: dict[str, ManifestTaskRead] = field(default_factory=dict)
+    server: dict[str, Any] | None = None
+    resumed_at: list[str] | None = None
+    warmup: WarmupSettings | None = None
+    keys: frozenset[str] = frozenset()
+    dropped: tuple[Dropped, ...] = ()
+
+    @classmethod
+    def of(cls, raw: Any) -> ManifestRead:
+        if not isinstance(raw, dict):
+            return cls()
+        dropped: list[Dropped] = []
+        fields = {k: v for k, v in Manifest.model_fields.items() if k != "tasks"}
+        values = _read_fields(fields, raw, "", dropped)
+        tasks_raw = raw.get("tasks")
+        if tasks_raw is not None and not isinstance(tasks_raw, dict):
+            dropped.append(Dropped("tasks", tasks_raw, "dict[str, ManifestTask]"))
+        tasks = {str(k): ManifestTaskRead.of(str(k), v, dropped=dropped) for k, v in as_dict(tasks_raw).items()}
+        return cls(**values, tasks=tasks, keys=frozenset(raw), dropped=tuple(dropped))
+
+    def task(self, name: str) -> ManifestTaskRead:
+        """The manifest's entry for task ``name`` (not ``listed`` when it has none)."""
+        return self.tasks.get(name) or ManifestTaskRead(name, listed=False)
+
+
 @dataclass
 class Run:
     """A run directory as read: ``manifest`` and ``summary`` as JSON objects ({} when unreadable), ``samples``
@@ -205,6 +357,10 @@ class Run:
     def typed_manifest(self) -> Manifest:
         """The manifest validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
         return Manifest.model_validate(self.manifest)
+
+    def manifest_read(self) -> ManifestRead:
+        """``manifest.json`` read leniently into typed fields (:class:`ManifestRead`)."""
+        return ManifestRead.of(self.manifest)
 
     def typed_summary(self) -> RunSummary:
         """The summary validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
