@@ -2,6 +2,9 @@
 
 Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
 everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
+The manifest and the summary's counts are read through the typed reads (:meth:`Run.manifest_read`,
+:meth:`Run.task`); the other summary fields are read raw, since each note below shows the malformed value as
+written and a partly written speed still gives its wall time and concurrency (tests/test_typed_reads.py).
 
 A malformed summary field is never a traceback: the concurrency trace (it decides which requests are compared at
 matched load) is refused with a GateInputError; a field that decides nothing by itself (the auto-concurrency
@@ -58,6 +61,7 @@ def from_run_dir(path: str | Path) -> RunInputs:
         name: _task(
             name,
             manifest.task(name),
+            run.task(name).counts.get("total"),
             _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {},
             samples.get(name, []),
             notes,
@@ -129,6 +133,7 @@ def _int(x: Any, low: int) -> int | None:
 def _task(
     name: str,
     manifest: ManifestTaskRead,
+    recorded_total: int | None,
     summary: dict[str, Any],
     samples: list[dict[str, Any]],
     notes: _Notes,
@@ -145,7 +150,7 @@ def _task(
         counts=counts,
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
-        problems=tuple(_consistency(name, summary, counts)),
+        problems=tuple(_consistency(name, recorded_total, counts)),
     )
 
 
@@ -185,11 +190,10 @@ def asked_docs(manifest: ManifestTaskRead) -> frozenset[int] | None:
     return frozenset(range(n))
 
 
-def _consistency(task: str, summary: dict[str, Any], counts: StatusCounts) -> list[str]:
-    """Disagreements between the samples and the summary's counts (a cut, replaced or hand-edited file)."""
-    recorded = _dict(_dict(summary.get("counts")))
-    total = recorded.get("total")
-    if not isinstance(total, int) or isinstance(total, bool) or total == counts.total:
+def _consistency(task: str, total: int | None, counts: StatusCounts) -> list[str]:
+    """Disagreements between the samples and the summary's request count ``total`` (a cut, replaced or
+    hand-edited file)."""
+    if total is None or total == counts.total:
         return []
     return [
         f"{task}: {SAMPLES} holds {counts.total} requests but {SUMMARY} counts {total} "
