@@ -27,7 +27,7 @@ RAW_ATTRS = {"summary", "summary_tasks", "manifest", "manifest_tasks"}
 # (file, attribute) -> why it may read that raw dict
 ALLOWED = {
     ("gating/load.py", "summary"): "the fail-closed loader's notes and refusals show each malformed value as written "
-    "(tasks, metrics, speed, wall_s, concurrency, trace, levels), and it reads a speed partly written (Speed: none)",
+    "(tasks, metrics, speed, wall_s, concurrency, trace: a typed time is a float), and it reads a partial speed",
 }
 
 
@@ -192,5 +192,27 @@ def test_a_manifest_field_that_does_not_read_is_dropped_and_named(tmp_path: Path
     assert dropped["endpoint"] == Dropped("endpoint", {"base_url": "http://x/v1"}, "Endpoint")
     assert dropped["tasks.gsm8k.requests"] == Dropped("tasks.gsm8k.requests", "12", "int")
     assert dropped["tasks.odd"].value == ["not", "a", "task"]
-    assert "tasks.gsm8k.version" not in dropped and "tasks.gsm8k.data_sha256.train" not in dropped
+    assert "tasks.gsm8k.version" not in dropped
+    assert dropped["tasks.gsm8k.data_sha256.train"] == Dropped("tasks.gsm8k.data_sha256.train", None, "str")
     assert ManifestRead.of("abc") == ManifestRead()
+
+
+def test_the_gate_notes_each_dropped_level_by_its_index_as_written(tmp_path: Path) -> None:
+    """The gate reads the concurrency levels through the typed read: an entry the read dropped (not a mapping,
+    null) and one without a positive limit are each noted at their index in the file, showing it as written."""
+    from evalkit.gating import from_run_dir
+
+    run_dir = build_gsm8k_run(tmp_path / "run", n=12)
+    path = run_dir / "summary.json"
+    doc = json.loads(path.read_text())
+    levels = [{"limit": 4}, 1, {"limit": 0}, None, {"limit": 8, "starved": False}, {"limit": 16, "starved": True}]
+    doc["tasks"]["gsm8k"]["concurrency_levels"] = levels
+    path.write_text(json.dumps(doc))
+    inputs = from_run_dir(run_dir)
+    assert inputs.tasks["gsm8k"].speed.levels == [4, 8]
+    where = "run: summary.json tasks.gsm8k.concurrency_levels"
+    assert [n for n in inputs.notes if "concurrency_levels" in n] == [
+        f"{where}[1] is 1, not a level with a positive 'limit'; ignored",
+        f"{where}[2] is {{'limit': 0}}, not a level with a positive 'limit'; ignored",
+        f"{where}[3] is None, not a level with a positive 'limit'; ignored",
+    ]

@@ -2,9 +2,11 @@
 
 Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
 everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
-The manifest and the summary's counts are read through the typed reads (:meth:`Run.manifest_read`,
-:meth:`Run.task`); the other summary fields are read raw, since each note below shows the malformed value as
-written and a partly written speed still gives its wall time and concurrency (tests/test_typed_reads.py).
+The manifest, the summary's counts and its concurrency levels are read through the typed reads
+(:meth:`Run.manifest_read`, :meth:`Run.task`, whose ``dropped`` names each value that did not read, as written);
+the other summary fields are read raw, since each note below shows the malformed value as written (a typed read
+turns a trace's whole-number time into a float) and a partly written speed still gives its wall time and
+concurrency (tests/test_typed_reads.py).
 
 A malformed summary field is never a traceback: the concurrency trace (it decides which requests are compared at
 matched load) is refused with a GateInputError; a field that decides nothing by itself (the auto-concurrency
@@ -17,14 +19,16 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from evalkit.gating.errors import GateInputError
 from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
-from evalkit.store.reader import ManifestTaskRead, open_run
+from evalkit.store.reader import Dropped, ManifestTaskRead, TaskRead, open_run
+
+T = TypeVar("T")
 
 SAMPLING_KEYS = (
     "num_samples",
@@ -57,18 +61,12 @@ def from_run_dir(path: str | Path) -> RunInputs:
     s_tasks = _field(summary, "tasks", dict, notes, "tasks", "") or {}
     names = [*manifest.tasks, *(n for n in s_tasks if n not in manifest.tasks)]
     rate = manifest.request_rate
-    tasks = {
-        name: _task(
-            name,
-            manifest.task(name),
-            run.task(name).counts.get("total"),
-            _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {},
-            samples.get(name, []),
-            notes,
-            rate,
-        )
-        for name in names
-    }
+    tasks: dict[str, TaskInputs] = {}
+    for name in names:
+        dropped: list[Dropped] = []  # what the summary's typed read of the task did not take
+        read = run.task(name, dropped)
+        raw = _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {}
+        tasks[name] = _task(name, manifest.task(name), (read, dropped), raw, samples.get(name, []), notes, rate)
     concurrency = manifest.concurrency
     return RunInputs(
         label=run.label,
@@ -133,7 +131,7 @@ def _int(x: Any, low: int) -> int | None:
 def _task(
     name: str,
     manifest: ManifestTaskRead,
-    recorded_total: int | None,
+    typed: tuple[TaskRead, list[Dropped]],
     summary: dict[str, Any],
     samples: list[dict[str, Any]],
     notes: _Notes,
@@ -146,11 +144,11 @@ def _task(
         name=name,
         identity=_identity(manifest, summary, samples),
         metrics=_metrics(names, samples),
-        speed=_speed(name, summary, samples, notes, rate),
+        speed=_speed(name, summary, typed, samples, notes, rate),
         counts=counts,
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
-        problems=tuple(_consistency(name, recorded_total, counts)),
+        problems=tuple(_consistency(name, typed[0].counts.get("total"), counts)),
     )
 
 
@@ -253,7 +251,12 @@ def _metrics(summary_metrics: list[str], samples: list[dict[str, Any]]) -> dict[
 
 
 def _speed(
-    name: str, summary: dict[str, Any], samples: list[dict[str, Any]], notes: _Notes, rate: float | None
+    name: str,
+    summary: dict[str, Any],
+    typed: tuple[TaskRead, list[Dropped]],
+    samples: list[dict[str, Any]],
+    notes: _Notes,
+    rate: float | None,
 ) -> SpeedRecords:
     done = sorted((s for s in samples if s.get("status") != "api_error"), key=lambda s: _num(s.get("start_s")) or 0.0)
     where = f"tasks.{name}"
@@ -275,7 +278,7 @@ def _speed(
         wall_s=wall_s,
         concurrency=concurrency,
         trace=_trace(summary.get("concurrency_trace"), f"{where}.concurrency_trace", notes.path),
-        levels=_levels(summary, f"{where}.concurrency_levels", notes),
+        levels=_levels(*typed, notes),
         request_rate=rate,
         steady=_steady(speed),
     )
@@ -302,16 +305,35 @@ def _trace(value: Any, where: str, path: Path) -> list[tuple[float, int]]:
     return trace
 
 
-def _levels(summary: dict[str, Any], where: str, notes: _Notes) -> list[int]:
-    """The limits ``--concurrency auto`` measured and did not find starved (malformed entries ignored, noted)."""
+def _levels(read: TaskRead, dropped: list[Dropped], notes: _Notes) -> list[int]:
+    """The limits ``--concurrency auto`` measured and did not find starved, from the typed read (each entry the
+    read dropped, or without a positive ``limit``, ignored with a note showing it as written)."""
+    where = f"tasks.{read.name}.concurrency_levels"
     levels: list[int] = []
-    for i, level in enumerate(_field(summary, "concurrency_levels", list, notes, where, "") or []):
+    whole = next((d for d in dropped if d.where == where), None)
+    if whole is not None:
+        notes.ignored(where, whole.value, "a list", "")
+        return levels
+    for i, level in _entries(read.concurrency_levels, dropped, where):
         limit = _int(level.get("limit"), 1) if isinstance(level, dict) else None
         if limit is None:
-            notes.ignored(f"{where}[{i}]", level, "a level with a positive 'limit'", "")
-        elif not level.get("starved") and limit not in levels:
+            shown = level.value if isinstance(level, Dropped) else level
+            notes.ignored(f"{where}[{i}]", shown, "a level with a positive 'limit'", "")
+        elif isinstance(level, dict) and not level.get("starved") and limit not in levels:
             levels.append(limit)
     return levels
+
+
+def _entries(read: list[T], dropped: list[Dropped], where: str) -> list[tuple[int, T | Dropped]]:
+    """The entries of the list at ``where`` as written, by index: each one that read (``read``, in order) or
+    the :class:`Dropped` of one that did not."""
+    bad = {
+        int(d.where[len(where) + 1 : -1]): d
+        for d in dropped
+        if d.where.startswith(f"{where}[") and d.where.endswith("]") and d.where[len(where) + 1 : -1].isdigit()
+    }
+    entries = iter(read)
+    return [(i, bad[i] if i in bad else next(entries)) for i in range(len(read) + len(bad))]
 
 
 def _steady(speed: dict[str, Any]) -> tuple[float, float] | None:

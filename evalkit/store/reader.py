@@ -173,8 +173,15 @@ def lenient_value(annotation: Any, raw: Any, where: str = "", dropped: list[Drop
 
 
 def _entry(item: Any, raw: Any, where: str, dropped: list[Dropped] | None) -> Any:
-    """An entry of a list or mapping: null where its type allows it, else :func:`lenient_value`."""
-    return None if raw is None and _admits_none(item) else lenient_value(item, raw, where, dropped)
+    """An entry of a list or mapping: null where its type allows it (else dropped, and named in ``dropped``),
+    else :func:`lenient_value`."""
+    if raw is None:
+        if _admits_none(item):
+            return None
+        if dropped is not None:
+            dropped.append(Dropped(where, None, _expected(item)))
+        return _NOT_READ
+    return lenient_value(item, raw, where, dropped)
 
 
 def _drop(dropped: list[Dropped] | None, where: str, raw: Any, annotation: Any) -> None:
@@ -238,14 +245,12 @@ class TaskRead:
     endpoints: list[EndpointSummary] = field(default_factory=list)
 
     @classmethod
-    def of(cls, name: str, raw: Any, listed: bool = True) -> TaskRead:
+    def of(cls, name: str, raw: Any, listed: bool = True, dropped: list[Dropped] | None = None) -> TaskRead:
+        """``raw`` (the summary's entry for ``name``) read; each value that does not read is added to ``dropped``
+        (its path from ``tasks.<name>``) when it is given."""
         if not isinstance(raw, dict):
             return cls(name, listed)
-        values = {
-            key: value
-            for key, info in TaskSummary.model_fields.items()
-            if (value := lenient_value(info.annotation, raw.get(key))) is not _NOT_READ
-        }
+        values = _read_fields(TaskSummary.model_fields, raw, f"tasks.{name}", [] if dropped is None else dropped)
         return cls(name, listed, bool(raw), **values)
 
 
@@ -366,10 +371,11 @@ class Run:
         """The summary validated (pydantic ValidationError when it is not shaped as evalkit writes it)."""
         return RunSummary.model_validate(self.summary)
 
-    def task(self, name: str) -> TaskRead:
-        """``summary.json``'s entry for task ``name``, read leniently into typed fields (:class:`TaskRead`)."""
+    def task(self, name: str, dropped: list[Dropped] | None = None) -> TaskRead:
+        """``summary.json``'s entry for task ``name``, read leniently into typed fields (:class:`TaskRead`); what
+        did not read is added to ``dropped`` when it is given."""
         tasks = as_dict(self.summary.get("tasks"))
-        return TaskRead.of(name, tasks.get(name), name in tasks)
+        return TaskRead.of(name, tasks.get(name), name in tasks, dropped)
 
     def tasks(self) -> list[TaskRead]:
         """Every task entry of ``summary.json``, in its order (:meth:`task`)."""
