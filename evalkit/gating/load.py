@@ -2,7 +2,7 @@
 
 Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
 everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
-The manifest, the summary's counts and its concurrency levels are read through the typed reads
+The manifest, the summary's counts, version and concurrency levels are read through the typed reads
 (:meth:`Run.manifest_read`, :meth:`Run.task`, whose ``dropped`` names each value that did not read, as written);
 the other summary fields are read raw, since each note below shows the malformed value as written (a typed read
 turns a trace's whole-number time into a float) and a partly written speed still gives its wall time and
@@ -142,7 +142,7 @@ def _task(
     counts = _counts(samples)
     return TaskInputs(
         name=name,
-        identity=_identity(manifest, summary, samples),
+        identity=_identity(manifest, typed, samples),
         metrics=_metrics(names, samples),
         speed=_speed(name, summary, typed, samples, notes, rate),
         counts=counts,
@@ -199,9 +199,14 @@ def _consistency(task: str, total: int | None, counts: StatusCounts) -> list[str
     ]
 
 
-def _identity(manifest: ManifestTaskRead, summary: dict[str, Any], samples: list[dict[str, Any]]) -> Identity:
-    settings = manifest.settings
-    version = manifest.version if manifest.version is not None else summary.get("version")
+def _identity(
+    manifest: ManifestTaskRead, typed: tuple[TaskRead, list[Dropped]], samples: list[dict[str, Any]]
+) -> Identity:
+    """The task's identity; its version from the manifest, else the summary's (as written: one written as a
+    number, which the typed read drops, is its text)."""
+    settings, (read, dropped) = manifest.settings, typed
+    as_written = (d.value for d in dropped if d.where == f"tasks.{read.name}.version")
+    version = next((v for v in (manifest.version, read.version) if v is not None), next(as_written, None))
     digests: dict[int, str] = {}
     for s in samples:
         if s["doc_id"] not in digests:
