@@ -9,14 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
+from evalkit.cli import server_options
 from evalkit.cli.common import app, fail
+from evalkit.cli.server_options import PANEL as _OPT
+from evalkit.cli.server_options import add_server_options
 from evalkit.errors import EvalkitError
 
 SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped at the end."
-_OPT = "server (with --serve)"
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
+@add_server_options(after="serve")
 def run(
     tasks: Annotated[list[str] | None, typer.Argument(help="Task names, e.g. gsm8k aime25.")] = None,
     endpoint: Annotated[
@@ -82,97 +85,6 @@ def run(
         ),
     ] = False,
     serve: Annotated[str | None, typer.Option(help=SERVE_HELP, rich_help_panel=_OPT)] = None,
-    served_model_name: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
-    tensor_parallel_size: Annotated[
-        int | None, typer.Option("--tensor-parallel-size", "--tp", rich_help_panel=_OPT)
-    ] = None,
-    data_parallel_size: Annotated[
-        int | None, typer.Option("--data-parallel-size", "--dp", rich_help_panel=_OPT)
-    ] = None,
-    pipeline_parallel_size: Annotated[
-        int | None, typer.Option("--pipeline-parallel-size", "--pp", rich_help_panel=_OPT)
-    ] = None,
-    enable_expert_parallel: Annotated[
-        bool | None, typer.Option("--enable-expert-parallel", rich_help_panel=_OPT)
-    ] = None,
-    data_parallel_size_local: Annotated[
-        int | None,
-        typer.Option(
-            help="Data-parallel ranks on this node (the others on headless nodes, docs/scale-out.md).",
-            rich_help_panel=_OPT,
-        ),
-    ] = None,
-    data_parallel_address: Annotated[
-        str | None,
-        typer.Option(help="This node's address that the other nodes' data-parallel ranks reach.", rich_help_panel=_OPT),
-    ] = None,
-    data_parallel_rpc_port: Annotated[
-        int | None, typer.Option(help="Data-parallel RPC port, the same on every node.", rich_help_panel=_OPT)
-    ] = None,
-    data_parallel_backend: Annotated[
-        str | None,
-        typer.Option(
-            help="mp or ray (one launch starts the ranks of every node of a Ray cluster).", rich_help_panel=_OPT
-        ),
-    ] = None,
-    distributed_executor_backend: Annotated[
-        str | None, typer.Option(help="mp or ray (tensor/pipeline workers over a Ray cluster).", rich_help_panel=_OPT)
-    ] = None,
-    api_server_count: Annotated[
-        int | None, typer.Option(help="API server processes on this node.", rich_help_panel=_OPT)
-    ] = None,
-    nnodes: Annotated[
-        int | None,
-        typer.Option(
-            help="Nodes of a multiprocessing multi-node deployment (evalkit starts node rank 0).", rich_help_panel=_OPT
-        ),
-    ] = None,
-    master_addr: Annotated[
-        str | None,
-        typer.Option(help="With --nnodes: this node's address that the other nodes reach.", rich_help_panel=_OPT),
-    ] = None,
-    master_port: Annotated[
-        int | None,
-        typer.Option(help="With --nnodes: the torch.distributed port (vLLM default 29501).", rich_help_panel=_OPT),
-    ] = None,
-    max_num_seqs: Annotated[int | None, typer.Option(rich_help_panel=_OPT)] = None,
-    gpu_memory_utilization: Annotated[float | None, typer.Option(rich_help_panel=_OPT)] = None,
-    max_model_len: Annotated[int | None, typer.Option(rich_help_panel=_OPT)] = None,
-    dtype: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
-    tokenizer_mode: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
-    reasoning_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
-    tool_call_parser: Annotated[str | None, typer.Option(rich_help_panel=_OPT)] = None,
-    enable_auto_tool_choice: Annotated[
-        bool | None,
-        typer.Option(
-            "--enable-auto-tool-choice",
-            help="Let the model call tools (tool-calls tasks need it; with --tool-call-parser).",
-            rich_help_panel=_OPT,
-        ),
-    ] = None,
-    enforce_eager: Annotated[bool | None, typer.Option("--enforce-eager", rich_help_panel=_OPT)] = None,
-    batch_invariant: Annotated[
-        bool | None,
-        typer.Option(
-            "--batch-invariant",
-            help="VLLM_BATCH_INVARIANT=1: answers independent of batching (for gate runs).",
-            rich_help_panel=_OPT,
-        ),
-    ] = None,
-    gpus: Annotated[
-        str | None, typer.Option(help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1.", rich_help_panel=_OPT)
-    ] = None,
-    port: Annotated[int | None, typer.Option(help="Server port (default: a free one).", rich_help_panel=_OPT)] = None,
-    launcher: Annotated[
-        str | None,
-        typer.Option(
-            help="auto, serve (vllm serve) or module (python -m vllm.entrypoints.openai.api_server).",
-            rich_help_panel=_OPT,
-        ),
-    ] = None,
-    startup_timeout: Annotated[
-        float | None, typer.Option(help="Seconds to wait for the server to become ready.", rich_help_panel=_OPT)
-    ] = None,
     server_arg: Annotated[
         list[str] | None,
         typer.Option(
@@ -194,9 +106,11 @@ def run(
             help="Run it N times, one after another on the same server, into OUTPUT_DIR/repeat-1 … (for the gate's speed rules).",
         ),
     ] = 1,
+    **server_options: Any,  # one per row of cli.server_options.SERVER_OPTIONS (the signature Typer reads lists them)
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
     params = dict(locals())  # the options, before anything else is bound here
+    params.update(params.pop("server_options"))
     from evalkit import api
     from evalkit.cli.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
@@ -225,34 +139,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     p = dict(params)
     take = p.pop
     server_fields = dict(
-        served_model_name=take("served_model_name"),
-        tensor_parallel_size=take("tensor_parallel_size"),
-        data_parallel_size=take("data_parallel_size"),
-        pipeline_parallel_size=take("pipeline_parallel_size"),
-        enable_expert_parallel=take("enable_expert_parallel"),
-        data_parallel_size_local=take("data_parallel_size_local"),
-        data_parallel_address=take("data_parallel_address"),
-        data_parallel_rpc_port=take("data_parallel_rpc_port"),
-        data_parallel_backend=take("data_parallel_backend"),
-        distributed_executor_backend=take("distributed_executor_backend"),
-        api_server_count=take("api_server_count"),
-        nnodes=take("nnodes"),
-        master_addr=take("master_addr"),
-        master_port=take("master_port"),
-        max_num_seqs=take("max_num_seqs"),
-        gpu_memory_utilization=take("gpu_memory_utilization"),
-        max_model_len=take("max_model_len"),
-        dtype=take("dtype"),
-        tokenizer_mode=take("tokenizer_mode"),
-        reasoning_parser=take("reasoning_parser"),
-        tool_call_parser=take("tool_call_parser"),
-        enable_auto_tool_choice=take("enable_auto_tool_choice"),
-        enforce_eager=take("enforce_eager"),
-        batch_invariant=take("batch_invariant"),
-        gpus=take("gpus"),
-        port=take("port"),
-        launcher=take("launcher"),
-        startup_timeout_s=take("startup_timeout"),
+        **server_options.server_fields(take),
         extra_args=take("server_arg") or None,
         env=_parse_env(take("server_env")),
     )
