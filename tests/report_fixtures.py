@@ -1,4 +1,4 @@
-"""Synthetic run directories that follow the result-store contract (``evalkit/contracts.py``).
+"""Synthetic run directories that follow the result-store contract (``evalkit/contracts/``).
 
 Used by ``tests/test_report.py`` and ``tests/test_report_browser.py``; nothing here touches the network.
 

@@ -51,9 +51,10 @@ from tenacity import (
 
 from evalkit.config.endpoint import credentials, display_url
 from evalkit.contracts import Request, Response
-from evalkit.limits import MAX_ERROR_BODY_BYTES, max_stream_bytes, size_text
+from evalkit.limits import MAX_ERROR_BODY_BYTES, BodyTooLarge, max_stream_bytes, size_text
 from evalkit.redact import redact_secrets, redact_text, secrets_of
 from evalkit.requests.endpoint import redirect_error
+from evalkit.requests.scored_answer import MalformedAnswer, max_scored_bytes, read_scored_answer
 from evalkit.requests.tool_stream import ToolCallAssembler
 from evalkit.server.http_reads import read_capped
 
@@ -263,6 +264,11 @@ class Client:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if g.scored:  # vLLM sends a prompt's logprobs only without streaming (evalkit.requests.scored_answer)
+            body.update(stream=False, return_token_ids=True, echo=g.echo)
+            del body["stream_options"]
+            scored = {"prompt_logprobs": g.prompt_logprobs, "logprobs": g.logprobs}
+            body.update({k: v for k, v in scored.items() if v is not None})
         if self.kind == "chat":
             body["messages"] = list(req.messages) if req.messages else [{"role": "user", "content": req.prompt}]
         else:
@@ -298,6 +304,9 @@ class Client:
         last = seen = st  # last text-carrying chunk, last data event
         finish: Any = None
         usage: Any = None
+        text: str | None = None
+        reasoning: str | None = None
+        scored: dict[str, Any] | None = None
         tools = ToolCallAssembler()
         accepted, received, most = self.accepted, 0, max_stream_bytes(req.gen.max_tokens)
         try:
@@ -316,76 +325,81 @@ class Client:
                         msg = f"{msg} ({TOOLS_REFUSED})"
                     raise RequestRejected(msg, resp.status)
                 ctype = resp.headers.get("Content-Type", "")
-                if "text/event-stream" not in ctype and "application/json" not in ctype:
-                    raise RequestRejected(
-                        f"the endpoint answered {ctype or 'no content type'} instead of an event stream; "
-                        "check that the URL is an OpenAI-compatible API (…/v1)",
-                        resp.status,
-                    )
-                async for line in resp.content:
-                    received += len(line)
-                    if received > most:
-                        raise RequestFailed(
-                            f"the stream went past {size_text(most)}, the most evalkit reads for max_tokens "
-                            f"{req.gen.max_tokens}: more than any answer of that length"
+                if req.gen.scored:
+                    raw = await read_capped(resp, max_scored_bytes(req.gen.max_tokens))
+                    answer = read_scored_answer(raw, self.model, accepted)
+                    text, finish, usage, scored = answer.text, answer.finish_reason, answer.usage, answer.logprobs
+                else:
+                    if "text/event-stream" not in ctype and "application/json" not in ctype:
+                        raise RequestRejected(
+                            f"the endpoint answered {ctype or 'no content type'} instead of an event stream; "
+                            "check that the URL is an OpenAI-compatible API (…/v1)",
+                            resp.status,
                         )
-                    if not line.startswith(b"data:"):
-                        # comments (": ping") and other fields are not progress: the idle timeout runs on
-                        if len(line) > 2 and time.perf_counter() - seen > o.idle_timeout_s:
+                    async for line in resp.content:
+                        received += len(line)
+                        if received > most:
                             raise RequestFailed(
-                                f"timed out: no data event within the idle timeout ({o.idle_timeout_s:g} s), "
-                                "only SSE comments/pings"
+                                f"the stream went past {size_text(most)}, the most evalkit reads for max_tokens "
+                                f"{req.gen.max_tokens}: more than any answer of that length"
                             )
-                        continue
-                    seen = time.perf_counter()
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        break
-                    if not data:
-                        continue
-                    chunk = orjson.loads(data)
-                    if "error" in chunk and not chunk.get("choices"):
-                        err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
-                        code = int(err.get("code") or 500) if str(err.get("code", "")).isdigit() else 500
-                        raise RequestFailed(f"server error mid-stream: {_clip(str(err.get('message')))}", code)
-                    if accepted is not None:
-                        named = chunk.get("model")
-                        if named is not None and (not isinstance(named, str) or named not in accepted):
-                            raise RequestFailed(
-                                f"model mismatch: the response came from model {_show(named)}, not the run's "
-                                f"model {self.model!r} (nor an id the endpoint lists); a replica behind the "
-                                "endpoint serves another model (fix it, or pass --allow-model-mismatch)"
-                            )
-                    choices = chunk.get("choices")
-                    if choices:
-                        c = choices[0]
-                        if chat:
-                            delta = c.get("delta") or {}
-                            piece = delta.get("content")
-                            rpiece = delta.get("reasoning_content") or delta.get("reasoning")
-                            called = "tool_calls" in delta and tools.feed(delta["tool_calls"])
-                        else:
-                            piece = c.get("text")
-                            rpiece = None
-                            called = False
-                        if piece or rpiece or called:
-                            self.chunks_received += 1
-                            if ttft is None:
-                                ttft = seen - st
-                                self.first_tokens += 1
+                        if not line.startswith(b"data:"):
+                            # comments (": ping") and other fields are not progress: the idle timeout runs on
+                            if len(line) > 2 and time.perf_counter() - seen > o.idle_timeout_s:
+                                raise RequestFailed(
+                                    f"timed out: no data event within the idle timeout ({o.idle_timeout_s:g} s), "
+                                    "only SSE comments/pings"
+                                )
+                            continue
+                        seen = time.perf_counter()
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            break
+                        if not data:
+                            continue
+                        chunk = orjson.loads(data)
+                        if "error" in chunk and not chunk.get("choices"):
+                            err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+                            code = int(err.get("code") or 500) if str(err.get("code", "")).isdigit() else 500
+                            raise RequestFailed(f"server error mid-stream: {_clip(str(err.get('message')))}", code)
+                        if accepted is not None:
+                            named = chunk.get("model")
+                            if named is not None and (not isinstance(named, str) or named not in accepted):
+                                raise RequestFailed(
+                                    f"model mismatch: the response came from model {_show(named)}, not the run's "
+                                    f"model {self.model!r} (nor an id the endpoint lists); a replica behind the "
+                                    "endpoint serves another model (fix it, or pass --allow-model-mismatch)"
+                                )
+                        choices = chunk.get("choices")
+                        if choices:
+                            c = choices[0]
+                            if chat:
+                                delta = c.get("delta") or {}
+                                piece = delta.get("content")
+                                rpiece = delta.get("reasoning_content") or delta.get("reasoning")
+                                called = "tool_calls" in delta and tools.feed(delta["tool_calls"])
                             else:
-                                itl.append((seen - last) * 1000.0)
-                            last = seen
-                            if piece:
-                                text_parts.append(piece)
-                            if rpiece:
-                                reasoning_parts.append(rpiece)
-                        if c.get("finish_reason") is not None:
-                            finish = c["finish_reason"]
-                    u = chunk.get("usage")
-                    if u:
-                        usage = u
-                text, reasoning = _join(text_parts, "text"), _join(reasoning_parts, "reasoning")
+                                piece = c.get("text")
+                                rpiece = None
+                                called = False
+                            if piece or rpiece or called:
+                                self.chunks_received += 1
+                                if ttft is None:
+                                    ttft = seen - st
+                                    self.first_tokens += 1
+                                else:
+                                    itl.append((seen - last) * 1000.0)
+                                last = seen
+                                if piece:
+                                    text_parts.append(piece)
+                                if rpiece:
+                                    reasoning_parts.append(rpiece)
+                            if c.get("finish_reason") is not None:
+                                finish = c["finish_reason"]
+                        u = chunk.get("usage")
+                        if u:
+                            usage = u
+                    text, reasoning = _join(text_parts, "text"), _join(reasoning_parts, "reasoning")
                 if text is None and reasoning is None:
                     text = ""
         except (RequestFailed, RequestRejected):
@@ -400,6 +414,8 @@ class Client:
             raise RequestFailed(f"malformed event from server: a line longer than {e.args[1]} bytes") from None
         except orjson.JSONDecodeError as e:
             raise RequestFailed(f"malformed event from server: {e}") from None
+        except (MalformedAnswer, BodyTooLarge) as e:
+            raise RequestFailed(str(e) if isinstance(e, MalformedAnswer) else f"the answer was {e}") from None
         except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:  # not a chunk's shape
             raise RequestFailed(f"malformed event from server ({type(e).__name__}: {e})") from None
         end = time.perf_counter()
@@ -431,6 +447,7 @@ class Client:
             itl_ms=itl,
             start_s=st - self.t0,
             tool_calls=calls,
+            logprobs=scored,
         )
 
     def _scrub(self, value: Any) -> Any:

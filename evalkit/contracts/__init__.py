@@ -22,6 +22,20 @@ from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
+    LATENCIES,
+    QUANTILES,
+    SPEED,
+    SPEED_METRICS,
+    Direction,
+    Latency,
+    Percentiles,
+    Speed,
+    SpeedMetric,
+    SteadyState,
+    speed_metric,
+)
+
 SCHEMA_VERSION = 2  # 2: the optional fields of a run sharded over several endpoints (absent otherwise)
 
 Status = Literal["ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments"]
@@ -56,16 +70,25 @@ class GenParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     chat_template_kwargs: dict[str, Any] | None = None
+    # scored requests (sent without streaming, answered with token ids): top-K logprobs of the prompt's positions
+    # (``prompt_logprobs``) and of the generated ones (``logprobs``), ``echo`` the prompt back (lm-eval's scoring)
+    prompt_logprobs: int | None = None
+    logprobs: int | None = None
+    echo: bool = False
+
+    @property
+    def scored(self) -> bool:
+        """True when the answer carries logprobs of the prompt (vLLM sends those only without streaming)."""
+        return self.prompt_logprobs is not None or self.echo
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "seed": self.seed,
-            "stop": list(self.stop),
-            "chat_template_kwargs": self.chat_template_kwargs,
-        }
+        """The fields that make a request's key; those of scored requests only when set (older keys unchanged)."""
+        out: dict[str, Any] = {
+            "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+            "seed": self.seed, "stop": list(self.stop), "chat_template_kwargs": self.chat_template_kwargs,
+        }  # fmt: skip
+        extra = {"prompt_logprobs": self.prompt_logprobs, "logprobs": self.logprobs, "echo": self.echo or None}
+        return out | {k: v for k, v in extra.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -130,6 +153,9 @@ class Response:
     # request (step) ``{"text", "reasoning", "finish_reason", "tool_calls", "results", "prompt_tokens",
     # "output_tokens", "ttft_ms", "e2e_ms"}`` (``results``: the tool results sent back); None for single requests
     turns: list[dict[str, Any]] | None = None
+    # a scored request (GenParams.scored): the choice's ``prompt_token_ids``, ``prompt_logprobs``, ``token_ids``
+    # and ``logprobs`` as the server sent them (not streamed, so no TTFT/ITL); None for streamed requests
+    logprobs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -223,143 +249,6 @@ class MetricValue(BaseModel):
     stderr: float | None = None
     ci95: tuple[float, float] | None = None
     n: int
-
-
-class Percentiles(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mean: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    n: int = 0
-
-
-class SteadyState(BaseModel):
-    """Speed over the window in which the requests in flight were at the run's level (``target``): from the
-    first moment that many were in flight to the last moment they were (ramp-up and drain tail left out).
-    Latencies are over the requests that started and finished inside the window; tokens/s and requests/s over
-    the requests that finished inside it, divided by its duration. The figures are None, and ``reason`` says
-    why, when fewer than ``min_requests`` requests fall in the window (or the level was never reached)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    target: int  # requests in flight that count as steady: the run's concurrency, capped by its request count
-    start_s: float | None = None  # the window, in seconds since the request phase began (as ``start_s``)
-    end_s: float | None = None
-    duration_s: float | None = None
-    requests: int = 0  # started and finished inside the window
-    min_requests: int
-    ttft_ms: Percentiles | None = None
-    tpot_ms: Percentiles | None = None
-    itl_ms: Percentiles | None = None
-    e2e_ms: Percentiles | None = None
-    output_tokens_per_s: float | None = None
-    requests_per_s: float | None = None
-    reason: str | None = Field(default=None, exclude_if=_is_none)  # why there are no figures
-
-
-Direction = Literal["lower", "higher"]  # which way a speed figure is better
-
-
-@dataclass(frozen=True)
-class Latency:
-    """A per-request latency: a field of :class:`SampleRecord` (and of :class:`Response`) that :class:`Speed` and
-    :class:`SteadyState` summarise as :class:`Percentiles` under the same name."""
-
-    key: str  # the field, e.g. "ttft_ms"
-    label: str  # e.g. "TTFT"
-
-
-LATENCIES: tuple[Latency, ...] = (
-    Latency("ttft_ms", "TTFT"), Latency("tpot_ms", "TPOT"), Latency("itl_ms", "ITL"), Latency("e2e_ms", "E2E latency")
-)  # fmt: skip
-"""The latencies of the speed summary, in the order every table shows them."""
-QUANTILES: tuple[tuple[str, float], ...] = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
-"""The percentiles of a :class:`Percentiles` (its field, the percent), in the order every table shows them."""
-
-
-@dataclass(frozen=True)
-class SpeedMetric:
-    """One speed figure of a summary's ``speed``, by the names its consumers use: ``key`` (gate policies, rule
-    lookups), ``label`` (rule names, headings), ``short`` (narrow table headers), ``column`` (the sweep table's
-    column), with its ``unit`` and ``direction``. ``field`` is :class:`Speed`'s field; ``stat`` the
-    :class:`Percentiles` field of a latency."""
-
-    key: str
-    label: str
-    short: str
-    column: str
-    unit: str  # "ms", "tok/s" or "req/s"
-    direction: Direction
-    field: str
-    stat: str | None = None
-
-    @property
-    def lower_is_better(self) -> bool:
-        return self.direction == "lower"
-
-    def of(self, speed: Speed | SteadyState | None) -> float | None:
-        """The figure in a (typed) speed summary; None where it has none."""
-        value = getattr(speed, self.field, None)
-        if self.stat is not None:
-            value = getattr(value, self.stat, None)
-        return value if isinstance(value, float | int) and not isinstance(value, bool) else None
-
-    def of_json(self, speed: Any) -> Any:
-        """The figure in a speed summary as JSON (``summary.json``'s ``speed``), as it is there."""
-        value = speed.get(self.field) if isinstance(speed, dict) else None
-        if self.stat is not None:
-            value = value.get(self.stat) if isinstance(value, dict) else None
-        return value
-
-
-def _rate(key: str, label: str, short: str, column: str, unit: str) -> SpeedMetric:
-    return SpeedMetric(key, label, short, column, unit, "higher", key)
-
-
-def _latency(lat: Latency, q: str) -> SpeedMetric:
-    key, label = f"{lat.key.removesuffix('_ms')}_{q}_ms", f"{lat.label} {q}"
-    return SpeedMetric(key, label, label, key, "ms", "lower", lat.key, q)
-
-
-SPEED_METRICS: tuple[SpeedMetric, ...] = (
-    _rate("output_tokens_per_s", "output tokens/s", "output tok/s", "output_tok_s", "tok/s"),
-    _rate("total_tokens_per_s", "total tokens/s", "total tok/s", "total_tok_s", "tok/s"),
-    _rate("requests_per_s", "requests/s", "req/s", "requests_s", "req/s"),
-    *(_latency(lat, q) for lat in LATENCIES for q, _ in QUANTILES),
-)
-"""The speed catalogue: every figure of :class:`Speed` that a report, the console, the gate, a sweep or watch
-shows or judges (each latency at each of :data:`QUANTILES`). A new latency or percentile: :data:`LATENCIES` /
-:data:`QUANTILES`, the model fields (:class:`Speed`, :class:`SteadyState`, :class:`Percentiles`) and where it is
-measured (:mod:`evalkit.scoring.speed`); tests/test_speed_catalogue.py checks that they agree."""
-SPEED = {m.key: m for m in SPEED_METRICS}
-
-
-def speed_metric(key: str) -> SpeedMetric:
-    """The catalogue entry named ``key`` (KeyError naming the known ones otherwise)."""
-    if key not in SPEED:
-        raise KeyError(f"no speed metric {key!r}; known: {', '.join(SPEED)}")
-    return SPEED[key]
-
-
-class Speed(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    ttft_ms: Percentiles
-    tpot_ms: Percentiles
-    itl_ms: Percentiles
-    e2e_ms: Percentiles
-    output_tokens_per_s: float | None
-    total_tokens_per_s: float | None = None
-    requests_per_s: float | None
-    wall_s: float
-    concurrency: int | None = None
-    client_cpu_s: float | None = None
-    loop_lag_ms_p99: float | None = None
-    client_bound: bool | None = None
-    # the same figures over the window at the target level of requests in flight (a task's speed only)
-    steady_state: SteadyState | None = Field(default=None, exclude_if=_is_none)
 
 
 class EndpointSummary(BaseModel):
