@@ -124,6 +124,8 @@ class Request:
     tools: tuple[dict[str, Any], ...] | None = None  # chat only: OpenAI ``tools`` (function definitions)
     tool_choice: str | None = None  # "auto", "required" or "none" (sent with ``tools``)
     conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.requests.conversation)
+    # completions only: the prompt as token ids, sent instead of ``prompt`` (which stays its text, for the record)
+    prompt_ids: tuple[int, ...] | None = None
 
 
 @dataclass

@@ -272,7 +272,7 @@ class Client:
         if self.kind == "chat":
             body["messages"] = list(req.messages) if req.messages else [{"role": "user", "content": req.prompt}]
         else:
-            body["prompt"] = req.prompt
+            body["prompt"] = list(req.prompt_ids) if req.prompt_ids is not None else req.prompt
         if g.top_p is not None:
             body["top_p"] = g.top_p
         if g.seed is not None:

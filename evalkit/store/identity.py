@@ -25,6 +25,8 @@ def request_key(model: str, kind: str, task: str, version: str, data_sha: dict[s
         req.doc_id,
         req.sample_index,
     ]
+    if req.prompt_ids is not None:  # requests sent as token ids only, so that other requests keep their keys
+        parts.append(list(req.prompt_ids))
     if req.tools is not None:  # tool-calling requests only, so that other requests keep their keys
         parts += [req.tools, req.tool_choice]
     if req.conversation is not None:  # multi-turn requests only
