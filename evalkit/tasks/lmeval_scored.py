@@ -26,6 +26,10 @@ from evalkit.errors import TaskError
 
 SCORED_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling")
 LM_EVAL_MAX_LENGTH = 2048  # lm-eval's TemplateAPI default max_length
+PREFILL_NOTE = (
+    "scored requests (echo, logprobs 1, max_tokens 1), answered whole: their speed is prefill speed (prompt "
+    "tokens/s = total - output tokens/s, requests/s, E2E latency); no TTFT, TPOT or ITL"
+)
 SCORED_GEN = GenParams(max_tokens=1, temperature=0.0, seed=1234, logprobs=1, echo=True)
 
 

@@ -482,4 +482,7 @@ class LmEvalTask(Task):
             if ci is not None and all(isinstance(x, int | float) and 0 <= x <= 1 for x in items):
                 ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
             out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
-        return out, {"docs_scored": n_scored, "docs_total": len(by_doc)}
+        detail: dict[str, Any] = {"docs_scored": n_scored, "docs_total": len(by_doc)}
+        if self.scored:
+            detail["prefill"] = scored.PREFILL_NOTE
+        return out, detail
