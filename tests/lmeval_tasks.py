@@ -48,10 +48,12 @@ def write_tasks(folder: Path, version: str = "1.0", gen_prompt: str = "Question:
         f'task: tiny_gen\n{common}{qa}output_type: generate_until\ndoc_to_text: "{gen_prompt}"\n'
         'doc_to_target: " {{answer}}"\ngeneration_kwargs:\n  until: ["\\n", "."]\n  max_gen_toks: 12\n'
         "  do_sample: false\n  temperature: 0.0\nmetric_list:\n  - metric: exact_match\n    aggregation: mean\n"
-        f"    higher_is_better: true\n    ignore_case: true\n    ignore_punctuation: true\nmetadata:\n  version: {version}\n"
+        "    higher_is_better: true\n    ignore_case: true\n    ignore_punctuation: true\n"
+        f"metadata:\n  version: {version}\n"
     )
     (folder / "tiny_mc.yaml").write_text(
-        f'task: tiny_mc\n{common}{qa}output_type: multiple_choice\ndoc_to_text: "Question: {{{{question}}}}\\nAnswer:"\n'
+        f"task: tiny_mc\n{common}{qa}output_type: multiple_choice\n"
+        'doc_to_text: "Question: {{question}}\\nAnswer:"\n'
         f'doc_to_target: label\ndoc_to_choice: "{{{{choices}}}}"\n{METRICS_MC}metadata:\n  version: 1.0\n'
     )
     (folder / "tiny_roll.yaml").write_text(

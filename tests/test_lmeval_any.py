@@ -42,7 +42,7 @@ def test_groups_expand_and_list(tmp_path: Path) -> None:
     tasks, generated = expand_lm_eval_tasks(["gsm8k", "lm-eval:tiny_group"], [folder])
     assert tasks == ["gsm8k", "lm-eval:tiny_mc", "lm-eval:tiny_roll"]
     assert generated is not None and len(list(generated.glob("*.yaml"))) == 2
-    with pytest.raises(EvalkitError, match="no task or group 'tiny_mcc'.*did you mean 'lm-eval:tiny_mc'"):
+    with pytest.raises(EvalkitError, match=r"no task or group 'tiny_mcc'.*did you mean 'lm-eval:tiny_mc'"):
         expand_lm_eval_tasks(["lm-eval:tiny_mcc"], [folder])
     res = CliRunner().invoke(app, ["tasks", "list", "--lm-eval", "--include-path", str(folder)])
     assert res.exit_code == 0, res.output
@@ -146,7 +146,7 @@ def test_data_from_a_folder_or_one_line_naming_the_dataset(tmp_path: Path, monke
     reqs = task.build_requests(TaskSettings(limit=3))  # type: ignore[attr-defined]
     assert [r.prompt for r in reqs] == [f"Question: {q}\nAnswer:" for q, _, _ in QA[:3]]
     assert [r.target for r in reqs] == [f" {a}" for _, a, _ in QA[:3]]
-    with pytest.raises(EvalkitError, match="no test.jsonl under --data-dir"):
+    with pytest.raises(EvalkitError, match=r"no test\.jsonl under --data-dir"):
         _task(folder, "tiny_gen", data_dir=tmp_path)
 
 
