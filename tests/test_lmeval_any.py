@@ -79,6 +79,8 @@ def test_multiple_choice_requests_on_lm_evals_token_boundaries(tmp_path: Path, t
         assert target["idx"] == r.sample_index
         assert list(r.prompt_ids) == _tokens(url, context + " " + choices[r.sample_index])
         assert target["ctxlen"] == len(_tokens(url, context))
+    with pytest.raises(EvalkitError, match="need a completions endpoint, not chat"):
+        task.build_requests(TaskSettings(limit=1, endpoint_kind="chat"))  # type: ignore[attr-defined]
     body = Client(url + "/v1", "m").payload(reqs[0])
     assert body["prompt"] == list(reqs[0].prompt_ids)
     sent = {k: body[k] for k in ("echo", "logprobs", "max_tokens", "temperature", "seed", "stream")}

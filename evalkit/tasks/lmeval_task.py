@@ -6,7 +6,9 @@ evalkit: a task file naming lm-eval's YAML (``lm_eval.base``, vendored data) or 
 
 Nothing of lm-eval's prompt building, filtering or scoring is re-implemented here: requests come from
 ``ConfigurableTask.build_all_requests``, answers go through the task's own ``FilterEnsemble``s and
-``process_results``, and metrics through the task's aggregation and lm-eval's ``stderr_for_metric``.
+``process_results``, and metrics through the task's aggregation and lm-eval's ``stderr_for_metric``
+(evalkit/tasks/lmeval_results.py). Over 400 lines: the prompt cache's build and both request kinds share one
+lm-eval task object and its lock.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from evalkit.errors import TaskError
 from evalkit.tasks import lmeval_scored as scored
 from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
+from evalkit.tasks.lmeval_results import aggregate, generation_metrics, scored_metrics
 from evalkit.tasks.lmeval_source import (
     config_hash,
     download_error,
@@ -317,6 +320,8 @@ class LmEvalTask(Task):
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
         if self.scored:  # every request of the chosen documents (``limit`` counts documents)
+            if settings.endpoint_kind == "chat":
+                raise TaskError(f"task {self.name}: {self.output_type} requests need a completions endpoint, not chat")
             built = self._built(settings.num_fewshot)
             docs = [d for d in dict.fromkeys(b["doc_id"] for b in built) if settings.wants(d)][: settings.limit]
             chosen = set(docs)
@@ -378,49 +383,11 @@ class LmEvalTask(Task):
 
     def per_doc_metrics(self, response_text: str, doc_id: int, prompt: str = "") -> dict[str, dict[str, Any]]:
         """{filter: {metric: value}} for one response, by lm-eval's own filters and ``process_results``."""
-        from lm_eval.api.instance import Instance
-
         cached = self._metrics_cache.get((doc_id, response_text))
-        if cached is not None:
-            return cached
-        task = self._task()
-        doc = task.eval_docs[doc_id]
-        inst = Instance(
-            request_type="generate_until",
-            doc=doc,
-            arguments=(prompt, {}),
-            idx=0,
-            metadata=(self.name, doc_id, 1),
-            resps=[response_text],
-        )
-        for ensemble in task._filters:
-            ensemble.apply([inst])
-        out = {f: task.process_results(doc, [v]) for f, v in inst.filtered_resps.items()}
-        out = {f: {**m, "_filtered": inst.filtered_resps[f]} for f, m in out.items()}
-        self._metrics_cache[(doc_id, response_text)] = out
-        return out
-
-    def scored_doc_metrics(
-        self, doc_id: int, extracted: Sequence[dict[str, str | None]]
-    ) -> dict[str, dict[str, Any]] | None:
-        """{filter: {metric: value}} for one document from its scored answers, as lm-eval's evaluator computes
-        them: each request's result through the task's filters, then ``process_results`` over the document's
-        requests in order; None when an answer is missing its logprobs."""
-        from lm_eval.api.instance import Instance
-
-        results = scored.doc_results(self.output_type, extracted)
-        if results is None:
-            return None
-        task = self._task()
-        doc = task.eval_docs[doc_id]
-        kind = "loglikelihood_rolling" if self.output_type == "loglikelihood_rolling" else "loglikelihood"
-        insts = [
-            Instance(request_type=kind, doc=doc, arguments=("", ""), idx=i, metadata=(self.name, doc_id, 1), resps=[x])
-            for i, x in enumerate(results)
-        ]
-        for ensemble in task._filters:
-            ensemble.apply(insts)
-        return {f: task.process_results(doc, [i.filtered_resps[f] for i in insts]) for f in insts[0].filtered_resps}
+        if cached is None:
+            cached = generation_metrics(self._task(), self.name, response_text, doc_id, prompt)
+            self._metrics_cache[(doc_id, response_text)] = cached
+        return cached
 
     def score(self, request: Request, response: Response) -> Score:
         if self.scored:
@@ -445,8 +412,6 @@ class LmEvalTask(Task):
 
     def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         """lm-eval's aggregation and ``stderr_for_metric`` over the docs that got an answer."""
-        from lm_eval.api.metrics import stderr_for_metric
-
         task = self._task()
         raw: dict[tuple[str, str], list[Any]] = {}
         by_doc: dict[int, list[SampleRecord]] = {}
@@ -460,7 +425,8 @@ class LmEvalTask(Task):
                 continue  # failed requests are counted, never scored as wrong
             with self._lock:
                 if self.scored:
-                    per_filter = self.scored_doc_metrics(doc_id, [r.extracted for r in doc_records])
+                    extracted = [r.extracted for r in doc_records]
+                    per_filter = scored_metrics(task, self.name, self.output_type, doc_id, extracted)
                 else:
                     r = doc_records[0]
                     per_filter = self.per_doc_metrics(r.response or "", doc_id, r.prompt)
@@ -471,17 +437,7 @@ class LmEvalTask(Task):
                 for metric, value in metrics.items():
                     if metric != "_filtered":
                         raw.setdefault((metric, fname), []).append(value)
-        out: dict[str, MetricValue] = {}
-        aggregations = task.aggregation()
-        for (metric, fname), items in raw.items():
-            agg = aggregations[metric]
-            value = float(agg(items))
-            se_fn = stderr_for_metric(metric=agg, bootstrap_iters=100000)
-            se = float(se_fn(items)) if se_fn is not None and len(items) > 1 else None
-            ci = (value - 1.96 * se, value + 1.96 * se) if se is not None else None
-            if ci is not None and all(isinstance(x, int | float) and 0 <= x <= 1 for x in items):
-                ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
-            out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
+        out = aggregate(task, raw)
         detail: dict[str, Any] = {"docs_scored": n_scored, "docs_total": len(by_doc)}
         if self.scored:
             detail["prefill"] = scored.PREFILL_NOTE
