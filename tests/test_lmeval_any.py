@@ -7,6 +7,7 @@ of different task versions. Parity with lm-eval on real vLLM: tests/test_lmeval_
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from pathlib import Path
 
@@ -48,6 +49,21 @@ def test_groups_expand_and_list(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "lm-eval:tiny_group  [group] tiny_mc, tiny_roll" in res.output
     assert "lm-eval:tiny_gen" in res.output.splitlines()[-1] and "lm-eval:mmlu  [group]" in res.output
+    res = CliRunner().invoke(app, ["tasks", "show", "lm-eval:tiny_mc", "--include-path", str(folder)])
+    assert res.exit_code == 0, res.output
+    assert "metrics:     acc,none, acc_norm,none" in res.output
+    assert res.output.rstrip().endswith("Question: What is the capital of France?\nAnswer: Paris")
+
+
+def test_hugging_face_stays_online_for_lm_eval_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalkit.api import offline_environment
+
+    for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    offline_environment(["run", "lm-eval:arc_easy", "--endpoint", "x"])
+    assert "HF_DATASETS_OFFLINE" not in os.environ and "HF_HUB_OFFLINE" not in os.environ
+    offline_environment(["run", "gsm8k"])
+    assert os.environ["HF_DATASETS_OFFLINE"] == os.environ["HF_HUB_OFFLINE"] == "1"
 
 
 def test_version_records_lm_eval_version_and_config_hash(tmp_path: Path) -> None:

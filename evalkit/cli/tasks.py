@@ -43,15 +43,20 @@ def tasks_list(
 def tasks_show(
     name: str,
     tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra task folder.")] = None,
+    include_path: Annotated[
+        list[Path] | None, typer.Option(help="lm-eval:NAME tasks: a folder of lm-eval task YAMLs.")
+    ] = None,
 ) -> None:
     """A task's defaults, metrics, data checksums and a preview of its first prompt."""
     import json
 
+    from evalkit.tasks.lmeval_source import expand_lm_eval_tasks
     from evalkit.tasks.registry import Registry
     from evalkit.tasks.spec import TaskSettings
 
     try:
-        reg = Registry(tasks_dir or [])
+        generated = expand_lm_eval_tasks([name], include_path or [])[1] if include_path else None
+        reg = Registry([*(tasks_dir or []), *([generated] if generated else [])])
         entry = reg.entry(name)
         task = reg.get(name)
         defaults = task.defaults()

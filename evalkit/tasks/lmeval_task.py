@@ -346,6 +346,13 @@ class LmEvalTask(Task):
 
         self._built(settings.num_fewshot, on_entry)  # the whole set: the cache holds every document
 
+    def preview(self, settings: TaskSettings) -> str:
+        """The first request's text (a scored task's: its context and continuation, before tokenising)."""
+        if not self.scored:
+            return super().preview(settings)
+        built = self._built(settings.num_fewshot)
+        return built[0]["context"] + built[0]["continuation"] if built else ""
+
     def _request(self, b: dict[str, Any], settings: TaskSettings) -> Request:
         return Request(
             task=self.name,
