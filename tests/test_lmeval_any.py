@@ -183,3 +183,15 @@ def test_a_run_and_the_gate_refusing_another_task_version(tmp_path: Path, test_s
     res = CliRunner().invoke(app, ["gate", "-b", str(runs[0]), "-c", str(runs[1])])
     assert res.exit_code == 2, res.output
     assert "task version 1.0+cfg." in res.output
+
+
+def test_requests_sent_as_token_ids_are_not_clamped_by_their_text() -> None:
+    """A rolling window's record keeps the whole document as its text; its ids are what is sent (and counted)."""
+    import asyncio
+
+    from evalkit.contracts import Request
+    from evalkit.requests.clamp import clamp_max_tokens
+
+    req = Request(task="t", doc_id=0, sample_index=0, prompt="word " * 500, gen=lmeval_scored.SCORED_GEN,
+                  prompt_ids=(1, 2, 3))  # fmt: skip
+    assert asyncio.run(clamp_max_tokens([req], "http://127.0.0.1:9/v1", "m", "completions", 64)) == ([req], None)
