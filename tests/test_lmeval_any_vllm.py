@@ -53,32 +53,36 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
         yield srv
 
 
-def _lm_eval(url: str, folder: Path, out: Path) -> tuple[dict[str, Any], dict[str, dict[int, dict[str, Any]]]]:
-    """lm-eval's CLI on the three tasks: its results and, per task, its logged samples by doc_id."""
-    args = f"base_url={url}/completions,model={NAME},tokenizer_backend=huggingface,tokenizer={MODEL_DIR}"
+def _lm_eval(
+    url: str, folder: Path, out: Path, tasks: tuple[str, ...] = TASKS, extra: str = ""
+) -> tuple[dict[str, Any], dict[str, dict[int, dict[str, Any]]]]:
+    """lm-eval's CLI on ``tasks``: its results and, per task, its logged samples by doc_id."""
+    args = f"base_url={url}/completions,model={NAME},tokenizer_backend=huggingface,tokenizer={MODEL_DIR}{extra}"
     cmd = [sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
-           f"{args},num_concurrent={CONCURRENCY}", "--tasks", ",".join(TASKS), "--include_path", str(folder),
+           f"{args},num_concurrent={CONCURRENCY}", "--tasks", ",".join(tasks), "--include_path", str(folder),
            "--log_samples", "--output_path", str(out)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "TQDM_DISABLE": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]
     samples = {
         t: {s["doc_id"]: s for s in map(json.loads, next(out.rglob(f"samples_{t}_*.jsonl")).read_text().splitlines())}
-        for t in TASKS
+        for t in tasks
     }
     return results, samples
 
 
-def _evalkit(url: str, folder: Path, out: Path) -> tuple[dict[str, Any], dict[str, dict[int, list[dict[str, Any]]]]]:
-    """evalkit's CLI on the same tasks (no --tokenizer): its summary and, per task, its records by doc_id."""
-    cmd = [sys.executable, "-m", "evalkit.cli", "run", *(f"lm-eval:{t}" for t in TASKS), "--include-path",
+def _evalkit(
+    url: str, folder: Path, out: Path, tasks: tuple[str, ...] = TASKS, *extra: str
+) -> tuple[dict[str, Any], dict[str, dict[int, list[dict[str, Any]]]]]:
+    """evalkit's CLI on ``tasks`` (no --tokenizer): its summary and, per task, its records by doc_id."""
+    cmd = [sys.executable, "-m", "evalkit.cli", "run", *(f"lm-eval:{t}" for t in tasks), "--include-path",
            str(folder), "--endpoint", url, "--concurrency", str(CONCURRENCY), "-o", str(out), "-q",
-           "--no-report"]  # fmt: skip
+           "--no-report", *extra]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     assert "prefill speed" in p.stdout and "no TTFT/TPOT" in p.stdout
     summary = json.loads((out / "summary.json").read_text())["tasks"]
-    records: dict[str, dict[int, list[dict[str, Any]]]] = {t: {} for t in TASKS}
+    records: dict[str, dict[int, list[dict[str, Any]]]] = {t: {} for t in tasks}
     for line in (out / "samples.jsonl").read_bytes().splitlines():
         r = orjson.loads(line)
         records[r["task"].removeprefix("lm-eval:")].setdefault(r["doc_id"], []).append(r)
@@ -114,8 +118,14 @@ def test_three_request_types_equal_lm_eval_per_document(tmp_path: Path, live_ser
         windows = sorted(roll[d], key=lambda r: r["sample_index"])
         assert sum(float(r["extracted"]["loglikelihood"]) for r in windows) == float(s["resps"][0][0]), d
 
+    compared = _equal_aggregates(summary, results, TASKS)
+    print(f"\n[lm-eval:NAME parity] lm-eval {lm_eval_s:.1f} s, evalkit {evalkit_s:.1f} s, equal: {compared}")
+
+
+def _equal_aggregates(summary: dict[str, Any], results: dict[str, Any], tasks: tuple[str, ...]) -> dict[str, float]:
+    """Every metric and stderr of lm-eval's results equal to evalkit's summary; the values compared."""
     compared = {}
-    for task in TASKS:
+    for task in tasks:
         mine = summary[f"lm-eval:{task}"]["metrics"]
         ref = results[task]
         names = [k for k in ref if "," in k and "_stderr," not in k]
@@ -126,4 +136,21 @@ def test_three_request_types_equal_lm_eval_per_document(tmp_path: Path, live_ser
             se = ref[f"{metric}_stderr,{filt}"]
             assert mine[name]["stderr"] == (None if se == "N/A" else se), (task, name)
             compared[f"{task} {name}"] = mine[name]["value"]
-    print(f"\n[lm-eval:NAME parity] lm-eval {lm_eval_s:.1f} s, evalkit {evalkit_s:.1f} s, equal: {compared}")
+    return compared
+
+
+def test_rolling_windows_and_truncation_at_a_short_max_length(tmp_path: Path, live_server: VLLMServer) -> None:
+    """max_length 24: documents split into several rolling windows, multiple-choice contexts cut from the left."""
+    url = live_server.base_url + "/v1"
+    folder = write_tasks(tmp_path / "tasks")
+    tasks = ("tiny_mc", "tiny_roll")
+    results, theirs = _lm_eval(url, folder, tmp_path / "lm-eval", tasks, ",max_length=24")
+    summary, ours = _evalkit(url, folder, tmp_path / "run", tasks, "--max-length", "24")
+    assert sum(len(v) for v in ours["tiny_roll"].values()) > len(PAGES)  # several windows
+    for d, s in theirs["tiny_roll"].items():
+        windows = sorted(ours["tiny_roll"][d], key=lambda r: r["sample_index"])
+        assert sum(float(r["extracted"]["loglikelihood"]) for r in windows) == float(s["resps"][0][0]), d
+    for d, s in theirs["tiny_mc"].items():
+        by_idx = sorted(ours["tiny_mc"][d], key=lambda r: r["sample_index"])
+        assert [r["extracted"]["loglikelihood"] for r in by_idx] == [x[0][0] for x in s["resps"]], d
+    print(f"\n[lm-eval:NAME parity, max_length 24] equal: {_equal_aggregates(summary, results, tasks)}")
