@@ -76,15 +76,20 @@ def _entry(name: str, include_path: tuple[str, ...]) -> Any:
     return entry
 
 
-def task_config(name: str, include_path: tuple[str, ...] = ()) -> dict[str, Any]:
-    """lm-eval's config of task ``name`` as its TaskFactory builds it (a copy)."""
-    from lm_eval.tasks._index import Kind
+def task_config(name: str, include_path: tuple[str, ...] = (), yaml_path: str | None = None) -> dict[str, Any]:
+    """lm-eval's config of task ``name`` as its TaskFactory builds it (a copy); from ``yaml_path`` (the task's file,
+    as the index found it) without indexing every task when given."""
+    from lm_eval.tasks._factory import TaskFactory
+    from lm_eval.tasks._index import Entry, Kind
 
-    tm = task_manager(include_path)
-    entry = _entry(name, include_path)
+    if yaml_path is not None:
+        quiet_lm_eval()
+        entry = Entry(name=name, kind=Kind.TASK, yaml_path=Path(yaml_path))
+    else:
+        entry = _entry(name, include_path)
     if entry.kind in (Kind.GROUP, Kind.TAG):
         raise TaskError(f"lm-eval's '{name}' is a group; run it as {PREFIX}{name} (evalkit runs each of its tasks)")
-    cfg: dict[str, Any] = tm._factory._load_full_config(entry, None)
+    cfg: dict[str, Any] = TaskFactory()._load_full_config(entry, None)
     if "class" in cfg:
         raise TaskError(f"lm-eval's '{name}' is a Python task class; evalkit runs lm-eval's YAML tasks only")
     for key in ("tag", "group", "task_list"):
@@ -223,7 +228,10 @@ def expand_lm_eval_tasks(
         for leaf, overrides in leaf_tasks(task[len(PREFIX) :], inc):
             name = PREFIX + leaf
             out.append(name)
+            path = task_manager(inc).task_index[leaf].yaml_path  # read directly by each process that loads it
             options: dict[str, Any] = {"task": leaf, "include_path": list(inc), "overrides": overrides}
+            if path is not None:
+                options["yaml"] = str(path)
             if tokenizer:
                 options["tokenizer"] = tokenizer
             if data_dir is not None:

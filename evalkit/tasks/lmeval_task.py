@@ -71,6 +71,7 @@ class LmEvalTask(Task):
             )
         self.include_path = tuple(str(p) for p in lm_spec.get("include_path") or ())
         self.tokenizer: str | None = lm_spec.get("tokenizer")
+        self.lm_yaml: str | None = lm_spec.get("yaml")  # the task's lm-eval file (no index of every task to build)
         self.base_yaml: Path | None = None
         if base:
             self.base_yaml = lm_eval_tasks_dir() / base
@@ -106,7 +107,7 @@ class LmEvalTask(Task):
     def _base_config(self) -> dict[str, Any]:
         if self._config is None:
             if self.base_yaml is None:
-                cfg = copy.deepcopy(task_config(str(self.lm_name), self.include_path))
+                cfg = copy.deepcopy(task_config(str(self.lm_name), self.include_path, self.lm_yaml))
             else:
                 text = self.base_yaml.read_text()
                 if "!function" in text or "include:" in text:  # lm-eval's own loader (imports its task index)
