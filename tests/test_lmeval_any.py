@@ -156,7 +156,7 @@ def test_data_from_a_folder_or_one_line_naming_the_dataset(tmp_path: Path, monke
     with pytest.raises(EvalkitError) as err:
         _task(folder, "tiny_gen").build_requests(TaskSettings())  # type: ignore[attr-defined]
     line = str(err.value)
-    assert "\n" not in line and "evalkit-tests/no-such-dataset" in line and "--data-dir" in line
+    assert "\n" not in line and "evalkit-tests/no-such-dataset" in line and "--data-dir DIR (DIR/tiny_gen/" in line
     data = tmp_path / "local" / "tiny_gen"
     data.mkdir(parents=True)
     (data / "test.jsonl").write_text((folder / "data" / "qa.jsonl").read_text())

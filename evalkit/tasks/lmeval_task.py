@@ -146,7 +146,7 @@ class LmEvalTask(Task):
         except (OSError, ValueError, FileNotFoundError, ImportError) as e:
             if self.data_files:
                 raise
-            raise download_error(self.name, cfg, e) from None
+            raise download_error(self.lm_name or self.name, cfg, e) from None
         default_shots = task.get_config("num_fewshot")
         if num_fewshot is not None and default_shots != 0:
             task.set_config(key="num_fewshot", value=num_fewshot)
