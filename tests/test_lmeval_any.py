@@ -195,3 +195,19 @@ def test_requests_sent_as_token_ids_are_not_clamped_by_their_text() -> None:
     req = Request(task="t", doc_id=0, sample_index=0, prompt="word " * 500, gen=lmeval_scored.SCORED_GEN,
                   prompt_ids=(1, 2, 3))  # fmt: skip
     assert asyncio.run(clamp_max_tokens([req], "http://127.0.0.1:9/v1", "m", "completions", 64)) == ([req], None)
+
+
+def test_a_run_config_is_expanded_once(tmp_path: Path) -> None:
+    """The sweep expands its runs' configs and each Runner does again: the task files' folder is added once."""
+    from evalkit.config import load_config
+    from evalkit.runner.plan import lm_eval_expanded
+
+    folder = write_tasks(tmp_path / "t")
+    cfg = load_config({"tasks": ["lm-eval:tiny_group"], "include_path": [folder], "tokenizer": "tok"})
+    once = lm_eval_expanded(cfg)
+    twice = lm_eval_expanded(once)
+    assert once.tasks == twice.tasks == ["lm-eval:tiny_mc", "lm-eval:tiny_roll"]
+    assert once.tasks_dir == twice.tasks_dir and len(twice.tasks_dir) == 1
+    spec = Registry(twice.tasks_dir).entry("lm-eval:tiny_roll").spec
+    assert spec.options["lm_eval"]["tokenizer"] == "tok"
+    assert spec.options["lm_eval"]["yaml"] == str((folder / "tiny_roll.yaml").resolve())

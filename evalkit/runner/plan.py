@@ -114,7 +114,8 @@ def lm_eval_expanded(cfg: RunConfig) -> RunConfig:
     tasks, folder = expand_lm_eval_tasks(cfg.tasks, cfg.include_path, cfg.tokenizer, cfg.data_dir)
     if folder is None:
         return cfg
-    return cfg.model_copy(update={"tasks": tasks, "tasks_dir": [*cfg.tasks_dir, folder]})
+    dirs = cfg.tasks_dir if folder in cfg.tasks_dir else [*cfg.tasks_dir, folder]  # expanded once already
+    return cfg.model_copy(update={"tasks": tasks, "tasks_dir": dirs})
 
 
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
