@@ -310,7 +310,10 @@ class LmEvalTask(Task):
     def _splitter(self, settings: TaskSettings) -> Any:
         """lm-eval's local-completions token splitting, with ``--tokenizer`` or the run's server's tokenizer."""
         if self.tokenizer is None and self._endpoint is None:
-            raise TaskError(f"task {self.name}: its requests are tokenised by the server's /tokenize; no server yet")
+            raise TaskError(
+                f"task {self.name}: its {self.output_type} requests are tokenised at the run's server (or with "
+                "--tokenizer PATH), which this command does not have; run it with evalkit run"
+            )
         root, headers = self._endpoint or ("http://127.0.0.1", {})
         lm = self._splitters.get(settings.max_length)
         if lm is None:
