@@ -32,14 +32,20 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVALKIT_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test tasks, written once for the module (lm-eval indexes an include path once per process)."""
+    return write_tasks(tmp_path_factory.mktemp("lm-eval-tasks"))
+
+
 def _task(folder: Path, name: str, **options: object) -> object:
     tasks, generated = expand_lm_eval_tasks([f"lm-eval:{name}"], [folder], **options)  # type: ignore[arg-type]
     assert generated is not None
     return Registry([generated]).get(tasks[0])
 
 
-def test_groups_expand_and_list(tmp_path: Path) -> None:
-    folder = write_tasks(tmp_path / "t")
+def test_groups_expand_and_list(tasks: Path) -> None:
+    folder = tasks
     tasks, generated = expand_lm_eval_tasks(["gsm8k", "lm-eval:tiny_group"], [folder])
     assert tasks == ["gsm8k", "lm-eval:tiny_mc", "lm-eval:tiny_roll"]
     assert generated is not None and len(list(generated.glob("*.yaml"))) == 2
@@ -66,8 +72,8 @@ def test_hugging_face_stays_online_for_lm_eval_tasks(monkeypatch: pytest.MonkeyP
     assert os.environ["HF_DATASETS_OFFLINE"] == os.environ["HF_HUB_OFFLINE"] == "1"
 
 
-def test_version_records_lm_eval_version_and_config_hash(tmp_path: Path) -> None:
-    a = _task(write_tasks(tmp_path / "a"), "tiny_gen")
+def test_version_records_lm_eval_version_and_config_hash(tmp_path: Path, tasks: Path) -> None:
+    a = _task(tasks, "tiny_gen")
     b = _task(write_tasks(tmp_path / "b", gen_prompt="Q: {{question}}\\nA:"), "tiny_gen")
     assert a.version.startswith("1.0+cfg.") and b.version.startswith("1.0+cfg.")  # type: ignore[attr-defined]
     assert a.version != b.version  # type: ignore[attr-defined]
@@ -80,11 +86,11 @@ def _tokens(url: str, text: str) -> list[int]:
         return list(json.loads(r.read())["tokens"])
 
 
-def test_multiple_choice_requests_on_lm_evals_token_boundaries(tmp_path: Path, test_server: object) -> None:
+def test_multiple_choice_requests_on_lm_evals_token_boundaries(tasks: Path, test_server: object) -> None:
     from evalkit.requests.client import Client
 
     url = test_server.url.removesuffix("/v1")  # type: ignore[attr-defined]
-    task = _task(write_tasks(tmp_path / "t"), "tiny_mc")
+    task = _task(tasks, "tiny_mc")
     task.use_endpoint(url + "/v1", None)  # type: ignore[attr-defined]
     reqs = task.build_requests(TaskSettings(limit=2))  # type: ignore[attr-defined]
     assert [(r.doc_id, r.sample_index) for r in reqs] == [(d, i) for d in range(2) for i in range(4)]
@@ -132,8 +138,8 @@ def _record(doc: int, index: int, ll: float, status: str = "ok") -> SampleRecord
                         status=status, extracted=extracted)  # type: ignore[arg-type]  # fmt: skip
 
 
-def test_multiple_choice_scored_per_document_by_lm_eval(tmp_path: Path) -> None:
-    task = _task(write_tasks(tmp_path / "t"), "tiny_mc")
+def test_multiple_choice_scored_per_document_by_lm_eval(tasks: Path) -> None:
+    task = _task(tasks, "tiny_mc")
     records = []
     for doc, (_, answer, choices) in enumerate(QA):
         wrong = doc == 0  # doc 0: the longest wrong choice wins
@@ -168,11 +174,11 @@ def test_data_from_a_folder_or_one_line_naming_the_dataset(tmp_path: Path, monke
         _task(folder, "tiny_gen", data_dir=tmp_path)
 
 
-def test_a_run_and_the_gate_refusing_another_task_version(tmp_path: Path, test_server: object) -> None:
+def test_a_run_and_the_gate_refusing_another_task_version(tmp_path: Path, tasks: Path, test_server: object) -> None:
     url = test_server.url  # type: ignore[attr-defined]
     runs = []
     for version in ("1.0", "2.0"):
-        folder = write_tasks(tmp_path / f"t{version}", version=version)
+        folder = tasks if version == "1.0" else write_tasks(tmp_path / f"t{version}", version=version)
         out = tmp_path / f"run{version}"
         args = ["run", "lm-eval:tiny_gen", "--include-path", str(folder), "--endpoint", url, "-o", str(out), "-q"]
         res = CliRunner().invoke(app, [*args, "--concurrency", "2", "--no-warmup", "--no-report"])
@@ -197,12 +203,12 @@ def test_requests_sent_as_token_ids_are_not_clamped_by_their_text() -> None:
     assert asyncio.run(clamp_max_tokens([req], "http://127.0.0.1:9/v1", "m", "completions", 64)) == ([req], None)
 
 
-def test_a_run_config_is_expanded_once(tmp_path: Path) -> None:
+def test_a_run_config_is_expanded_once(tasks: Path) -> None:
     """The sweep expands its runs' configs and each Runner does again: the task files' folder is added once."""
     from evalkit.config import load_config
     from evalkit.runner.plan import lm_eval_expanded
 
-    folder = write_tasks(tmp_path / "t")
+    folder = tasks
     cfg = load_config({"tasks": ["lm-eval:tiny_group"], "include_path": [folder], "tokenizer": "tok"})
     once = lm_eval_expanded(cfg)
     twice = lm_eval_expanded(once)
