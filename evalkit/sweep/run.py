@@ -300,7 +300,7 @@ def collect(
         read = read_run(run_dir)
         differs = expected.differences(combo, read[0]) if read is not None else None
         if read is not None and differs is None:
-            row = table_row(combo, read[1], spec.tasks)
+            row = table_row(combo, read[1], expected.configs[combo.name].tasks)  # lm-eval groups: their tasks
             dirs.append(run_dir)
             error = result.failed.get(combo.name) or expected.too_many_errors(combo, read[1])
             if error is not None:
