@@ -217,3 +217,21 @@ def test_a_run_config_is_expanded_once(tasks: Path) -> None:
     spec = Registry(twice.tasks_dir).entry("lm-eval:tiny_roll").spec
     assert spec.options["lm_eval"]["tokenizer"] == "tok"
     assert spec.options["lm_eval"]["yaml"] == str((folder / "tiny_roll.yaml").resolve())
+
+
+def test_a_sweep_runs_a_group_and_tabulates_its_tasks(
+    tmp_path: Path, tasks: Path, test_server: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import csv
+
+    extra = tmp_path / "groups"
+    extra.mkdir()
+    (extra / "gen_group.yaml").write_text("group: gen_group\ntask:\n  - tiny_gen\nmetadata:\n  version: 1.0\n")
+    monkeypatch.setenv("EVALKIT_INCLUDE_PATH", json.dumps([str(tasks), str(extra)]))
+    spec = tmp_path / "sweep.yaml"
+    url = test_server.url  # type: ignore[attr-defined]
+    spec.write_text(f'tasks: ["lm-eval:gen_group"]\nendpoint: {url}\nconcurrency: [2]\nwarmup: 0\n')
+    res = CliRunner().invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader((tmp_path / "out" / "sweep.csv").open()))
+    assert len(rows) == 1 and rows[0]["lm-eval:tiny_gen exact_match,none"] and float(rows[0]["requests_s"]) > 0
