@@ -4,6 +4,7 @@
 - ``manifest.json``  -> :class:`Manifest` (what was run, where, with which versions)
 - ``samples.jsonl``  -> one :class:`SampleRecord` per request, appended as each request completes
 - ``summary.json``   -> :class:`RunSummary` (``{"schema_version": 2, "tasks": {name: TaskSummary}}``)
+- ``positions.bin``  -> one :class:`PromptPositions` per scored text of a ``logprobs`` task (``numerics``)
 
 A run sharded over several endpoints adds ``endpoint`` to each sample, ``endpoints`` to the manifest and to each
 task's summary; the fields are absent (not null) in a run against one endpoint, so its files read as before.
@@ -22,6 +23,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalkit.contracts.positions import PromptPositions  # noqa: F401 - part of the contract
 from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
     LATENCIES,
     QUANTILES,
