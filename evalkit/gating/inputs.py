@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from evalkit.contracts import STATUSES
+from evalkit.contracts import STATUSES, PromptPositions
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,16 @@ class StatusCounts:
 
 
 @dataclass(frozen=True)
+class NumericsInputs:
+    """A task's teacher-forced positions (the ``numerics`` task) by doc_id: ``main`` the main pass
+    (``sample_index`` 0), ``again`` the noise-floor pass (``sample_index`` 1, a slice of the texts sent again in
+    another order). Only requests whose sample record got an answer count."""
+
+    main: dict[int, PromptPositions]
+    again: dict[int, PromptPositions] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TaskInputs:
     """Everything the gate needs about one task of one run."""
 
@@ -132,6 +142,8 @@ class TaskInputs:
     runs: tuple[SpeedRecords, ...] = ()
     # what makes this run's records untrustworthy (samples that disagree with the summary): the gate cannot decide
     problems: tuple[str, ...] = ()
+    # the task's teacher-forced positions (None: the task recorded none); judged by the numerics rules
+    numerics: NumericsInputs | None = None
 
     def scored(self) -> frozenset[int]:
         """The documents scored in this run (``scored_docs``, else every item of any metric)."""

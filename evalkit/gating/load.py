@@ -18,14 +18,26 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
+from evalkit.errors import StoreError
 from evalkit.gating.errors import GateInputError
-from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+from evalkit.gating.inputs import (
+    Identity,
+    MetricSamples,
+    NumericsInputs,
+    RunInputs,
+    SpeedRecords,
+    StatusCounts,
+    TaskInputs,
+)
+from evalkit.scoring.numerics import split_passes
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
+from evalkit.store.positions import POSITIONS, read_positions
 from evalkit.store.reader import Dropped, ManifestTaskRead, TaskRead, open_run
 
 T = TypeVar("T")
@@ -66,7 +78,8 @@ def from_run_dir(path: str | Path) -> RunInputs:
         dropped: list[Dropped] = []  # what the summary's typed read of the task did not take
         read = run.task(name, dropped)
         raw = _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {}
-        tasks[name] = _task(name, manifest.task(name), (read, dropped), raw, samples.get(name, []), notes, rate)
+        task = _task(name, manifest.task(name), (read, dropped), raw, samples.get(name, []), notes, rate)
+        tasks[name] = replace(task, numerics=numerics_inputs(run_dir, name, samples.get(name, [])))
     concurrency = manifest.concurrency
     return RunInputs(
         label=run.label,
@@ -350,3 +363,22 @@ def _steady(speed: dict[str, Any]) -> tuple[float, float] | None:
 
 def _counts(samples: list[dict[str, Any]]) -> StatusCounts:
     return StatusCounts.of(r.get("status") for r in samples)
+
+
+def numerics_inputs(run_dir: Path, task: str, samples: list[dict[str, Any]]) -> NumericsInputs | None:
+    """The task's positions (positions.bin) of the requests whose sample record got an answer, by pass and
+    doc_id; None when the task recorded none. An unreadable positions file is refused (GateInputError)."""
+    answered = {s.get("key") for s in samples if s.get("status") != "api_error"}
+    try:
+        stored = read_positions(run_dir, task)
+    except StoreError as e:
+        raise GateInputError(str(e)) from None
+    if not stored:
+        return None
+    main, again = split_passes({k: p for k, p in stored.items() if k in answered})
+    if not main and not again:
+        raise GateInputError(
+            f"{run_dir / POSITIONS} holds positions of {task} but no sample record of them got an answer; "
+            "re-run the same command to complete the run"
+        )
+    return NumericsInputs(main, again)
