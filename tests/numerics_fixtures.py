@@ -100,7 +100,7 @@ def build_numerics_run(
     records = [*main.values(), *(again or {}).values()]
     samples = [
         {"task": TASK, "doc_id": p.doc_id, "sample_index": p.sample_index, "key": p.key, "status": "ok",
-         "prompt": " ".join(p.tokens), "correct": {}, "start_s": 0.01 * i, "e2e_ms": 5.0 + seed + 0.1 * i,
+         "prompt": f"text {p.doc_id}", "correct": {}, "start_s": 0.01 * i, "e2e_ms": 5.0 + seed + 0.1 * i,
          "output_tokens": 1}
         for i, p in enumerate(records)
     ]  # fmt: skip
@@ -110,7 +110,8 @@ def build_numerics_run(
     with (run_dir / "samples.jsonl").open("w", encoding="utf-8") as f:
         for s in samples:
             f.write(json.dumps(s) + "\n")
-    settings = {"limit": None, "num_fewshot": 0, "num_samples": 1, "max_tokens": 1, "temperature": 0.0}
+    settings = {"limit": None, "num_fewshot": 0, "num_samples": 1, "max_tokens": 1, "temperature": 0.0,
+                "docs": sorted(main)}  # fmt: skip
     _write_json(
         run_dir / "manifest.json",
         {
@@ -120,8 +121,9 @@ def build_numerics_run(
             "endpoint": {"base_url": "http://127.0.0.1:8000/v1", "kind": "completions"},
             "model": model,
             "concurrency": 8,
-            "tasks": {TASK: {"version": 1, "data_sha256": {"test": "c" * 64}, "settings": settings}},
-            "requests": len(samples),
+            "tasks": {
+                TASK: {"version": 1, "data_sha256": {"test": "c" * 64}, "settings": settings, "requests": len(samples)}
+            },
         },
     )
     counts = {"total": len(samples), "ok": len(samples)}

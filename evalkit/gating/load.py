@@ -79,7 +79,11 @@ def from_run_dir(path: str | Path) -> RunInputs:
         read = run.task(name, dropped)
         raw = _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {}
         task = _task(name, manifest.task(name), (read, dropped), raw, samples.get(name, []), notes, rate)
-        tasks[name] = replace(task, numerics=numerics_inputs(run_dir, name, samples.get(name, [])))
+        numerics = numerics_inputs(run_dir, name, samples.get(name, []))
+        if numerics is not None:  # the noise-floor pass re-sends documents: its requests ask for none
+            again = sum(1 for s in samples.get(name, []) if s.get("sample_index") == 1)
+            task = replace(task, numerics=numerics, asked_docs=asked_docs(manifest.task(name), again))
+        tasks[name] = task
     concurrency = manifest.concurrency
     return RunInputs(
         label=run.label,
@@ -184,11 +188,12 @@ def _registry_metrics(task: str) -> list[str]:
         return []
 
 
-def asked_docs(manifest: ManifestTaskRead) -> frozenset[int] | None:
+def asked_docs(manifest: ManifestTaskRead, again: int = 0) -> frozenset[int] | None:
     """The documents the run was asked for, from its manifest: the ``docs`` selection (capped by the request
     count, as ``limit`` caps it) or the first ``requests / num_samples`` documents; None when the manifest does
-    not say."""
+    not say. ``again``: requests that re-send a document (a numerics task's noise-floor pass), not counted."""
     requests, settings = manifest.requests, manifest.settings
+    requests = None if requests is None else requests - again
     per_doc = settings.get("num_samples")
     per_doc = per_doc if isinstance(per_doc, int) and not isinstance(per_doc, bool) and per_doc > 0 else 1
     if requests is None or requests < 0:

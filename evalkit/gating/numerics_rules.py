@@ -7,8 +7,8 @@ A figure's interval decides against its budget (:class:`~evalkit.gating.policy.N
 its better end is beyond the budget (the interval excludes the budget on the bad side), pass when its worse end is
 within, cannot decide when the budget lies inside it (a reason names how many texts would settle it), and cannot
 decide when the baseline's noise floor is itself beyond the budget (the baseline does not reproduce itself that
-closely, so no candidate can be told apart from it). Texts one side lacks, or tokenised differently, are a reason
-the gate cannot decide (it names the first), and no numerics rule is computed.
+closely, so no candidate can be told apart from it). A text one side lacks (that it was asked for), or one
+tokenised differently, is a reason the gate cannot decide (it names the first), and no numerics rule is computed.
 """
 
 from __future__ import annotations
@@ -42,24 +42,28 @@ def figure_text(figure: str, value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def mismatch(task: str, base: NumericsInputs, cand: TaskInputs) -> str | None:
-    """Why the two runs' texts cannot be compared: a text the candidate scored that the baseline lacks, or one the
-    candidate was asked for and lacks while the baseline has it (the first, by doc_id); None when they match."""
-    assert cand.numerics is not None
-    b, c = base.main, cand.numerics.main
-    asked = cand.asked_docs
+def mismatch(task: str, base: TaskInputs, cand: TaskInputs) -> str | None:
+    """Why the two runs' texts cannot be compared: the first text (by doc_id) one side scored that the other was
+    asked for and lacks (a side whose asked documents are unknown counts as asked for every text), or no text both
+    scored; None when they match. A watch's window is a slice of the baseline's texts, so the baseline's others
+    are not missing from it."""
+    assert base.numerics is not None and cand.numerics is not None
+    b, c = base.numerics.main, cand.numerics.main
+
+    def asked(side: TaskInputs, doc: int) -> bool:
+        return side.asked_docs is None or doc in side.asked_docs
+
     lacking = sorted(
-        [(d, "the candidate scored doc {d}; the baseline did not") for d in c.keys() - b.keys()]
-        + [
-            (d, "the baseline scored doc {d}; the candidate did not")
-            for d in b.keys() - c.keys()
-            if asked is None or d in asked
-        ]
+        [(d, "the candidate scored doc {d}; the baseline did not") for d in c.keys() - b.keys() if asked(base, d)]
+        + [(d, "the baseline scored doc {d}; the candidate did not") for d in b.keys() - c.keys() if asked(cand, d)]
     )
-    if not lacking:
-        return None
-    d, text = lacking[0]
-    return f"{task}: numerics: {text.format(d=d)} ({len(lacking)} texts on one side only); run both on the same texts"
+    if lacking:
+        d, text = lacking[0]
+        n = len(lacking)
+        return f"{task}: numerics: {text.format(d=d)} ({n} texts on one side only); run both on the same texts"
+    if not b.keys() & c.keys():
+        return f"{task}: numerics: no text was scored by both runs; run both on the same texts"
+    return None
 
 
 def _floor(side: NumericsInputs, alpha: float) -> PairFigures | None:
@@ -76,7 +80,7 @@ def numerics_rules(
     if base.numerics is None or cand.numerics is None:
         side = "baseline" if base.numerics is not None else "candidate"
         return [], [f"{task}: numerics: only the {side} holds teacher-forced positions; run both the same way"], []
-    why = mismatch(task, base.numerics, cand)
+    why = mismatch(task, base, cand)
     if why is not None:
         return [], [why], []
     try:
