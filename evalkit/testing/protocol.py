@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 
 from evalkit.testing import hostile
-from evalkit.testing.answers import TOKEN_RE, default_answer, last_user_text, render_chat
+from evalkit.testing.answers import TOKEN_RE, default_answer, last_user_text
 from evalkit.testing.generation import ChoicePlan, plan_choice, plan_tool_choice
-from evalkit.testing.scored import Perturbation, scored_fields
+from evalkit.testing.scored import Perturbation, prompt_text, scored_fields
 from evalkit.testing.state import ServerState
 from evalkit.testing.tools import REFUSED, tool_answer
 
@@ -55,8 +55,7 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise ApiError(400, "`messages` must be a non-empty list of message objects")
         prompts = [last_user_text(messages)]
-        tools_given = body.get("tools") if isinstance(body.get("tools"), list) else None
-        prompt_tokens = [TOKEN_RE.findall(render_chat(messages, tools_given))]
+        prompt_tokens = [TOKEN_RE.findall(prompt_text(body, chat) or "")]  # the rendered messages
     else:
         raw = body.get("prompt")
         if isinstance(raw, str):
