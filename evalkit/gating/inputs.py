@@ -95,6 +95,7 @@ class StatusCounts:
     tool_text: int = 0
     tool_calls_empty: int = 0
     bad_arguments: int = 0
+    bad_positions: int = 0
 
     def rate(self, status: str) -> float | None:
         """Share of all requests with ``status``; None when the task has no requests."""
