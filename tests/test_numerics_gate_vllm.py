@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.config import ServerConfig
+from evalkit.gating import from_run_dir
+from evalkit.scoring.numerics import FIGURES, compare_runs, texts_to_separate
 from evalkit.server.vllm_process import VLLMServer
 from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
 
@@ -70,4 +72,9 @@ def test_bf16_twice_passes_and_float32_fails_on_a_numerics_rule(tmp_path: Path) 
     for r in f32["rules"]:
         if r["kind"] == "numerics":
             print(f"[numerics gate] bf16 vs float32: {r['name']} = {r['observed']:.4g} CI {r['ci']} ({r['verdict']})")
-    assert code == 1 and "numerics: mean abs d-logprob" in failed
+    pair = compare_runs(*(from_run_dir(tmp_path / r).tasks["numerics"].numerics.main for r in ("bf16", "f32")))
+    for f in FIGURES:  # BENCHMARKS.md: how many texts tell float32 from bf16 against a floor of 0
+        v = pair.per_text(f)
+        need = texts_to_separate(v, 1.0 if f == "top1" else 0.0)
+        print(f"[numerics gate] {f}: per text {v.min():.4g}..{v.max():.4g}, texts to separate at 95% power: {need}")
+    assert code == 1 and "numerics: mean abs d-logprob" in failed and "numerics: top-1 agreement" in failed

@@ -17,7 +17,7 @@ instead of accuracy and speed. Example file::
       ttft_p50_ms: {max_change: 0.15, noise: 1.0, min_abs_ms: 5}
       e2e_p50_ms: {max_change: 0.10}
     rates: {max_error_rate: 0.0, max_truncated_rate: 0.02}
-    numerics: {min_top1_agreement: 0.995, max_mean_kl: 0.001, max_p99_kl: 0.02, max_mean_abs_dlp: 0.01}
+    numerics: {min_top1_agreement: 0.995, max_mean_kl: 0.0005, max_p99_kl: 0.005, max_mean_abs_dlp: 0.01}
     expected:
       - {task: aime25, metric: avg@8, value: 0.9333}
     require_matched_load: true
@@ -173,8 +173,8 @@ class NumericsPolicy(_Strict):
     the speed rules on such a task too (its answers are not streamed, so by default they are not)."""
 
     min_top1_agreement: float | None = Field(default=0.995, ge=0, le=1)
-    max_mean_kl: float | None = Field(default=1e-3, ge=0)
-    max_p99_kl: float | None = Field(default=0.02, ge=0)
+    max_mean_kl: float | None = Field(default=5e-4, ge=0)
+    max_p99_kl: float | None = Field(default=5e-3, ge=0)
     max_mean_abs_dlp: float | None = Field(default=0.01, ge=0)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
     judge_speed: bool = False
