@@ -184,7 +184,7 @@ def test_a_single_run_report_shows_its_noise_floor(tmp_path: Path) -> None:
 
 
 def _evalkit_run(url: str, out: Path) -> None:
-    res = CliRunner().invoke(app, ["run", TASK, "--endpoint", url, "--limit", "8", "-o", str(out), "-q"])
+    res = CliRunner().invoke(app, ["run", TASK, "--endpoint", url, "--limit", "20", "-o", str(out), "-q"])
     assert res.exit_code == 0, res.output
 
 
@@ -198,6 +198,8 @@ def test_runs_of_the_numerics_task_on_the_test_server_pass_or_fail_the_gate(tmp_
         _evalkit_run(srv.url, tmp_path / "noisy")
     with TestServer(Behaviour(logit_scale=1.02)) as srv:  # a 2% logit scale: small, still beyond the budgets
         _evalkit_run(srv.url, tmp_path / "scaled")
+    base = from_run_dir(tmp_path / "base").tasks[TASK]  # 20 texts and 16 noise-floor requests: 20 asked for
+    assert base.asked_docs == frozenset(range(20)) and base.numerics is not None and len(base.numerics.again) == 16
     code, data = gate(tmp_path / "base", tmp_path / "again")
     assert code == 0 and _verdicts(data) == {f"{TASK}: {r}": "pass" for r in RULES}
     code, data = gate(tmp_path / "base", tmp_path / "noisy")

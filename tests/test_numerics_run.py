@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.contracts import GenParams, Request, Response
+from evalkit.errors import TaskError
 from evalkit.store.positions import POSITIONS, read_positions
 from evalkit.tasks.registry import Registry
 from evalkit.tasks.spec import TaskSettings
@@ -139,15 +140,19 @@ def test_logit_scale_of_known_size_is_recovered() -> None:
 # ------------------------------------------------------------------------------------------- the task
 def test_numerics_requests_main_pass_then_reversed_noise_floor() -> None:
     task = Registry().get("numerics")
-    reqs = task.build_requests(TaskSettings(endpoint_kind="completions"))
+    reqs = task.build_requests(TaskSettings(num_samples=2, endpoint_kind="completions"))
     main, again = reqs[:64], reqs[64:]
     assert len(reqs) == 80 and [r.doc_id for r in main] == list(range(64))
     assert [r.doc_id for r in again] == list(range(15, -1, -1)) and {r.sample_index for r in again} == {1}
     assert all(r.gen == GenParams(max_tokens=64, temperature=0.0, prompt_logprobs=20) for r in reqs)
     assert main[0].prompt.startswith("Question: Janet") and "\nAnswer: Janet sells 16 - 3 - 4" in main[0].prompt
     assert main[0].prompt.endswith("#### 18") and again[-1].prompt == main[0].prompt
-    few = task.build_requests(TaskSettings(limit=5, endpoint_kind="completions"))
+    few = task.build_requests(TaskSettings(limit=5, num_samples=2, endpoint_kind="completions"))
     assert [(r.doc_id, r.sample_index) for r in few] == [(d, 0) for d in range(5)] + [(d, 1) for d in range(4, -1, -1)]
+    # one sample: no noise-floor pass, one request per document (what evalkit watch checks)
+    assert task.count_requests(TaskSettings(num_samples=1, docs=(3,))) == 1
+    with pytest.raises(TaskError, match="num_samples must be 2"):
+        task.build_requests(TaskSettings(num_samples=3))
     chat = Registry().get("numerics-chat").build_requests(TaskSettings(limit=1, endpoint_kind="chat"))
     assert chat[0].messages is not None and [m["role"] for m in chat[0].messages] == ["user", "assistant"]
 
@@ -280,3 +285,15 @@ def test_sweep_runs_numerics_like_any_task(tmp_path: Path) -> None:
     assert len(runs) == 2 and all(len(read_positions(r, "numerics")) == 4 for r in runs)
     table = (tmp_path / "out" / "sweep.csv").read_text()
     assert "numerics mean_token_logprob" in table and "numerics top1_rate" in table
+
+
+def test_watch_runs_numerics_like_any_task(tmp_path: Path) -> None:
+    out = tmp_path / "w"
+    with TestServer() as srv:
+        args = ["watch", "--endpoint", srv.url, "--task", "numerics", "--every", "0.05s", "--per-tick", "3",
+                "--baseline-ticks", "1", "--window", "1", "--ticks", "2", "-o", str(out)]  # fmt: skip
+        res = CliRunner().invoke(app, args)
+    # the ticks run and store their positions; the window's verdict is the gate's numerics rules' to give
+    assert "tick 1: 6 requests" in res.output and "tick 2: 6 requests" in res.output, res.output
+    ticks = sorted(p for p in out.rglob(POSITIONS))
+    assert len(ticks) == 2 and all(len(read_positions(t.parent, "numerics")) == 6 for t in ticks)

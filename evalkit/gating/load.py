@@ -188,14 +188,16 @@ def _registry_metrics(task: str) -> list[str]:
         return []
 
 
-def asked_docs(manifest: ManifestTaskRead, again: int = 0) -> frozenset[int] | None:
+def asked_docs(manifest: ManifestTaskRead, again: int | None = None) -> frozenset[int] | None:
     """The documents the run was asked for, from its manifest: the ``docs`` selection (capped by the request
     count, as ``limit`` caps it) or the first ``requests / num_samples`` documents; None when the manifest does
-    not say. ``again``: requests that re-send a document (a numerics task's noise-floor pass), not counted."""
+    not say. ``again``: a numerics task's noise-floor requests (its second samples, sent for a slice of the
+    documents only), left out of the count, each remaining request one document."""
     requests, settings = manifest.requests, manifest.settings
-    requests = None if requests is None else requests - again
     per_doc = settings.get("num_samples")
     per_doc = per_doc if isinstance(per_doc, int) and not isinstance(per_doc, bool) and per_doc > 0 else 1
+    if again is not None:
+        requests, per_doc = (None if requests is None else requests - again), 1
     if requests is None or requests < 0:
         return None
     n = requests // per_doc

@@ -13,7 +13,10 @@ The texts: GSM8K test questions with their reference solutions, the first ``text
 takes fewer, ``--docs`` picks some), as ``Question: …\\nAnswer: …`` (completions) or a user message and the
 assistant's reply (chat, sent with ``continue_final_message``). After them comes the noise-floor pass: the first
 ``noise_floor`` texts again, in reverse order, as ``sample_index`` 1 (their own request keys), so that the gate
-can measure how far the server differs from itself. Task-file keys::
+can measure how far the server differs from itself. It is each text's second sample: the kind's default
+``num_samples`` is 2, and ``--num-samples 1`` leaves the pass out (so one document is one request where a caller
+asks for one sample, as ``evalkit watch`` does to check that a task keeps to its document selection).
+Task-file keys::
 
     kind: logprobs
     top_k: 20          # prompt_logprobs K (vLLM's --max-logprobs default)
@@ -119,7 +122,7 @@ def figures(p: PromptPositions, top1: int) -> dict[str, float]:
 class LogprobsTask(Task):
     """See the module docstring."""
 
-    builtin_defaults: ClassVar[Mapping[str, Any]] = {"temperature": 0.0, "max_tokens": 64}
+    builtin_defaults: ClassVar[Mapping[str, Any]] = {"temperature": 0.0, "max_tokens": 64, "num_samples": 2}
     metrics = ("logprob", "top1")
 
     def __init__(self, spec: TaskSpec) -> None:
@@ -151,9 +154,14 @@ class LogprobsTask(Task):
             seed=settings.seed,
             prompt_logprobs=self.top_k,
         )
+        if settings.num_samples not in (1, 2):
+            raise TaskError(
+                f"{self.name}: num_samples must be 2 (with the noise-floor pass) or 1 (without), got "
+                f"{settings.num_samples}"
+            )
         chosen = settings.select(self.items)
         main = [self._request(d, item, 0, gen, chat) for d, item in chosen]
-        again = chosen[: self.noise_floor][::-1]
+        again = chosen[: self.noise_floor][::-1] if settings.num_samples == 2 else []
         return main + [self._request(d, item, NOISE_FLOOR_INDEX, gen, chat) for d, item in again]
 
     def score(self, request: Request, response: Response) -> Score:
