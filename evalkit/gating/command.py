@@ -18,9 +18,11 @@ from evalkit.gating.engine import combine_runs, evaluate, evaluate_expected
 from evalkit.gating.errors import CannotCompare, CannotDecide, GateInputError
 from evalkit.gating.inputs import RunInputs
 from evalkit.gating.load import from_run_dir
+from evalkit.gating.numerics_rules import figure_text
 from evalkit.gating.output import append_step_summary, to_markdown, write_outputs
 from evalkit.gating.policy import GATED_SPEED, Policy, default_policy, load_policy
 from evalkit.gating.result import EXIT_CODES, GateResult
+from evalkit.scoring.numerics import FIGURE_LABELS, FIGURES
 from evalkit.store.reader import writer_pid
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
@@ -221,6 +223,13 @@ def policy_lines(policy: Policy) -> list[str]:
         if (rule := getattr(policy.speed, key)) is not None
     ]
     lines.append("speed: " + ("; ".join(speed) + " beyond noise fails" if speed else "not checked"))
+    num = policy.numerics
+    budgets = [
+        f"{FIGURE_LABELS[f]} {'≥' if f == 'top1' else '≤'} {figure_text(f, b)}"
+        for f in FIGURES
+        if (b := num.budget(f)) is not None
+    ]
+    lines.append("numerics: " + (", ".join(budgets) if budgets else "not checked") + f" (alpha {num.alpha:g})")
     rates = [f"{k} {v:g}" for k, v in policy.rates.model_dump().items() if v is not None]
     lines.append("rates: " + (", ".join(rates) if rates else "not checked"))
     lines += [f"expected: {e.task} {e.metric} >= {e.value:g} - {e.max_drop:g} ({e.mode})" for e in policy.expected]
