@@ -21,7 +21,11 @@ def gate(
     ] = None,
     baseline: Annotated[
         list[Path] | None,
-        typer.Option("--baseline", "-b", help="A baseline run dir (repeatable: several runs of the baseline config)."),
+        typer.Option(
+            "--baseline",
+            "-b",
+            help="A baseline run dir (repeatable: several runs of the baseline config), or one from the run history: history:latest-pass?config=NAME, history:latest?config=NAME, history:ID.",
+        ),
     ] = None,
     candidate: Annotated[
         list[Path] | None,
@@ -49,6 +53,7 @@ def gate(
 
     from evalkit import api
     from evalkit.gating.command import print_outcome
+    from evalkit.history import record_gate
 
     try:
         outcome = api.gate(
@@ -57,6 +62,7 @@ def gate(
     except EvalkitError as e:
         fail(e)
     print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
+    record_gate(outcome.result, outcome.baselines, outcome.candidates, outcome.out_dir)
     if outcome.result.verdict == "cannot_decide":
         typer.echo(f"evalkit: cannot decide: {'; '.join(outcome.result.reasons)}", err=True)
     raise typer.Exit(outcome.exit_code)

@@ -114,6 +114,7 @@ def run(
     from evalkit import api
     from evalkit.cli.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
+    from evalkit.history import record_run
 
     try:
         settings, config_file = run_settings(params)
@@ -126,6 +127,7 @@ def run(
                 results = [api.run(config=config_file, progress=progress, argv=sys.argv, **settings)]
         for result in results:
             print_summary(summary_json(result.summary), str(result.run_dir))
+            record_run(result.run_dir)
     except EvalkitError as e:
         fail(e)
     except KeyboardInterrupt:

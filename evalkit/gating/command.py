@@ -40,6 +40,8 @@ class GateOutcome:
     out_dir: Path
     files: dict[str, Path] = field(default_factory=dict)
     step_summary: bool = False
+    baselines: list[Path] = field(default_factory=list)  # the run dirs gated, each side
+    candidates: list[Path] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -119,7 +121,7 @@ def run_gate(
     if base is not None and write_compare is not None:
         files[COMPARE_HTML] = write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
     summary = append_step_summary(to_markdown(result), env)
-    return GateOutcome(result, policy, policy_file, out, files, summary)
+    return GateOutcome(result, policy, policy_file, out, files, summary, bases, cands)
 
 
 def _dirs(x: Path | list[Path] | None) -> list[Path]:
