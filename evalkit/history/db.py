@@ -79,7 +79,10 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_S})
+        # the driver's own transaction handling off: each transaction is BEGIN IMMEDIATE (below), so a writer
+        # takes the write lock at its start and another one waits for it (busy timeout), never a "database is
+        # locked" halfway through a transaction that read first
+        engine = sa.create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_S, "isolation_level": None})
 
         @sa.event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -87,6 +90,10 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     args = {"connect_timeout": CONNECT_TIMEOUT_S} if parsed.get_backend_name() == "postgresql" else {}
