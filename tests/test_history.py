@@ -50,6 +50,9 @@ def test_history_url_default_off_and_shown_redacted(tmp_path: Path) -> None:
     assert db.shown_url("postgresql://evalkit:s3cret@db:5432/h") == "postgresql://***@db:5432/h"
     code, out = cli("postgres ql://x", "history", "list")
     assert code == 2 and "is not a database URL" in out and len(out.strip().splitlines()) == 1
+    code, out = cli("postgresql://evalkit:s3cret@db/h", "config", "show", "gsm8k", "--endpoint", "http://x:1/v1")
+    assert code == 0 and out.splitlines()[-1].split() == ["history", "postgresql://***@db/h", "env", db.ENV]
+    assert "s3cret" not in out
 
 
 def test_add_list_show_export_of_the_example_runs(tmp_path: Path) -> None:
