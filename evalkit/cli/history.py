@@ -151,3 +151,34 @@ def export(
     except EvalkitError as e:
         fail(e)
     typer.echo(f"{path} ({len(rows)} rows)")
+
+
+@history_app.command("trend")
+def trend(
+    task: Annotated[str, typer.Option(help="The task whose metric to follow.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file (or a folder: trend.html in it).")],
+    metric: Annotated[str | None, typer.Option(help="The metric (default: the newest run's first).")] = None,
+    speed: Annotated[
+        str | None, typer.Option(help="The speed figure beside it (default output_tokens_per_s; e.g. ttft_p99_ms).")
+    ] = None,
+    model: ModelOpt = None,
+    config: ConfigOpt = None,
+    since: SinceOpt = None,
+) -> None:
+    """One offline HTML page: the task's metric with its 95% CI band and a speed figure over the runs, the gate's
+    verdicts marked."""
+    from evalkit.history import session
+    from evalkit.history.db import history_url, shown_url
+    from evalkit.history.query import trend_points
+    from evalkit.history.trend import render_trend, speed_key, write_trend
+
+    try:
+        key = speed_key(speed)
+        filters = _filters(None, model, config, since, None)
+        filters.pop("task")
+        with session() as s:
+            name, points = trend_points(s, task, metric, key, **filters)
+        path = write_trend(render_trend(task, name, key, points, shown_url(history_url() or "")), output)
+    except EvalkitError as e:
+        fail(e)
+    typer.echo(f"{path} ({len(points)} runs of {task}, {name})")
