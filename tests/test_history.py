@@ -33,12 +33,14 @@ def cli(url: str, *args: object) -> tuple[int, str]:
 def test_the_migrations_make_exactly_the_models_tables(tmp_path: Path) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
     url = sqlite_url(tmp_path)
     engine = db.open_engine(url)
     with engine.connect() as c:
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
         assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+    assert ScriptDirectory.from_config(db.alembic_config()).get_current_head() == db.HEAD == "0002"
     forget(url)
 
 
