@@ -25,10 +25,12 @@ start() {
     if ! bin=$(find_bin); then
         [[ $(id -u) -eq 0 ]] || { say "no PostgreSQL found; install Debian's postgresql package (as root)"; exit 1; }
         say "installing Debian's postgresql package"
-        mkdir -p /etc/postgresql-common
-        [[ -f /etc/postgresql-common/createcluster.conf ]] \
-            || echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) >&2
+        export DEBIAN_FRONTEND=noninteractive
+        # postgresql-common first, told to make no cluster of its own (as the official postgres image does)
+        (apt-get update -qq && apt-get install -y -qq postgresql-common >/dev/null) >&2
+        sed -ri 's/^#?[[:space:]]*create_main_cluster[[:space:]]*=.*$/create_main_cluster = false/' \
+            /etc/postgresql-common/createcluster.conf
+        apt-get install -y -qq postgresql >/dev/null
         bin=$(find_bin) || { say "the postgresql package installed no initdb"; exit 1; }
     fi
     dir=$(mktemp -d /tmp/evalkit-postgres.XXXXXX)

@@ -1,6 +1,7 @@
 """The run history (evalkit/history): its schema against its migrations, `evalkit history add|list|show|export`
-on the example runs, the gate recording its verdicts and taking a baseline from the history, and the history
-never failing a command (a write that fails is one warning with the URL's password redacted)."""
+on the example runs, the gate recording its verdicts and taking a baseline from the history (both on SQLite and
+on PostgreSQL), and the history never failing a command (a write that fails is one warning with the URL's
+password redacted)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.history import db
 from evalkit.history.models import Base
-from tests.history_fixtures import forget, sqlite_url
+from tests.history_fixtures import db_url, forget, sqlite_url  # noqa: F401  (db_url: the fixture)
 from tests.report_fixtures import build_gsm8k_run
 
 DATA = Path(__file__).parent / "data"
@@ -57,8 +58,8 @@ def test_history_url_default_off_and_shown_redacted(tmp_path: Path) -> None:
     assert "s3cret" not in out
 
 
-def test_add_list_show_export_of_the_example_runs(tmp_path: Path) -> None:
-    url = sqlite_url(tmp_path)
+def test_add_list_show_export_of_the_example_runs(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+    url = db_url
     runs = [DATA / "cpu-vllm-gsm8k", *sorted(H200.iterdir())]
     code, out = cli(url, "history", "add", *runs)
     assert code == 0 and len(out.strip().splitlines()) == 4
@@ -108,8 +109,8 @@ def test_add_list_show_export_of_the_example_runs(tmp_path: Path) -> None:
     forget(url)
 
 
-def test_gate_verdicts_are_recorded_and_a_baseline_comes_from_the_history(tmp_path: Path) -> None:
-    url = sqlite_url(tmp_path)
+def test_gate_verdicts_are_recorded_and_a_baseline_comes_from_the_history(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+    url = db_url
     policy = tmp_path / "gate.yaml"
     policy.write_text(LENIENT)
     base = build_gsm8k_run(tmp_path / "base", seed=0, accuracy=0.78)
