@@ -1,15 +1,17 @@
 """The run history's database on SQLite and on PostgreSQL (each test runs on both; PostgreSQL's skip, saying so,
-without a server): a sweep and a watch writing at once from two processes, a writer killed mid-write, and a
-database made by an earlier migration upgraded in place."""
+without a server): a sweep and a watch writing at once from two processes, a writer killed mid-write, a
+database made by an earlier migration upgraded in place, and the Grafana panel's query over it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import sqlalchemy as sa
+import yaml
 from sqlalchemy.orm import Session
 
 from evalkit.gating.result import GateResult, Rule
@@ -124,3 +126,30 @@ def test_a_database_made_by_an_earlier_migration_is_upgraded(db_url: str, tmp_pa
         assert [g.run_id for g in gate.runs] == [run_id]  # the run recorded before the upgrade
         assert s.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
         assert {"gates", "gate_rules", "watch_ticks"} <= set(sa.inspect(s.connection()).get_table_names())
+
+
+def test_the_grafana_panel_reads_the_history(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+    """docker/monitoring: the provisioned data source is compose's history-db, which the watch writes to, and the
+    dashboard panel's SQL (Grafana's time macro filled in) gives a time, a series name and a value per run."""
+    monitoring = ROOT / "docker" / "monitoring" / "grafana"
+    source = yaml.safe_load((monitoring / "provisioning" / "datasources" / "history.yml").read_text())["datasources"][0]
+    dash = json.loads((monitoring / "dashboards" / "evalkit-history.json").read_text())
+    (panel,) = dash["panels"]
+    assert panel["datasource"]["uid"] == source["uid"] and panel["datasource"]["type"] == source["type"]
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]
+    url = compose["evalkit-watch"]["environment"]["EVALKIT_HISTORY_URL"]
+    assert url.split("@")[1] == f"{source['url']}/{source['jsonData']['database']}"  # the watch writes, Grafana reads
+    assert "history-db" in compose and source["url"].startswith("history-db:")
+
+    for i, run in enumerate(copies(tmp_path, 2, "run")):
+        with session(db_url) as s:
+            add_run(s, run, "watch", config=f"c{i}")
+    sql = panel["targets"][0]["rawSql"].replace(
+        "$__timeFilter(r.created_at)", "r.created_at BETWEEN '2000-01-01' AND '2100-01-01'"
+    )
+    with session(db_url) as s:
+        rows = s.execute(sa.text(sql)).mappings().all()
+    assert [sorted(r) for r in rows] == [["metric", "time", "value"]] * 4
+    assert {r["metric"] for r in rows} == {
+        f"gsm8k exact_match,{f} (c{i})" for f in ("strict-match", "flexible-extract") for i in (0, 1)
+    }
