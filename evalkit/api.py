@@ -75,11 +75,13 @@ def gate(
     output: str | Path | None = None,
     force: bool = False,
     env: Mapping[str, str] | None = None,
+    expected_from: str | None = None,
 ) -> GateOutcome:
     """The release gate on BASELINE CANDIDATE (or CANDIDATE alone; ``baselines`` / ``candidates``: several runs
     per side), as ``evalkit gate``: :func:`evalkit.gating.command.gate_runs`, whose compare.html is
     :func:`evalkit.reporting.write_gate_compare`. A baseline may be a ``history:`` value (``history:latest-pass?
-    config=NAME``): the run dirs the run history names for it (docs/history.md).
+    config=NAME``): the run dirs the run history names for it (docs/history.md). ``expected_from``: a model of
+    the reference scores evalkit ships, whose scores for the candidate's tasks become ``expected:`` rules.
 
     Example::
 
@@ -94,6 +96,11 @@ def gate(
         baselines, runs = [runs[0], *(baselines or [])], runs[1:]
     if any(is_history_ref(b) for b in baselines or ()):
         baselines = _history_baselines(baselines or [])
+    expected: list[dict[str, Any]] = []
+    if expected_from is not None:
+        from evalkit.history.reference import expected_from as reference_rules
+
+        expected = reference_rules(expected_from, [Path(c) for c in [*runs[-1:], *(candidates or [])]])
     return gate_runs(
         *runs,
         baselines=baselines,
@@ -103,6 +110,7 @@ def gate(
         force=force,
         env=env,
         write_compare=write_gate_compare,
+        expected=expected,
     )
 
 

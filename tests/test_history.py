@@ -163,3 +163,33 @@ def test_a_history_that_cannot_be_written_is_one_warning_and_the_gate_stands(tmp
     warnings = [line for line in out.splitlines() if line.startswith("evalkit: warning:")]
     assert len(warnings) == 1 and "the gate's verdict was not recorded in the run history" in warnings[0]
     assert "s3cretpw" not in out and "***@127.0.0.1:1" in warnings[0]
+
+
+def test_expected_from_the_shipped_reference_scores(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    policy = tmp_path / "gate.yaml"
+    policy.write_text(LENIENT)
+    model = "deepseek-ai/DeepSeek-V3.2"
+    code, out = cli(url, "history", "references")
+    assert code == 0 and f"{model}  gsm8k  exact_match,flexible-extract >= 0.95 - 0.08" in out
+    assert "tests/evals/gsm8k/configs/DeepSeek-V3.2-TP.yaml" in out  # each number with its source
+
+    low = build_gsm8k_run(tmp_path / "low", seed=0, accuracy=0.78, model=model)
+    code, out = cli(url, "gate", low, "--expected-from", model, "--policy", policy, "-o", tmp_path / "g1")
+    assert code == 1, out
+    rules = json.loads((tmp_path / "g1" / "gate.json").read_text())["rules"]
+    (expected,) = [r for r in rules if r["kind"] == "expected"]
+    assert expected["verdict"] == "fail" and expected["budget"] == pytest.approx(0.08)
+    assert expected["name"].startswith("gsm8k: exact_match,flexible-extract")
+    high = build_gsm8k_run(tmp_path / "high", seed=1, accuracy=0.99, model=model)
+    code, out = cli(url, "gate", high, "--expected-from", model, "--policy", policy, "-o", tmp_path / "g2")
+    assert code == 0, out
+
+    for args, why in [
+        (("--expected-from", "nobody/none"), "no reference score of that model; the table has: deepseek-ai/"),
+        (("--expected-from", model), "the candidate ran gsm8k with temperature 0.6 (published at 0.0)"),
+    ]:
+        hot = build_gsm8k_run(tmp_path / "hot", seed=2, model=model, temperature=0.6)
+        code, out = cli(url, "gate", hot, *args, "-o", tmp_path / "g3")
+        assert code == 2 and why in out and len(out.strip().splitlines()) == 1, out
+    forget(url)

@@ -42,6 +42,12 @@ def gate(
             "--output", "-o", help="Folder for gate.json, gate.md, junit.xml, compare.html (default CANDIDATE/gate)."
         ),
     ] = None,
+    expected_from: Annotated[
+        str | None,
+        typer.Option(
+            help="A model of the reference scores evalkit ships (evalkit history references): its published scores for the candidate's tasks become expected: rules.",
+        ),
+    ] = None,
     force: Annotated[
         bool, typer.Option(help="Compare runs even when task version, data, limit, few-shot or prompts differ.")
     ] = False,
@@ -57,7 +63,13 @@ def gate(
 
     try:
         outcome = api.gate(
-            *(runs or []), baselines=baseline, candidates=candidate, policy=policy, output=output, force=force
+            *(runs or []),
+            baselines=baseline,
+            candidates=candidate,
+            policy=policy,
+            output=output,
+            force=force,
+            expected_from=expected_from,
         )
     except EvalkitError as e:
         fail(e)

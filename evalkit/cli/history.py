@@ -182,3 +182,18 @@ def trend(
     except EvalkitError as e:
         fail(e)
     typer.echo(f"{path} ({len(points)} runs of {task}, {name})")
+
+
+@history_app.command("references")
+def references_() -> None:
+    """The reference scores evalkit ships (for evalkit gate --expected-from MODEL), with their sources."""
+    from evalkit.history.reference import references
+
+    try:
+        table = references()
+    except EvalkitError as e:
+        fail(e)
+    for r in table:
+        sampling = ", ".join(f"{k} {v}" for k, v in r.sampling.items())
+        typer.echo(f"{r.model}  {r.task}  {r.metric} >= {r.value:g} - {r.max_drop:g}  ({sampling})")
+        typer.echo(f"    source: {r.source}")
