@@ -1,4 +1,5 @@
-"""The commands feed the run history once they have finished: `evalkit run` its run, `evalkit sweep` each
+"""The commands feed the run history once they have finished: `evalkit run` its run (one over its error rate
+too), `evalkit sweep` each
 combination under its config's name, `evalkit watch` each tick with its verdict; `off` writes nothing."""
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ def test_run_records_its_run_and_off_writes_nothing(tmp_path: Path, test_server:
     assert code == 0 and "warning" not in out
     with session(url) as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(RunRow)) == 1  # run2 was not recorded
+    forget(url)
+
+
+def test_a_run_over_its_error_rate_is_recorded_too(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    with TestServer() as srv:
+        srv.faults = [{"status": 400}]  # the first request fails: 1 of 2 is above --max-error-rate 0
+        code, out = cli(url, "run", "gsm8k", "--endpoint", srv.url, "--limit", "2", "--concurrency", "1",
+                        "--no-report", "-q", "-o", tmp_path / "r")  # fmt: skip
+    assert code == 1 and "1 of 2 requests failed" in out
+    with session(url) as s:
+        (run,) = s.scalars(sa.select(RunRow)).all()
+        assert run.run_dir == str((tmp_path / "r").resolve()) and run.tasks[0].counts["api_error"] == 1
     forget(url)
 
 
