@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.history import db
 from evalkit.history.models import Base
+from evalkit.redact import redact_argv, redact_env
 from tests.history_fixtures import db_url, forget, sqlite_url  # noqa: F401  (db_url: the fixture)
 from tests.report_fixtures import build_gsm8k_run
 
@@ -51,6 +52,14 @@ def test_history_url_default_off_and_shown_redacted(tmp_path: Path) -> None:
     default = db.history_url({})
     assert default is not None and default.startswith("sqlite:///") and default.endswith("evalkit/history.sqlite")
     assert db.shown_url("postgresql://evalkit:s3cret@db:5432/h") == "postgresql://***@db:5432/h"
+    # a history URL handed to a server started by evalkit is recorded in its manifest without the password too
+    assert redact_env({db.ENV: "postgresql://evalkit:s3cret@db/h"}) == {db.ENV: "postgresql://***@db/h"}
+    assert "s3cret" not in " ".join(redact_argv(["--server-env", f"{db.ENV}=postgresql://evalkit:s3cret@db/h"]))
+    message = db.safe_message(
+        RuntimeError('password "s3cret" refused for postgresql://evalkit:s3cret@db/h'),
+        "postgresql://evalkit:s3cret@db/h",
+    )
+    assert "s3cret" not in message and "***@db/h" in message
     code, out = cli("postgres ql://x", "history", "list")
     assert code == 2 and "is not a database URL" in out and len(out.strip().splitlines()) == 1
     code, out = cli("postgresql://evalkit:s3cret@db/h", "config", "show", "gsm8k", "--endpoint", "http://x:1/v1")
