@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,10 @@ def test_add_list_show_export_of_the_example_runs(db_url: str, tmp_path: Path) -
     assert code == 0, out
     table = pq.read_table(tmp_path / "h.parquet")
     assert set(table.column("task").to_pylist()) == {"aime25"} and out.strip().endswith(f"({table.num_rows} rows)")
+    with pytest.MonkeyPatch.context() as mp:  # without pyarrow: CSV only, and evalkit says so
+        mp.setitem(sys.modules, "pyarrow", None)
+        code, out = cli(url, "history", "export", "-o", tmp_path / "h2.parquet")
+    assert code == 2 and "needs pyarrow, which is not installed" in out and not (tmp_path / "h2.parquet").exists()
     code, out = cli(url, "history", "export", "-o", tmp_path / "h.txt")
     assert code == 2 and "--format csv or --format parquet" in out
     code, out = cli(url, "history", "show", "999")
