@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 import yaml
 from sqlalchemy.orm import Session
@@ -19,6 +20,8 @@ from evalkit.history import db, session
 from evalkit.history.models import RunRow, TickRow
 from evalkit.history.record import add_gate, add_run
 from tests.history_fixtures import db_url, forget  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.slow  # processes started, a PostgreSQL database made per test
 
 RUN = Path(__file__).parent / "data" / "cpu-vllm-gsm8k"
 ROOT = Path(__file__).parent.parent
