@@ -25,6 +25,7 @@ from typing import Any
 from evalkit.config import RunConfig, load_config
 from evalkit.contracts import speed_metric
 from evalkit.errors import EndpointError, EvalkitError, RunError, ServerError, StoreError
+from evalkit.history import record_run
 from evalkit.store.files import write_text_atomic
 from evalkit.store.manifest import fingerprint
 from evalkit.sweep.numerics import add_numerics_columns
@@ -228,9 +229,11 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, echo: Echo | None = None, quiet
                 try:
                     _run_one(combo, expected.configs[combo.name], server)
                     result.ran.append(combo.name)
+                    record_run(run_dir_of(out_dir, combo), source="sweep", config=combo.config)
                 except RunError as e:  # finished and written, with more failed requests than allowed
                     result.failed[combo.name] = str(e)
                     result.ran.append(combo.name)
+                    record_run(run_dir_of(out_dir, combo), source="sweep", config=combo.config)
                 except EvalkitError as e:
                     reason = " ".join(str(e).split())
                     result.failed[combo.name] = reason
