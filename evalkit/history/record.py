@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import delete, select
@@ -17,9 +17,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from evalkit.contracts import SPEED_METRICS
-from evalkit.gating.result import GateResult
 from evalkit.history.models import GateRow, GateRunRow, MetricRow, RuleRow, RunRow, SpeedRow, TaskRow, TickRow
 from evalkit.store.reader import ManifestRead, open_run
+
+if TYPE_CHECKING:  # the gate's package is not loaded to record a run
+    from evalkit.gating.result import GateResult
 
 # server flags that say where it listens, not how it serves: left out of the config hash
 _PLACE_FLAGS = ("--host", "--port", "--model")
