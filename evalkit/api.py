@@ -75,10 +75,13 @@ def gate(
     output: str | Path | None = None,
     force: bool = False,
     env: Mapping[str, str] | None = None,
+    expected_from: str | None = None,
 ) -> GateOutcome:
     """The release gate on BASELINE CANDIDATE (or CANDIDATE alone; ``baselines`` / ``candidates``: several runs
     per side), as ``evalkit gate``: :func:`evalkit.gating.command.gate_runs`, whose compare.html is
-    :func:`evalkit.reporting.write_gate_compare`.
+    :func:`evalkit.reporting.write_gate_compare`. A baseline may be a ``history:`` value (``history:latest-pass?
+    config=NAME``): the run dirs the run history names for it (docs/history.md). ``expected_from``: a model of
+    the reference scores evalkit ships, whose scores for the candidate's tasks become ``expected:`` rules.
 
     Example::
 
@@ -86,8 +89,18 @@ def gate(
         outcome.result.verdict, outcome.exit_code      # "pass" 0, "fail" 1, "cannot_decide" 2
     """
     from evalkit.gating.command import gate_runs
+    from evalkit.history.query import is_history_ref
     from evalkit.reporting import write_gate_compare
 
+    if len(runs) == 2 and is_history_ref(runs[0]):  # BASELINE CANDIDATE with the baseline from the history
+        baselines, runs = [runs[0], *(baselines or [])], runs[1:]
+    if any(is_history_ref(b) for b in baselines or ()):
+        baselines = _history_baselines(baselines or [])
+    expected: list[dict[str, Any]] = []
+    if expected_from is not None:
+        from evalkit.history.reference import expected_from as reference_rules
+
+        expected = reference_rules(expected_from, [Path(c) for c in [*runs[-1:], *(candidates or [])]])
     return gate_runs(
         *runs,
         baselines=baselines,
@@ -97,7 +110,21 @@ def gate(
         force=force,
         env=env,
         write_compare=write_gate_compare,
+        expected=expected,
     )
+
+
+def _history_baselines(values: Sequence[str | Path]) -> list[str | Path]:
+    """The gate's baselines with each ``history:`` value replaced by the run dirs it names in the run history
+    (:func:`evalkit.history.query.resolve_baseline`); the other values as given."""
+    from evalkit.history import session
+    from evalkit.history.query import is_history_ref, resolve_baseline
+
+    out: list[str | Path] = []
+    with session() as s:
+        for value in values:
+            out += resolve_baseline(s, str(value)) if is_history_ref(value) else [value]
+    return out
 
 
 def offline_environment(tasks: Sequence[str] = ()) -> None:

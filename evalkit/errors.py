@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 class EvalkitError(Exception):
@@ -36,9 +37,14 @@ class StoreError(EvalkitError):
 
 
 class RunError(EvalkitError):
-    """The run finished but did not meet its bar (e.g. error rate); everything computed was written."""
+    """The run finished but did not meet its bar (e.g. error rate); everything computed was written, in
+    ``run_dir`` when it is known."""
 
     exit_code = 1
+
+    def __init__(self, message: str, run_dir: Path | None = None) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
 
 
 def warn(message: str) -> None:

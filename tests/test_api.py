@@ -98,7 +98,7 @@ def test_cli_commands_go_through_the_api(monkeypatch, tmp_path):
     assert calls[1] == (
         "gate",
         (tmp_path,),
-        {"baselines": None, "candidates": None, "policy": None, "output": None, "force": True},
+        {"baselines": None, "candidates": None, "policy": None, "output": None, "force": True, "expected_from": None},
     )
 
 

@@ -19,12 +19,15 @@ def test_dev_missing_names_evalkit_and_the_dev_extra_in_a_bare_venv(tmp_path):
         cwd=tmp_path,
     )
     assert p.returncode == 0, p.stderr
-    assert {"evalkit", "pytest", "ruff", "mypy", "build", "hatchling"} <= set(p.stdout.split())
+    assert {"evalkit", "pytest", "ruff", "mypy", "build", "hatchling", "sqlalchemy"} <= set(p.stdout.split())
 
 
-def test_dev_missing_reads_the_dev_extra_of_pyproject(tmp_path):
+def test_dev_missing_reads_the_dependencies_and_the_dev_extra_of_pyproject(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text('[project.optional-dependencies]\ndev = ["pytest>=8", "no-such-dist-xyz[extra]>=1"]\n')
+    pyproject.write_text(
+        '[project]\ndependencies = ["no-such-main-xyz>=1", "no-such-old-xyz; python_version < \'3.0\'"]\n'
+        '[project.optional-dependencies]\ndev = ["pytest>=8", "no-such-dist-xyz[extra]>=1"]\n'
+    )
     p = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "dev_missing.py"), str(pyproject)],
         capture_output=True,
@@ -33,6 +36,7 @@ def test_dev_missing_reads_the_dev_extra_of_pyproject(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert "no-such-dist-xyz" in p.stdout.split() and "pytest" not in p.stdout.split()
+    assert "no-such-main-xyz" in p.stdout.split() and "no-such-old-xyz" not in p.stdout.split()  # marker false
 
 
 def test_readme_makefile_and_ci_run_the_same_test_command():

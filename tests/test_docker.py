@@ -118,13 +118,17 @@ def test_what_the_build_copies_exists_and_reaches_the_context(path: Path) -> Non
 
 
 def test_the_monitoring_profile_wires_the_watch_prometheus_and_grafana() -> None:
-    """The monitoring profile starts the gpu vLLM, evalkit watch against it, and Prometheus/Grafana mounting
-    docker/monitoring/; Prometheus scrapes the watch's port and vLLM under their compose service names."""
+    """The monitoring profile starts the gpu vLLM, evalkit watch against it, the run history's PostgreSQL, and
+    Prometheus/Grafana mounting docker/monitoring/; Prometheus scrapes the watch's port and vLLM under their
+    compose service names."""
     services = compose()["services"]
     profile = {name for name, svc in services.items() if "monitoring" in svc.get("profiles", [])}
-    assert profile == {"vllm", "evalkit-watch", "prometheus", "grafana"}
+    assert profile == {"vllm", "evalkit-watch", "prometheus", "grafana", "history-db"}
     watch = services["evalkit-watch"]
-    assert watch["command"][0] == "watch" and watch["depends_on"] == {"vllm": {"condition": "service_healthy"}}
+    assert watch["command"][0] == "watch" and watch["depends_on"] == {
+        "vllm": {"condition": "service_healthy"},
+        "history-db": {"condition": "service_healthy"},  # the run history it records its ticks in
+    }
     port = watch["command"][watch["command"].index("--metrics-port") + 1]
     assert watch["command"][watch["command"].index("--metrics-addr") + 1] == "0.0.0.0"
     for svc in ("prometheus", "grafana"):

@@ -33,7 +33,7 @@ def test_spec_reads_common_keys(tmp_path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": None, "kind": "nope"}, "kind must be one of lm-eval, python, tool-calls, got 'nope'"),
+        ({"version": None, "kind": "nope"}, "kind must be one of lm-eval, logprobs, python, tool-calls, got 'nope'"),
         ({"defaults": {"temprature": 1}}, "t: unknown defaults ['temprature']; allowed: ["),
         ({"endpoint_kind": "embeddings"}, "t: endpoint_kind must be chat or completions, got 'embeddings'"),
         ({"data": ["d.jsonl"]}, "'data' must map names to paths"),
@@ -110,7 +110,7 @@ def test_sampled_metrics_by_hand():
     assert m["pass@2"].value == pytest.approx(2 / 3) and m["pass@2"].n == 3
     assert m["maj@2"].value == pytest.approx((1 + 0.5 + 0) / 3) and m["maj@2"].n == 3  # doc 1: a 7-5 tie
     assert metric_names(["avg", "pass", "maj"], 8, "k") == ["avg@8", "pass@1", "pass@2", "pass@4", "pass@8", "maj@8"]
-    assert set(METRICS) == {"accuracy", "avg", "pass", "maj"}
+    assert set(METRICS) == {"accuracy", "avg", "pass", "maj", "logprob", "top1"}
 
 
 def test_status_counts_follow_contracts_order():
@@ -195,7 +195,7 @@ def test_a_package_adds_a_kind_by_entry_point(tmp_path, monkeypatch):
 
 def test_unknown_kind_names_the_known_ones(tmp_path):
     (tmp_path / "x.yaml").write_text("name: x\nkind: nope\nversion: '1'\n")
-    with pytest.raises(TaskError, match="kind must be one of lm-eval, python, tool-calls"):
+    with pytest.raises(TaskError, match="kind must be one of lm-eval, logprobs, python, tool-calls"):
         Registry([tmp_path])
 
 

@@ -1,7 +1,8 @@
-"""Report, gate and watch read ``summary.json`` and ``manifest.json`` through the typed models only.
+"""Report, gate, watch and the run history read ``summary.json`` and ``manifest.json`` through the typed models only.
 
-The rule: no module of ``evalkit/reporting``, ``evalkit/gating`` or ``evalkit/watch`` reads a run's raw summary dict
-(``run.summary``, ``run.summary_tasks``) or raw manifest dict (``run.manifest``, ``run.manifest_tasks``); they read
+The rule: no module of ``evalkit/reporting``, ``evalkit/gating``, ``evalkit/watch`` or ``evalkit/history`` reads a
+run's raw summary dict (``run.summary``, ``run.summary_tasks``) or raw manifest dict (``run.manifest``,
+``run.manifest_tasks``); they read
 :meth:`Run.task` / :meth:`Run.tasks` (:class:`TaskRead`, each field of :class:`~evalkit.contracts.TaskSummary`
 typed), :meth:`Run.manifest_read` (:class:`ManifestRead`, each field of :class:`~evalkit.contracts.Manifest` typed,
 its tasks as :class:`ManifestTaskRead`) or the strict :meth:`Run.typed_summary` / :meth:`Run.typed_manifest`, so
@@ -22,7 +23,7 @@ from evalkit.store.reader import Dropped, ManifestRead, ManifestTaskRead, TaskRe
 from tests.report_fixtures import build_gsm8k_run
 
 ROOT = Path(__file__).resolve().parents[1] / "evalkit"
-PACKAGES = ("reporting", "gating", "watch")
+PACKAGES = ("reporting", "gating", "watch", "history")
 RAW_ATTRS = {"summary", "summary_tasks", "manifest", "manifest_tasks"}
 # (file, attribute) -> why it may read that raw dict
 ALLOWED = {

@@ -92,7 +92,15 @@ def sh(venv: Path, outside: Path, *cmd: str, timeout: int = 300) -> subprocess.C
 def test_wheel_holds_tasks_data_and_templates(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = subprocess.run(
-        ["git", "ls-files", "tasks", "evalkit/reporting/templates", "evalkit/reporting/static"],
+        [
+            "git",
+            "ls-files",
+            "tasks",
+            "evalkit/reporting/templates",
+            "evalkit/reporting/static",
+            "evalkit/history/templates",
+            "evalkit/history/migrations",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -131,6 +139,17 @@ def test_version_tasks_and_config_show(venv, outside, wheel):
     p = sh(venv, outside, "evalkit", "config", "show", "gsm8k", "--limit", "3")
     assert p.returncode == 0, p.stderr
     assert re.search(r"^limit\s+3\s+command line$", p.stdout, re.M)
+
+
+def test_the_run_history_from_the_wheel(venv, outside):
+    """Its migrations and the trend page's template come with the wheel: a new database is made and read."""
+    env = {**user_env(outside), "EVALKIT_HISTORY_URL": f"sqlite:///{outside / 'history.sqlite'}"}
+    exe = str(venv / "bin" / "evalkit")
+    run = str(REPO / "tests" / "data" / "cpu-vllm-gsm8k")
+    for args in (["add", run], ["trend", "--task", "gsm8k", "-o", "t.html"]):
+        p = subprocess.run([exe, "history", *args], cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+    assert "exact_match,strict-match" in (outside / "t.html").read_text()
 
 
 def test_runs_gsm8k_and_aime25_against_the_test_server_and_reports(venv, outside):

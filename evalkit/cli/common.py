@@ -17,6 +17,10 @@ watch_app = typer.Typer(
     help="Canary evals on a live endpoint every interval: drift verdicts, Prometheus /metrics, alerts.",
 )
 app.add_typer(watch_app, name="watch")
+history_app = typer.Typer(
+    no_args_is_help=True, help="The run history database: every run, gate verdict and watch tick (docs/history.md)."
+)
+app.add_typer(history_app, name="history")
 config_app = typer.Typer(no_args_is_help=True, help="The effective configuration of a run.")
 app.add_typer(config_app, name="config")
 

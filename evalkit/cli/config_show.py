@@ -3,7 +3,8 @@
 Sources, in the order :func:`evalkit.config.load_config` applies them: ``command line`` > ``file PATH`` >
 ``env EVALKIT_X`` > ``default``. The API key is shown as ``***`` (from ``api_key_file``, ``EVALKIT_API_KEY`` or
 ``OPENAI_API_KEY``, as :meth:`~evalkit.config.RunConfig.resolved_api_key` picks it); URLs, server flags and
-server environment go through :mod:`evalkit.redact`.
+server environment go through :mod:`evalkit.redact`. The last line is the run history's database
+(``EVALKIT_HISTORY_URL``, its password redacted).
 """
 
 from __future__ import annotations
@@ -44,7 +45,16 @@ def explain_config(cli: dict[str, Any], config_file: Path | None = None) -> list
     else:
         for name in type(cfg.server).model_fields:
             out.append(_line(f"server.{name}", getattr(cfg.server, name), sources.of("server", name)))
+    out.append(_history())
     return out
+
+
+def _history() -> Setting:
+    """Where the run is recorded: the run history's database URL, its password redacted, or off."""
+    from evalkit.history.db import ENV, history_url, shown_url
+
+    url = history_url()
+    return Setting("history", shown_url(url) if url else "off", f"env {ENV}" if os.environ.get(ENV) else "default")
 
 
 class _Sources:

@@ -21,7 +21,11 @@ def gate(
     ] = None,
     baseline: Annotated[
         list[Path] | None,
-        typer.Option("--baseline", "-b", help="A baseline run dir (repeatable: several runs of the baseline config)."),
+        typer.Option(
+            "--baseline",
+            "-b",
+            help="A baseline run dir (repeatable: several runs of the baseline config), or one from the run history: history:latest-pass?config=NAME, history:latest?config=NAME, history:ID.",
+        ),
     ] = None,
     candidate: Annotated[
         list[Path] | None,
@@ -38,6 +42,12 @@ def gate(
             "--output", "-o", help="Folder for gate.json, gate.md, junit.xml, compare.html (default CANDIDATE/gate)."
         ),
     ] = None,
+    expected_from: Annotated[
+        str | None,
+        typer.Option(
+            help="A model of the reference scores evalkit ships (evalkit history references): its published scores for the candidate's tasks become expected: rules.",
+        ),
+    ] = None,
     force: Annotated[
         bool, typer.Option(help="Compare runs even when task version, data, limit, few-shot or prompts differ.")
     ] = False,
@@ -49,14 +59,22 @@ def gate(
 
     from evalkit import api
     from evalkit.gating.command import print_outcome
+    from evalkit.history import record_gate
 
     try:
         outcome = api.gate(
-            *(runs or []), baselines=baseline, candidates=candidate, policy=policy, output=output, force=force
+            *(runs or []),
+            baselines=baseline,
+            candidates=candidate,
+            policy=policy,
+            output=output,
+            force=force,
+            expected_from=expected_from,
         )
     except EvalkitError as e:
         fail(e)
     print_outcome(outcome, Console(highlight=False, width=max(120, Console().width)))
+    record_gate(outcome.result, outcome.baselines, outcome.candidates, outcome.out_dir)
     if outcome.result.verdict == "cannot_decide":
         typer.echo(f"evalkit: cannot decide: {'; '.join(outcome.result.reasons)}", err=True)
     raise typer.Exit(outcome.exit_code)

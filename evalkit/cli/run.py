@@ -13,7 +13,7 @@ from evalkit.cli import server_options
 from evalkit.cli.common import app, fail
 from evalkit.cli.server_options import PANEL as _OPT
 from evalkit.cli.server_options import add_server_options
-from evalkit.errors import EvalkitError
+from evalkit.errors import EvalkitError, RunError
 
 SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped at the end."
 
@@ -128,6 +128,7 @@ def run(
     from evalkit import api
     from evalkit.cli.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
+    from evalkit.history import record_run
 
     try:
         settings, config_file = run_settings(params)
@@ -140,6 +141,11 @@ def run(
                 results = [api.run(config=config_file, progress=progress, argv=sys.argv, **settings)]
         for result in results:
             print_summary(summary_json(result.summary), str(result.run_dir))
+            record_run(result.run_dir)
+    except RunError as e:  # finished and written, with more failed requests than allowed: recorded all the same
+        if e.run_dir is not None:
+            record_run(e.run_dir)
+        fail(e)
     except EvalkitError as e:
         fail(e)
     except KeyboardInterrupt:

@@ -19,8 +19,19 @@ from evalkit.errors import ConfigError, warn
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
 # EVALKIT_* variables read outside RunConfig: the prompt cache (evalkit/tasks/prompt_cache.py), the download cache
-# of scripts/setup_vllm_cpu.sh, the model of scripts/demo.sh and the vllm tests, the browser tests' Chromium
-OTHER_ENV = frozenset({"EVALKIT_CACHE_DIR", "EVALKIT_CACHE", "EVALKIT_VLLM_MODEL", "EVALKIT_CHROMIUM"})
+# of scripts/setup_vllm_cpu.sh, the model of scripts/demo.sh and the vllm tests, the browser tests' Chromium, the
+# run history's database (evalkit/history/db.py) and the PostgreSQL server of its tests (scripts/postgres.sh)
+OTHER_ENV = frozenset(
+    {
+        "EVALKIT_CACHE_DIR",
+        "EVALKIT_CACHE",
+        "EVALKIT_VLLM_MODEL",
+        "EVALKIT_CHROMIUM",
+        "EVALKIT_HISTORY_URL",
+        "EVALKIT_TEST_POSTGRES_URL",
+        "EVALKIT_TEST_POSTGRES_DIR",
+    }
+)
 
 
 class RunConfig(BaseSettings):

@@ -4,6 +4,7 @@
 - ``manifest.json``  -> :class:`Manifest` (what was run, where, with which versions)
 - ``samples.jsonl``  -> one :class:`SampleRecord` per request, appended as each request completes
 - ``summary.json``   -> :class:`RunSummary` (``{"schema_version": 2, "tasks": {name: TaskSummary}}``)
+- ``positions.bin``  -> one :class:`PromptPositions` per scored text of a ``logprobs`` task (``numerics``)
 
 A run sharded over several endpoints adds ``endpoint`` to each sample, ``endpoints`` to the manifest and to each
 task's summary; the fields are absent (not null) in a run against one endpoint, so its files read as before.
@@ -22,6 +23,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalkit.contracts.positions import PromptPositions
 from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
     LATENCIES,
     QUANTILES,
@@ -38,13 +40,18 @@ from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
 
 SCHEMA_VERSION = 2  # 2: the optional fields of a run sharded over several endpoints (absent otherwise)
 
-Status = Literal["ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments"]
+Status = Literal[
+    "ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments",
+    "bad_positions",
+]  # fmt: skip
 """ok: scored normally; truncated: finish_reason=length (still scored, flagged);
 no_answer: nothing extractable from the final answer text (tool tasks: text but no call where one was expected);
 empty: the server returned no text (and no call); api_error: the request failed after retries (never scored).
 Tool-calling tasks only (scored as wrong where a call was expected, flagged): tool_text: a call written as text that
 the server did not parse (its tool-call parser is off or wrong); tool_calls_empty: finish_reason tool_calls with an
-empty or missing list of calls; bad_arguments: a call's arguments are not a JSON object."""
+empty or missing list of calls; bad_arguments: a call's arguments are not a JSON object.
+``logprobs`` tasks only (not scored, flagged): bad_positions: the answer's ``prompt_logprobs`` do not fit its
+``prompt_token_ids`` (missing, empty, of another length, without the actual token) or the prompt's token count."""
 STATUSES: tuple[Status, ...] = get_args(Status)
 BASE_STATUSES: tuple[Status, ...] = STATUSES[:5]
 """The statuses any task can produce: a summary's ``counts`` always lists them, the others only when they occur."""
@@ -171,6 +178,10 @@ class Score:
     extraction: str | None = None
     answer: str | None = None
     reasoning: str | None = None
+    figures: dict[str, float] | None = None  # per-sample figures (SampleRecord.figures)
+    # a ``logprobs`` task's teacher-forced positions (its ``key`` left "" for the runner, which knows the request's
+    # key, to fill in); the runner writes them to ``positions.bin`` before the sample's record
+    positions: PromptPositions | None = None
 
 
 class Timing(BaseModel):
@@ -228,6 +239,9 @@ class SampleRecord(BaseModel):
     # multi-turn tool-calling tasks: per user turn its messages, requests and the tool results sent back
     # (``{"user", "requests"}``, Response.turns); left out of the line when None
     turns: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
+    # per-sample figures of tasks that measure rather than judge (``logprobs``: ``positions``, ``mean_logprob``,
+    # ``top1_rate``); left out of the line when None
+    figures: dict[str, float] | None = Field(default=None, exclude_if=_is_none)
 
 
 @dataclass

@@ -8,7 +8,15 @@ gate.md and junit.xml.
 
 from evalkit.gating.engine import evaluate, evaluate_expected
 from evalkit.gating.errors import CannotCompare, CannotDecide, GateInputError, PolicyError
-from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+from evalkit.gating.inputs import (
+    Identity,
+    MetricSamples,
+    NumericsInputs,
+    RunInputs,
+    SpeedRecords,
+    StatusCounts,
+    TaskInputs,
+)
 from evalkit.gating.load import from_run_dir
 from evalkit.gating.output import append_step_summary, to_json, to_junit, to_markdown, write_outputs
 from evalkit.gating.policy import Policy, default_policy, load_policy, policy_from_dict
@@ -21,6 +29,7 @@ __all__ = [
     "GateResult",
     "Identity",
     "MetricSamples",
+    "NumericsInputs",
     "Policy",
     "PolicyError",
     "Rule",

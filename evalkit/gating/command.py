@@ -18,9 +18,11 @@ from evalkit.gating.engine import combine_runs, evaluate, evaluate_expected
 from evalkit.gating.errors import CannotCompare, CannotDecide, GateInputError
 from evalkit.gating.inputs import RunInputs
 from evalkit.gating.load import from_run_dir
+from evalkit.gating.numerics_rules import figure_text
 from evalkit.gating.output import append_step_summary, to_markdown, write_outputs
-from evalkit.gating.policy import GATED_SPEED, Policy, default_policy, load_policy
+from evalkit.gating.policy import GATED_SPEED, Policy, default_policy, load_policy, policy_from_dict
 from evalkit.gating.result import EXIT_CODES, GateResult
+from evalkit.scoring.numerics import FIGURE_LABELS, FIGURES
 from evalkit.store.reader import writer_pid
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
@@ -40,6 +42,8 @@ class GateOutcome:
     out_dir: Path
     files: dict[str, Path] = field(default_factory=dict)
     step_summary: bool = False
+    baselines: list[Path] = field(default_factory=list)  # the run dirs gated, each side
+    candidates: list[Path] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -85,18 +89,22 @@ def run_gate(
     force: bool = False,
     env: Mapping[str, str] | None = None,
     write_compare: CompareWriter | None = None,
+    expected: Sequence[Mapping[str, Any]] = (),
 ) -> GateOutcome:
     """Gate ``candidate`` against ``baseline`` (or, with ``baseline`` None or empty, against the policy's expected
     scores) and write the outputs into ``out_dir`` (default :func:`default_out_dir` of the first candidate).
     Either side may be several run dirs of one config (:func:`~evalkit.gating.engine.combine_runs`): speed is then
     judged on run-to-run variation. ``write_compare`` writes compare.html beside them when there is a baseline
     (the API passes :func:`evalkit.reporting.write_gate_compare`; the gate knows no report). Raises CannotCompare,
-    CannotDecide, GateInputError or PolicyError (one line each, exit 2) before anything is written."""
+    CannotDecide, GateInputError or PolicyError (one line each, exit 2) before anything is written. ``expected``:
+    expected scores added to the policy's (``--expected-from``: the reference scores evalkit ships)."""
     bases = _dirs(baseline)
     cands = _dirs(candidate)
     if not cands:
         raise GateInputError("no candidate run dir given; pass CANDIDATE or --candidate DIR")
     policy = load_policy(policy_file) if policy_file is not None else default_policy()
+    if expected:
+        policy = policy_from_dict({**policy.model_dump(), "expected": [*policy.model_dump()["expected"], *expected]})
     for path in (*bases, *cands):
         if not path.is_dir():
             raise GateInputError(f"{path} is not a run directory; pass the --output-dir of an evalkit run")
@@ -119,7 +127,7 @@ def run_gate(
     if base is not None and write_compare is not None:
         files[COMPARE_HTML] = write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
     summary = append_step_summary(to_markdown(result), env)
-    return GateOutcome(result, policy, policy_file, out, files, summary)
+    return GateOutcome(result, policy, policy_file, out, files, summary, bases, cands)
 
 
 def _dirs(x: Path | list[Path] | None) -> list[Path]:
@@ -169,6 +177,7 @@ def gate_runs(
     force: bool = False,
     env: Mapping[str, str] | None = None,
     write_compare: CompareWriter | None = None,
+    expected: Sequence[Mapping[str, Any]] = (),
 ) -> GateOutcome:
     """``evalkit gate`` (also ``evalkit.gate(...)``): ``runs`` is BASELINE CANDIDATE, or CANDIDATE alone to check
     it against the policy's expected scores; ``baselines`` / ``candidates`` add run dirs to either side (several
@@ -191,7 +200,10 @@ def gate_runs(
     try:
         policy_file = Path(policy) if policy is not None else None
         out_dir = Path(output) if output is not None else None
-        return run_gate(base or None, cand, policy_file, out_dir, force=force, env=env, write_compare=write_compare)
+        return run_gate(
+            base or None, cand, policy_file, out_dir, force=force, env=env, write_compare=write_compare,
+            expected=expected,
+        )  # fmt: skip
     except OSError as e:
         raise GateInputError(
             f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"
@@ -221,6 +233,13 @@ def policy_lines(policy: Policy) -> list[str]:
         if (rule := getattr(policy.speed, key)) is not None
     ]
     lines.append("speed: " + ("; ".join(speed) + " beyond noise fails" if speed else "not checked"))
+    num = policy.numerics
+    budgets = [
+        f"{FIGURE_LABELS[f]} {'≥' if f == 'top1' else '≤'} {figure_text(f, b)}"
+        for f in FIGURES
+        if (b := num.budget(f)) is not None
+    ]
+    lines.append("numerics: " + (", ".join(budgets) if budgets else "not checked") + f" (alpha {num.alpha:g})")
     rates = [f"{k} {v:g}" for k, v in policy.rates.model_dump().items() if v is not None]
     lines.append("rates: " + (", ".join(rates) if rates else "not checked"))
     lines += [f"expected: {e.task} {e.metric} >= {e.value:g} - {e.max_drop:g} ({e.mode})" for e in policy.expected]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from evalkit.gating.errors import CannotCompare, PolicyError
 from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
 from evalkit.gating.matching import Unmatched, match_runs
+from evalkit.gating.numerics_rules import numerics_rules
 from evalkit.gating.policy import GATED_SPEED, Policy, default_policy
 from evalkit.gating.result import GateResult, Rule, overall
 from evalkit.gating.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
@@ -59,7 +60,8 @@ def check_comparable(task: str, base: TaskInputs, cand: TaskInputs, force: bool)
 def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> RunInputs:
     """Several runs of one config as one side of the gate: per document every run's samples (accuracy is paired
     over all of them), status counts added up, the documents asked of and scored by every run, and each run's
-    speed kept apart (``TaskInputs.runs``) for rules judged on run-to-run variation. Only tasks every run holds
+    speed kept apart (``TaskInputs.runs``) for rules judged on run-to-run variation, and the first run's
+    teacher-forced positions (numerics compares one run per side). Only tasks every run holds
     are kept; runs of a task that measured different things, or that hold different tasks, are refused
     (CannotCompare); a metric some runs lack is a problem of the task (the gate cannot decide on fewer runs than
     it names)."""
@@ -108,6 +110,7 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
             scored_docs=frozenset.intersection(*(t.scored() for t in parts)),
             runs=tuple(t.speed for t in parts),
             problems=(*(p for t in parts for p in t.problems), *lacking),
+            numerics=parts[0].numerics,
         )
     notes = [n for r in runs for n in r.notes]
     return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting, notes=notes)
@@ -198,10 +201,12 @@ def evaluate(
     baseline: RunInputs, candidate: RunInputs, policy: Policy | None = None, *, force: bool = False
 ) -> GateResult:
     """Compare the candidate with the baseline task by task: accuracy (paired), speed (at matched load),
-    status rates and the policy's expected scores. Raises CannotCompare when a shared task was run with a
-    different version, data, limit, few-shot setting or prompts, unless ``force``. The verdict is cannot_decide
-    (with ``reasons``) when no rule failed but a task's coverage is below the policy's ``min_coverage``, a
-    metric was scored on one side only, the runs share no task, or no rule was evaluated."""
+    status rates and the policy's expected scores; a task holding teacher-forced positions by the numerics rules
+    (:mod:`evalkit.gating.numerics_rules`) instead of speed, and of accuracy unless it scored a metric. Raises
+    CannotCompare when a shared task was run with a different version, data, limit, few-shot setting or prompts,
+    unless ``force``. The verdict is cannot_decide (with ``reasons``) when no rule failed but a task's coverage is
+    below the policy's ``min_coverage``, a metric was scored on one side only, the runs share no task, no rule was
+    evaluated, or a numerics rule could not decide."""
     policy = policy or default_policy()
     rules: list[Rule] = []
     notes: list[str] = []
@@ -212,13 +217,21 @@ def evaluate(
     for task in shared:
         base, cand = baseline.tasks[task], candidate.tasks[task]
         reasons += coverage_reasons(task, base, cand, policy.min_coverage)
-        r, n, why = _accuracy_rules(task, base, cand, policy)
-        rules += r
-        notes += n
-        reasons += why
-        r, n = _speed_rules(task, base, cand, policy)
-        rules += r
-        notes += n
+        numerics = base.numerics is not None or cand.numerics is not None
+        if numerics:
+            r, why, n = numerics_rules(task, base, cand, policy.numerics)
+            rules += r
+            notes += n
+            reasons += why
+        if not numerics or base.metrics or cand.metrics:
+            r, n, why = _accuracy_rules(task, base, cand, policy)
+            rules += r
+            notes += n
+            reasons += why
+        if not numerics or policy.numerics.judge_speed:
+            r, n = _speed_rules(task, base, cand, policy)
+            rules += r
+            notes += n
     if not shared:
         reasons.append("the runs share no task; compare runs of the same task")
     for task in baseline.tasks:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from evalkit.contracts import STATUSES
+from evalkit.contracts import STATUSES, PromptPositions
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,7 @@ class StatusCounts:
     tool_text: int = 0
     tool_calls_empty: int = 0
     bad_arguments: int = 0
+    bad_positions: int = 0
 
     def rate(self, status: str) -> float | None:
         """Share of all requests with ``status``; None when the task has no requests."""
@@ -111,6 +112,16 @@ class StatusCounts:
         """The counts of several runs (or ticks) added up, every status included."""
         parts = list(parts)
         return cls(**{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class NumericsInputs:
+    """A task's teacher-forced positions (the ``numerics`` task) by doc_id: ``main`` the main pass
+    (``sample_index`` 0), ``again`` the noise-floor pass (``sample_index`` 1, a slice of the texts sent again in
+    another order). Only requests whose sample record got an answer count."""
+
+    main: dict[int, PromptPositions]
+    again: dict[int, PromptPositions] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,8 @@ class TaskInputs:
     runs: tuple[SpeedRecords, ...] = ()
     # what makes this run's records untrustworthy (samples that disagree with the summary): the gate cannot decide
     problems: tuple[str, ...] = ()
+    # the task's teacher-forced positions (None: the task recorded none); judged by the numerics rules
+    numerics: NumericsInputs | None = None
 
     def scored(self) -> frozenset[int]:
         """The documents scored in this run (``scored_docs``, else every item of any metric)."""

@@ -18,14 +18,26 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
+from evalkit.errors import StoreError
 from evalkit.gating.errors import GateInputError
-from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, SpeedRecords, StatusCounts, TaskInputs
+from evalkit.gating.inputs import (
+    Identity,
+    MetricSamples,
+    NumericsInputs,
+    RunInputs,
+    SpeedRecords,
+    StatusCounts,
+    TaskInputs,
+)
+from evalkit.scoring.numerics import split_passes
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
+from evalkit.store.positions import POSITIONS, read_positions
 from evalkit.store.reader import Dropped, ManifestTaskRead, TaskRead, open_run
 
 T = TypeVar("T")
@@ -66,7 +78,12 @@ def from_run_dir(path: str | Path) -> RunInputs:
         dropped: list[Dropped] = []  # what the summary's typed read of the task did not take
         read = run.task(name, dropped)
         raw = _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {}
-        tasks[name] = _task(name, manifest.task(name), (read, dropped), raw, samples.get(name, []), notes, rate)
+        task = _task(name, manifest.task(name), (read, dropped), raw, samples.get(name, []), notes, rate)
+        numerics = numerics_inputs(run_dir, name, samples.get(name, []))
+        if numerics is not None:  # the noise-floor pass re-sends documents: its requests ask for none
+            again = sum(1 for s in samples.get(name, []) if s.get("sample_index") == 1)
+            task = replace(task, numerics=numerics, asked_docs=asked_docs(manifest.task(name), again))
+        tasks[name] = task
     concurrency = manifest.concurrency
     return RunInputs(
         label=run.label,
@@ -171,13 +188,16 @@ def _registry_metrics(task: str) -> list[str]:
         return []
 
 
-def asked_docs(manifest: ManifestTaskRead) -> frozenset[int] | None:
+def asked_docs(manifest: ManifestTaskRead, again: int | None = None) -> frozenset[int] | None:
     """The documents the run was asked for, from its manifest: the ``docs`` selection (capped by the request
     count, as ``limit`` caps it) or the first ``requests / num_samples`` documents; None when the manifest does
-    not say."""
+    not say. ``again``: a numerics task's noise-floor requests (its second samples, sent for a slice of the
+    documents only), left out of the count, each remaining request one document."""
     requests, settings = manifest.requests, manifest.settings
     per_doc = settings.get("num_samples")
     per_doc = per_doc if isinstance(per_doc, int) and not isinstance(per_doc, bool) and per_doc > 0 else 1
+    if again is not None:
+        requests, per_doc = (None if requests is None else requests - again), 1
     if requests is None or requests < 0:
         return None
     n = requests // per_doc
@@ -350,3 +370,22 @@ def _steady(speed: dict[str, Any]) -> tuple[float, float] | None:
 
 def _counts(samples: list[dict[str, Any]]) -> StatusCounts:
     return StatusCounts.of(r.get("status") for r in samples)
+
+
+def numerics_inputs(run_dir: Path, task: str, samples: list[dict[str, Any]]) -> NumericsInputs | None:
+    """The task's positions (positions.bin) of the requests whose sample record got an answer, by pass and
+    doc_id; None when the task recorded none. An unreadable positions file is refused (GateInputError)."""
+    answered = {s.get("key") for s in samples if s.get("status") != "api_error"}
+    try:
+        stored = read_positions(run_dir, task)
+    except StoreError as e:
+        raise GateInputError(str(e)) from None
+    if not stored:
+        return None
+    main, again = split_passes({k: p for k, p in stored.items() if k in answered})
+    if not main and not again:
+        raise GateInputError(
+            f"{run_dir / POSITIONS} holds positions of {task} but no sample record of them got an answer; "
+            "re-run the same command to complete the run"
+        )
+    return NumericsInputs(main, again)

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from evalkit.errors import warn
+from evalkit.gating.numerics_rules import figure_text
 from evalkit.gating.result import GateResult, Rule
+from evalkit.scoring.numerics import FIGURE_LABELS
 
 GATE_JSON, GATE_MD, JUNIT_XML = "gate.json", "gate.md", "junit.xml"
 _MARK = {"pass": "✅ pass", "fail": "❌ fail", "skip": "➖ skip", "cannot_decide": "⚠️ cannot decide"}
@@ -36,7 +38,15 @@ def observed_text(r: Rule) -> str:
     if r.kind == "speed":
         figures = f" ({r.baseline:.4g} → {r.candidate:.4g})" if r.baseline and r.candidate else ""
         return _pct(r.observed) + figures
+    if r.kind == "numerics":
+        figure = _numerics_figure(r)
+        return f"{figure_text(figure, r.observed)} (baseline noise floor {figure_text(figure, r.baseline)})"
     return f"{r.observed:.2%}"
+
+
+def _numerics_figure(r: Rule) -> str:
+    """The numerics figure a rule judges (its name ends with the figure's label)."""
+    return next((f for f, label in FIGURE_LABELS.items() if r.name.endswith(label)), "mean_kl")
 
 
 def budget_text(r: Rule) -> str:
@@ -46,12 +56,18 @@ def budget_text(r: Rule) -> str:
         return f"drop ≤ {r.budget * 100:.2f} pts ({r.mode})"
     if r.kind == "speed":
         return f"worse by ≤ {r.budget:.0%}"
+    if r.kind == "numerics":
+        figure = _numerics_figure(r)
+        return f"{'≥' if figure == 'top1' else '≤'} {figure_text(figure, r.budget)}"
     return f"≤ {r.budget:.2%}"
 
 
 def evidence_text(r: Rule) -> str:
     """The p-value or CI that decided the rule, the other one alongside."""
     parts = []
+    if r.kind == "numerics" and r.ci is not None and r.ci_level is not None:
+        figure = _numerics_figure(r)
+        return f"{r.ci_level:.0%} CI [{figure_text(figure, r.ci[0])}, {figure_text(figure, r.ci[1])}]"
     scale, unit = (100.0, " pts") if r.kind == "accuracy" else (100.0, "%")
     if r.p_value is not None:
         parts.append(f"p={r.p_value:.3g}")

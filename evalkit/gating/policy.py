@@ -5,7 +5,8 @@ With no file the default policy applies: an accuracy drop of more than 1 point t
 (one-sided) fails; output tokens/s dropping, or TTFT p50 or TPOT p50 rising, by more than 10% fails when several
 runs per side show it significant, or, with one run per side, by more than the metric's run-to-run noise budget
 (:data:`NOISE_BUDGETS`); speed at different load is not judged; any failed request (api_error) in the candidate
-fails. Example file::
+fails; a task holding teacher-forced positions (``numerics``) is judged by :class:`NumericsPolicy`'s budgets
+instead of accuracy and speed. Example file::
 
     accuracy:
       default: {max_drop: 0.01, alpha: 0.05, mode: regression}
@@ -16,6 +17,7 @@ fails. Example file::
       ttft_p50_ms: {max_change: 0.15, noise: 1.0, min_abs_ms: 5}
       e2e_p50_ms: {max_change: 0.10}
     rates: {max_error_rate: 0.0, max_truncated_rate: 0.02}
+    numerics: {min_top1_agreement: 0.995, max_mean_kl: 0.0005, max_p99_kl: 0.005, max_mean_abs_dlp: 0.01}
     expected:
       - {task: aime25, metric: avg@8, value: 0.9333}
     require_matched_load: true
@@ -162,10 +164,36 @@ class BootstrapSettings(_Strict):
     seed: int = Field(default=0, ge=0, lt=SEED_LIMIT)
 
 
+class NumericsPolicy(_Strict):
+    """Budgets of the numerics rules (a task whose runs hold teacher-forced positions, the ``numerics`` task):
+    the candidate's divergence from the baseline over the texts both scored (:mod:`evalkit.scoring.numerics`).
+    A figure's budget set to None turns its rule off. Each figure's interval (``1 - 2*alpha``, over texts) decides:
+    fail when even its better end is beyond the budget, pass when its worse end is within, cannot decide
+    otherwise, and cannot decide when the baseline's own noise floor is beyond the budget. ``judge_speed``: judge
+    the speed rules on such a task too (its answers are not streamed, so by default they are not)."""
+
+    min_top1_agreement: float | None = Field(default=0.995, ge=0, le=1)
+    max_mean_kl: float | None = Field(default=5e-4, ge=0)
+    max_p99_kl: float | None = Field(default=5e-3, ge=0)
+    max_mean_abs_dlp: float | None = Field(default=0.01, ge=0)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    judge_speed: bool = False
+
+    def budget(self, figure: str) -> float | None:
+        """The budget of one of :data:`evalkit.scoring.numerics.FIGURES` (None: its rule is off)."""
+        return {
+            "top1": self.min_top1_agreement,
+            "mean_kl": self.max_mean_kl,
+            "p99_kl": self.max_p99_kl,
+            "mean_abs_dlp": self.max_mean_abs_dlp,
+        }[figure]
+
+
 class Policy(_Strict):
     accuracy: AccuracyPolicy = Field(default_factory=AccuracyPolicy)
     speed: SpeedPolicy = Field(default_factory=SpeedPolicy)
     rates: RatesPolicy = Field(default_factory=RatesPolicy)
+    numerics: NumericsPolicy = Field(default_factory=NumericsPolicy)
     expected: list[ExpectedScore] = Field(default_factory=list)
     require_matched_load: bool = False
     # the smallest share of the documents both runs were asked for that each must have scored (a sample that

@@ -3,7 +3,8 @@
 - :func:`render_run`: one run directory -> one ``report.html`` (headline cards, provenance, latency CDFs,
   accuracy by output length, server/GPU metrics, a filterable per-sample table).
 - :func:`render_compare`: N run directories -> one comparison page (config diff, speed and accuracy table,
-  accuracy-vs-throughput scatter with the Pareto front, per-request flips between two runs).
+  accuracy-vs-throughput scatter with the Pareto front, per-request flips between two runs, and for a task
+  holding teacher-forced positions the token-level divergence of the two runs: :mod:`.numerics_view`).
 
 Reports read only the result store (``manifest.json``, ``summary.json``, ``samples.jsonl``), are one
 ``.html`` file with inline Chart.js/CSS/JS, make no network requests and escape all model text.
@@ -18,6 +19,7 @@ from evalkit.gating import GateResult, RunInputs
 from evalkit.reporting.analysis import Flips, compute_flips, pareto_front
 from evalkit.reporting.compare_view import build_compare_view
 from evalkit.reporting.html import render_template
+from evalkit.reporting.numerics_view import numerics_css
 from evalkit.reporting.run_view import build_run_view
 from evalkit.reporting.verdict_view import Verdict, build_verdict_view, gate_verdict
 from evalkit.store.files import write_text_atomic
@@ -42,7 +44,7 @@ def render_run_html(run_dir: Path) -> str:
     """The single-run report of ``run_dir`` as an HTML string."""
     run = open_run(Path(run_dir))
     view = build_run_view(run)
-    return render_template("run.html.j2", v=view)
+    return render_template("run.html.j2", numerics_css() if view.numerics else "", v=view)
 
 
 def render_run(run_dir: Path, out: Path | None = None) -> Path:
@@ -78,7 +80,7 @@ def render_compare_html(
     view.verdict = build_verdict_view(verdict) if verdict is not None else None
     view.charts += charts or []
     view.chart_ids |= {c["id"] for c in charts or []}
-    return render_template("compare.html.j2", v=view)
+    return render_template("compare.html.j2", numerics_css() if view.numerics else "", v=view)
 
 
 def write_gate_compare(

@@ -32,7 +32,8 @@ def _accuracy_without(samples: list[dict[str, Any]], status: str) -> str:
     return f"{fmt_pct(sum(scored) / len(scored))} of the other {len(scored):,}"
 
 
-ALWAYS_SHOWN = ("tool_text", "tool_calls_empty", "bad_arguments")  # server or parser faults: shown at any share
+# server or parser faults: shown at any share
+ALWAYS_SHOWN = ("tool_text", "tool_calls_empty", "bad_arguments", "bad_positions")
 
 
 def status_banner(
@@ -90,6 +91,12 @@ def status_banner(
             "as BFCL scores them (undecodable: wrong where a call was expected)"
             + (f"; the primary metric is {rest} answers" if rest else "")
             + "."
+        )
+    elif status == "bad_positions":
+        text = (
+            f"{name}: {share} answers had prompt logprobs that do not fit their prompt tokens (bad_positions: "
+            "missing, empty or of another length): they have no positions and are in no metric. Check that the "
+            "server returns prompt_logprobs (vLLM: --max-logprobs at least the task's top_k)."
         )
     else:
         text = f"{name}: {share} requests have status {status}."

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalkit.contracts import Speed, speed_metric
@@ -23,6 +23,7 @@ from evalkit.reporting.common import (
     now_iso,
 )
 from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
+from evalkit.reporting.numerics_view import NumericsCompare, build_numerics_sections
 from evalkit.reporting.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
 from evalkit.reporting.timecourse import timeline, timeline_chart
 from evalkit.reporting.verdict_view import VerdictView
@@ -105,6 +106,7 @@ class CompareView:
     charts: list[dict[str, Any]]
     chart_ids: set[str]
     verdict: VerdictView | None = None  # the release gate's rules, for two runs
+    numerics: list[NumericsCompare] = field(default_factory=list)  # teacher-forced divergence of the pair
 
 
 def letter(i: int) -> str:
@@ -360,9 +362,11 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
                 }
             )
     flips = None
+    numerics: list[NumericsCompare] = []
     if len(runs) >= 2:
         a, b = pair if pair is not None else (0, 1)
         flips = flips_view(runs[a], runs[b], heads[a], heads[b])
+        numerics = build_numerics_sections(runs, (a, b), task_names)
     return CompareView(
         title="evalkit comparison · " + " vs ".join(labels[:4]) + (" …" if len(labels) > 4 else ""),
         generated_at=now_iso(),
@@ -373,4 +377,5 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
         flips=flips,
         charts=charts,
         chart_ids={c["id"] for c in charts},
+        numerics=numerics,
     )

@@ -60,7 +60,12 @@ def assets() -> Assets:
     css = (STATIC / "report.css").read_text(encoding="utf-8")
     for name, text in (("chart.umd.js", lib), ("report.js", app), ("report.css", css)):
         _inline_safe(name, text)
-    csp = "; ".join(
+    # Markup: our own vendored / shipped files, checked above; never model text.
+    return Assets(lib_js=Markup(lib), app_js=Markup(app), css=Markup(css), csp=_csp(lib, app, css))
+
+
+def _csp(lib: str, app: str, css: str) -> str:
+    return "; ".join(
         [
             "default-src 'none'",
             f"script-src {_csp_hash(lib)} {_csp_hash(app)}",
@@ -70,8 +75,12 @@ def assets() -> Assets:
             "form-action 'none'",
         ]
     )
-    # Markup: our own vendored / shipped files, checked above; never model text.
-    return Assets(lib_js=Markup(lib), app_js=Markup(app), css=Markup(css), csp=csp)
+
+
+def with_css(a: Assets, extra_css: str) -> Assets:
+    """``a`` with one of our own stylesheets appended to its style block (the CSP hashes the whole block)."""
+    css = str(a.css) + _inline_safe("extra stylesheet", extra_css)
+    return Assets(a.lib_js, a.app_js, Markup(css), _csp(str(a.lib_js), str(a.app_js), css))
 
 
 @lru_cache(maxsize=2)
@@ -95,7 +104,9 @@ def environment(strict: bool = False) -> jinja2.Environment:
     return env
 
 
-def render_template(name: str, **context: Any) -> str:
+def render_template(name: str, extra_css: str = "", **context: Any) -> str:
+    """Render ``name`` with the inlined assets; ``extra_css``: one of our own stylesheets a page section needs
+    (appended to the style block)."""
     env = environment(STRICT_UNDEFINED)
-    a = assets()
+    a = with_css(assets(), extra_css) if extra_css else assets()
     return env.get_template(name).render(assets=a, **context)

@@ -21,6 +21,7 @@ from evalkit.reporting.common import (
     metric_views,
     now_iso,
 )
+from evalkit.reporting.numerics_view import NumericsFloor, build_numerics_floors
 from evalkit.reporting.provenance import TaskProvenance, provenance
 from evalkit.reporting.run_tables import (
     DetailView,
@@ -324,6 +325,7 @@ class RunView:
     chart_ids: set[str]
     cdf_ids: list[str] = field(default_factory=lambda: [f"cdf-{lat.key}" for lat in CDF_LATENCIES])
     endpoint_headers: list[str] = field(default_factory=lambda: [h for _, h, _ in ENDPOINT_COLUMNS])
+    numerics: list[NumericsFloor] = field(default_factory=list)  # each numerics task's noise floor
 
 
 def build_run_view(run: Run) -> RunView:
@@ -343,4 +345,5 @@ def build_run_view(run: Run) -> RunView:
         samples=sample_section(run),
         charts=charts,
         chart_ids={c["id"] for c in charts},
+        numerics=build_numerics_floors(run),
     )

@@ -271,6 +271,8 @@ class Client:
             body.update({k: v for k, v in scored.items() if v is not None})
         if self.kind == "chat":
             body["messages"] = list(req.messages) if req.messages else [{"role": "user", "content": req.prompt}]
+            if g.scored and body["messages"][-1].get("role") == "assistant":  # score the reply as written
+                body.update(continue_final_message=True, add_generation_prompt=False)
         else:
             body["prompt"] = list(req.prompt_ids) if req.prompt_ids is not None else req.prompt
         if g.top_p is not None:

@@ -65,6 +65,7 @@ def read_scored_answer(raw: bytes, model: str, accepted: Collection[str] | None)
     if not isinstance(text, str | None) or not isinstance(finish, str):
         raise MalformedAnswer("malformed answer from server: the choice's text or finish_reason is not a string")
     logprobs = {key: choice[key] for key in LOGPROB_FIELDS if choice.get(key) is not None}
-    if "prompt_logprobs" not in logprobs and body.get("prompt_logprobs") is not None:  # vLLM's chat answer
-        logprobs["prompt_logprobs"] = body["prompt_logprobs"]
+    for key in ("prompt_logprobs", "prompt_token_ids"):  # vLLM's chat answer carries them beside the choices
+        if key not in logprobs and body.get(key) is not None:
+            logprobs[key] = body[key]
     return ScoredAnswer(text=text or "", finish_reason=finish, usage=body.get("usage"), logprobs=logprobs)

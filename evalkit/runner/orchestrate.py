@@ -223,7 +223,7 @@ class Runner:
             self._render_report(store)
             self._lap("report")
             store.write_summary(summary)
-        self._check_errors(summary)
+        self._check_errors(summary, store.dir)
         return RunOutcome(run_dir=store.dir, manifest=manifest, summary=summary)
 
     def _run_one(self, p: TaskRun, phase: RequestPhase, last: bool) -> TaskSummary:
@@ -265,7 +265,7 @@ class Runner:
                 f"and run: evalkit report {store.dir}",
             ) from None
 
-    def _check_errors(self, summary: RunSummary) -> None:
+    def _check_errors(self, summary: RunSummary, run_dir: Path) -> None:
         for name, t in summary.tasks.items():
             c = t.counts
             if c["total"] and c["api_error"] / c["total"] > self.cfg.max_error_rate:
@@ -273,5 +273,6 @@ class Runner:
                 raise RunError(
                     f"{name}: {c['api_error']} of {c['total']} requests failed (error rate above --max-error-rate "
                     f"{self.cfg.max_error_rate}){f'; first error: {first}' if first else ''}; results so far are in "
-                    "the run dir; re-run the same command to retry them"
+                    "the run dir; re-run the same command to retry them",
+                    run_dir=run_dir,
                 )

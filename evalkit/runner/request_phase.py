@@ -9,7 +9,7 @@ import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from evalkit.config import RunConfig
@@ -23,6 +23,7 @@ from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.identity import record_for, request_key
+from evalkit.store.positions import PositionsWriter
 from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.base import Task
 from evalkit.tasks.spec import TaskSettings
@@ -82,8 +83,12 @@ class RequestPhase:
         store = self.store
         base_url, api_key, model, max_model_len = self.urls[0], self.api_key, self.model, self.max_model_len
 
+        positions = PositionsWriter(store.dir)  # opened by its first record: only a logprobs task writes any
+
         def store_record(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
             rec = record_for(req, resp, key, score)
+            if score is not None and score.positions is not None:  # before the record: a sample has its positions
+                positions.append(replace(score.positions, key=key))
             store.append(rec)
             return rec
 
@@ -135,8 +140,11 @@ class RequestPhase:
         observer = ServerObserver(self.urls, api_key, model)
         observer.snapshot()
         self.lap(f"{task.name}.before_requests")
-        with observer:
-            stats = asyncio.run(self._send(todo(), max(0, total - done), p.kind, options, extra, on_done, task))
+        try:
+            with observer:
+                stats = asyncio.run(self._send(todo(), max(0, total - done), p.kind, options, extra, on_done, task))
+        finally:
+            positions.close()
         self.lap(f"{task.name}.requests")
         servers = observer.server_deltas()
         # the scoring process summarises first and lets go of its copy of the records (after the last task it

@@ -11,6 +11,9 @@ grouped by item (:class:`Samples`). The estimators are :mod:`evalkit.scoring.est
 - ``pass`` → ``pass@k`` for k = 1, 2, 4, … and K: unbiased estimator averaged over items with at least k
   scored samples; stderr across items; n = items.
 - ``maj`` → ``maj@K``: majority vote over each item's canonical answers, ties give fractional credit; n = items.
+- ``logprob`` → ``mean_token_logprob`` and ``top1`` → ``top1_rate`` (``logprobs`` tasks): the mean over texts of
+  each text's mean actual-token logprob / share of positions whose actual token the server ranked first (the
+  samples' ``figures``, main pass only: ``sample_index`` 0); stderr over texts, normal 95% CI; n = texts.
 
 Samples with status ``api_error`` are never scored and are left out of every denominator; a verifier timeout
 (``correct`` None) counts as wrong.
@@ -30,6 +33,7 @@ from evalkit.scoring.estimators import maj_at_k, mean_ci_clustered, pass_at_k, p
 
 CLUSTER_CI = "95% normal CI, clipped to [0, 1]; stderr clustered by problem (avg@K) or across problems"
 WILSON_CI = "Wilson 95% interval over answered requests"
+TEXT_CI = "95% normal CI of the mean over texts (each text's own figure, main pass)"
 MAJ_TIE_RULE = "fractional: 1/t when the gold answer is one of t answers tied for most votes"
 
 
@@ -128,6 +132,14 @@ def _maj(s: Samples) -> dict[str, MetricValue]:
     return {f"maj@{s.k}": clustered(maj, n=len(maj))}
 
 
+def _text_mean(s: Samples, figure: str, name: str) -> dict[str, MetricValue]:
+    values = [[r.figures[figure]] for r in s.scored if r.sample_index == 0 and r.figures and figure in r.figures]
+    if not values:
+        return {name: MetricValue(value=None, n=0)}
+    mean, stderr, ci = mean_ci_clustered(values)
+    return {name: MetricValue(value=mean, stderr=stderr, ci95=ci, n=len(values))}
+
+
 @dataclass(frozen=True)
 class Metric:
     names: Callable[[int, str], list[str]]  # (K samples per item, key) -> the metric names reported
@@ -140,6 +152,10 @@ METRICS: dict[str, Metric] = {
     "avg": Metric(lambda k, key: [f"avg@{k}"], _avg, CLUSTER_CI),
     "pass": Metric(lambda k, key: [f"pass@{j}" for j in pass_at_k_ladder(k)], _pass, CLUSTER_CI),
     "maj": Metric(lambda k, key: [f"maj@{k}"], _maj, CLUSTER_CI),
+    "logprob": Metric(
+        lambda k, key: ["mean_token_logprob"], lambda s: _text_mean(s, "mean_logprob", "mean_token_logprob"), TEXT_CI
+    ),
+    "top1": Metric(lambda k, key: ["top1_rate"], lambda s: _text_mean(s, "top1_rate", "top1_rate"), TEXT_CI),
 }
 
 

@@ -88,4 +88,6 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
     if score.reasoning is not None:
         base["reasoning"] = score.reasoning
     scored = {**base, "error": resp.note, "extracted": score.extracted, "extraction": score.extraction}
+    if score.figures is not None:
+        scored["figures"] = score.figures
     return SampleRecord(**_capped(scored), status=score.status, correct=score.correct)

@@ -255,8 +255,11 @@ class RunStore:
         return [SampleRecord.model_validate(d) for d in iter_sample_dicts(self.samples_path)]
 
     def discard(self) -> None:
-        """Delete what a run stored (samples, quarantined lines, summary); the manifest is rewritten by the next."""
-        for p in (self.samples_path, self.corrupt_path, self.summary_path):
+        """Delete what a run stored (samples, quarantined lines, summary, positions); the manifest is rewritten by
+        the next."""
+        from evalkit.store.positions import POSITIONS  # numpy, only for a fresh start
+
+        for p in (self.samples_path, self.corrupt_path, self.summary_path, self.dir / POSITIONS):
             p.unlink(missing_ok=True)
 
     # -- manifest and summary ------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ from typing import Any
 from evalkit.config import RunConfig, load_config
 from evalkit.contracts import speed_metric
 from evalkit.errors import EndpointError, EvalkitError, RunError, ServerError, StoreError
+from evalkit.history import record_run
 from evalkit.store.files import write_text_atomic
 from evalkit.store.manifest import fingerprint
+from evalkit.sweep.numerics import add_numerics_columns
 from evalkit.sweep.plan import Combination, plan
 from evalkit.sweep.spec import SweepSpec
 
@@ -228,9 +230,11 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, echo: Echo | None = None, quiet
                 try:
                     _run_one(combo, expected.configs[combo.name], server)
                     result.ran.append(combo.name)
+                    record_run(run_dir_of(out_dir, combo), source="sweep", config=combo.config)
                 except RunError as e:  # finished and written, with more failed requests than allowed
                     result.failed[combo.name] = str(e)
                     result.ran.append(combo.name)
+                    record_run(run_dir_of(out_dir, combo), source="sweep", config=combo.config)
                 except EvalkitError as e:
                     reason = " ".join(str(e).split())
                     result.failed[combo.name] = reason
@@ -290,11 +294,13 @@ def collect(
     """Tabulate the combinations under ``out_dir/runs/`` (whoever ran them: this process, or Jobs writing a
     shared volume) into sweep.csv, sweep.md and compare.html; runs nothing. A run is tabulated only when its
     recorded settings are the sweep file's (else it is in ``stale``); combinations without such a finished run
-    are in ``missing``, and their row's ``error`` cell says why."""
+    are in ``missing``, and their row's ``error`` cell says why. A numerics task's rows also hold their divergence
+    from the first finished combination (:mod:`evalkit.sweep.numerics`)."""
     result = result or SweepResult(rows=[], files={})
     expected = expected or Expected(spec, out_dir)
     combos = plan(spec)
     dirs: list[Path] = []
+    finished: list[tuple[dict[str, Any], Path]] = []
     for combo in combos:
         run_dir = run_dir_of(out_dir, combo)
         read = read_run(run_dir)
@@ -302,6 +308,7 @@ def collect(
         if read is not None and differs is None:
             row = table_row(combo, read[1], expected.configs[combo.name].tasks)  # lm-eval groups: their tasks
             dirs.append(run_dir)
+            finished.append((row, run_dir))
             error = result.failed.get(combo.name) or expected.too_many_errors(combo, read[1])
             if error is not None:
                 result.failed.setdefault(combo.name, error)
@@ -317,6 +324,7 @@ def collect(
         if error is not None:
             row[ERROR_COLUMN] = error
         result.rows.append(row)
+    add_numerics_columns(finished, spec.tasks)
     out_dir.mkdir(parents=True, exist_ok=True)
     result.files = write_outputs(result.rows, dirs, spec, out_dir)
     return result

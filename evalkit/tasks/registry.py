@@ -9,7 +9,8 @@ the file, ``defaults``...) and built by its kind, a class in :data:`KINDS`:
 - ``python``: ``module`` (a ``.py`` file beside the YAML) with ``make_task(spec)`` (e.g. ``tasks/aime25.py``; a
   module written for the older ``make_task(spec_dict, root)`` still gets the file's mapping and folder);
 - ``tool-calls``: BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``;
-  ``category: multi_turn``: ``evalkit/tasks/multi_turn_task.py``).
+  ``category: multi_turn``: ``evalkit/tasks/multi_turn_task.py``);
+- ``logprobs``: a fixed text set scored teacher-forced with ``prompt_logprobs`` (``evalkit/tasks/logprobs_task.py``).
 
 A package adds a kind with an entry point in the ``evalkit.task_kinds`` group: the name is the kind, the value a
 :class:`evalkit.tasks.base.Task` subclass (its ``from_spec(spec)`` builds the task) or a function of the spec::
@@ -41,6 +42,7 @@ ENTRY_POINT_GROUP = "evalkit.task_kinds"
 # kind -> "module:attribute" of its Task class (imported when a task of the kind is built)
 KINDS: dict[str, str] = {
     "lm-eval": "evalkit.tasks.lmeval_task:LmEvalTask",
+    "logprobs": "evalkit.tasks.logprobs_task:LogprobsTask",
     "python": "evalkit.tasks.registry:load_python_task",
     "tool-calls": "evalkit.tasks.multi_turn_task:tool_calls_task",
 }

@@ -9,16 +9,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from evalkit.testing.answers import GEN, TOKEN_RE, last_user_text, render_chat
+from evalkit.testing.answers import TOKEN_RE, last_user_text
 from evalkit.testing.hostile import PING, PING_INTERVAL_S, gzip_bomb
 from evalkit.testing.protocol import ApiError, Encoder, Job, parse_job
+from evalkit.testing.scored import prompt_text, token_id
 from evalkit.testing.state import RecordedRequest, ServerState, is_warmup, validate_fault
 
 STATE_KEY = web.AppKey("evalkit_test_state", ServerState)
@@ -329,7 +329,8 @@ def _first_of_config(state: ServerState, body: dict[str, Any], now: float) -> No
 
 def _fast_key(state: ServerState, raw: bytes, chat: bool, fault: dict[str, Any] | None) -> tuple[Any, ...]:
     b = state.behaviour
-    settings = (b.correct_ratio, b.reasoning, b.reasoning_field, b.tokens_per_chunk, b.max_model_len, b.tool_variant)
+    settings = (b.correct_ratio, b.reasoning, b.reasoning_field, b.tokens_per_chunk, b.max_model_len, b.tool_variant,
+                b.logit_scale, b.logit_noise, b.logit_noise_seed)  # fmt: skip
     return (raw, chat, repr(sorted((fault or {}).items())), settings, tuple(b.models), id(b.answer_fn))
 
 
@@ -454,21 +455,15 @@ async def _tokenize(request: web.Request) -> web.Response:
     model = body.get("model") or state.behaviour.models[0]
     if model not in state.behaviour.models:
         return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
-    if isinstance(body.get("messages"), list):
-        msgs = [m for m in body["messages"] if isinstance(m, dict)]
-        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-        text = render_chat(msgs, tools)
-        text = text if body.get("add_generation_prompt", True) else text[: -len(GEN)]
-    elif isinstance(body.get("prompt"), str):
-        text = body["prompt"]
-    else:
+    text = prompt_text(body, chat=False)
+    if text is None:
         return error_response(400, "send `prompt` (a string) or `messages`")
     strs = TOKEN_RE.findall(text)
     return _json(
         {
             "count": len(strs),
             "max_model_len": state.behaviour.max_model_len,
-            "tokens": [zlib.crc32(t.encode()) % 100_000 for t in strs],
+            "tokens": [token_id(t) for t in strs],
             "token_strs": strs if body.get("return_token_strs") else None,
         }
     )

@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 
 from evalkit.testing import hostile
-from evalkit.testing.answers import TOKEN_RE, default_answer, last_user_text, render_chat
+from evalkit.testing.answers import TOKEN_RE, default_answer, last_user_text
 from evalkit.testing.generation import ChoicePlan, plan_choice, plan_tool_choice
+from evalkit.testing.scored import Perturbation, prompt_text, scored_fields
 from evalkit.testing.state import ServerState
 from evalkit.testing.tools import REFUSED, tool_answer
 
@@ -38,6 +39,7 @@ class Job:
     plans: list[ChoicePlan]
     rid: str
     created: int
+    scored: dict[str, Any] | None = None  # a request with prompt_logprobs: evalkit.testing.scored.scored_fields
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -53,8 +55,7 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise ApiError(400, "`messages` must be a non-empty list of message objects")
         prompts = [last_user_text(messages)]
-        tools_given = body.get("tools") if isinstance(body.get("tools"), list) else None
-        prompt_tokens = [TOKEN_RE.findall(render_chat(messages, tools_given))]
+        prompt_tokens = [TOKEN_RE.findall(prompt_text(body, chat) or "")]  # the rendered messages
     else:
         raw = body.get("prompt")
         if isinstance(raw, str):
@@ -111,6 +112,8 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
     if tools and not b.auto_tool_choice:
         raise ApiError(400, REFUSED)
 
+    pert = Perturbation(scale=b.logit_scale, noise=b.logit_noise, noise_seed=b.logit_noise_seed)
+    scored = None if stream else scored_fields(body, chat, pert, max_tokens)
     plans: list[ChoicePlan] = []
     for pi, prompt in enumerate(prompts):
         arrival = 0
@@ -134,7 +137,9 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
                     )
                 )
                 continue
-            if b.answer_fn is not None:
+            if scored is not None:
+                text = scored["text"]
+            elif b.answer_fn is not None:
                 text = b.answer_fn(prompt, body, index)
             else:
                 variant = ""
@@ -165,6 +170,7 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
         plans=plans,
         rid=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
         created=int(time.time()),
+        scored=scored,
     )
 
 
@@ -257,10 +263,16 @@ class Encoder:
             c.update(logprobs=None, finish_reason=p.finish_reason, stop_reason=p.stop_reason)
             if not self.job.chat:
                 c["prompt_logprobs"] = None
+            if self.job.scored is not None:
+                c["token_ids"] = self.job.scored["token_ids"][: p.completion_tokens]
+                if not self.job.chat:
+                    c["logprobs"] = self.job.scored["logprobs"]
+                    c["prompt_logprobs"] = self.job.scored["prompt_logprobs"]
+                    c["prompt_token_ids"] = self.job.scored["prompt_token_ids"]
             choices.append(c)
         usage = usage_dict(self.ptoks, sum(p.completion_tokens for p in self.job.plans))
         usage["prompt_tokens_details"] = None
-        return {
+        out = {
             "id": self.job.rid,
             "object": "chat.completion" if self.job.chat else "text_completion",
             "created": self.job.created,
@@ -272,3 +284,7 @@ class Encoder:
             "prompt_logprobs": None,
             "kv_transfer_params": None,
         }
+        if self.job.chat and self.job.scored is not None:  # vLLM's chat answer carries them beside the choices
+            out["prompt_logprobs"] = self.job.scored["prompt_logprobs"]
+            out["prompt_token_ids"] = self.job.scored["prompt_token_ids"]
+        return out

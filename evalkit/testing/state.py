@@ -51,6 +51,11 @@ class Behaviour:
     # request in flight for this long once it starts, as vLLM compiling a sampler kernel on the first batch
     first_batch_stall_s: float = 0.0
     dev_mode: bool = False  # serve POST /reset_prefix_cache, as vLLM does with VLLM_SERVER_DEV_MODE=1
+    # scored requests (``prompt_logprobs``; evalkit.testing.scored): every logit times ``logit_scale``; Gaussian
+    # noise of sd ``logit_noise`` on the candidates' logits, fresh per request, or fixed by ``logit_noise_seed``
+    logit_scale: float = 1.0
+    logit_noise: float = 0.0
+    logit_noise_seed: int | None = None
 
     def update(self, **changes: Any) -> None:
         names = {f.name for f in fields(self)}

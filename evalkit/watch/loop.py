@@ -27,6 +27,7 @@ from evalkit.contracts import speed_metric
 from evalkit.errors import ConfigError, EvalkitError
 from evalkit.gating import CannotCompare, GateResult, RunInputs, from_run_dir, load_policy
 from evalkit.gating.policy import Policy
+from evalkit.history import record_tick
 from evalkit.runner import Runner
 from evalkit.server.gpu import gpu_info
 from evalkit.store.reader import as_num, open_run
@@ -187,6 +188,7 @@ class Watch:
                     rec = self.tick(tick, slice_for(order, tick, s.per_tick), history)
                     history.append(rec)
                     append_history(s.out, rec)
+                    record_tick(s.out, s.task, rec.model_dump(), s.out / rec.dir)
                     self.echo(_line(rec))
                     if hook is not None and rec.verdict in JUDGED and rec.verdict != previous:
                         hook.post(_message(s, rec, previous))

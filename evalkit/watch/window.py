@@ -17,6 +17,7 @@ from typing import Any
 from evalkit.gating import (
     GateResult,
     MetricSamples,
+    NumericsInputs,
     RunInputs,
     SpeedRecords,
     StatusCounts,
@@ -82,11 +83,22 @@ def _merge_asked(ticks: list[TaskInputs]) -> frozenset[int] | None:
     return None if any(a is None for a in asked) else frozenset().union(*(a for a in asked if a is not None))
 
 
+def _merge_numerics(ticks: list[TaskInputs]) -> NumericsInputs | None:
+    """The ticks' teacher-forced positions per document, the latest tick's where several hold one (None when no
+    tick holds any): the window is judged by the gate's numerics rules against the baseline's same texts."""
+    held = [t.numerics for t in ticks if t.numerics is not None]
+    if not held:
+        return None
+    return NumericsInputs(
+        main={d: p for n in held for d, p in n.main.items()}, again={d: p for n in held for d, p in n.again.items()}
+    )
+
+
 def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = None) -> RunInputs:
-    """Several ticks of ``task`` as one run: per document the latest tick's answers, every request's timings
-    and status (the gate's own :meth:`StatusCounts.combined`), the documents asked for and scored (the union of
-    the ticks'; asked None when a tick's are unknown), the ticks' problems. ``limit``: the identity's limit (the
-    baseline's: a tick's slice is a selection of its docs)."""
+    """Several ticks of ``task`` as one run: per document the latest tick's answers (and teacher-forced
+    positions), every request's timings and status (the gate's own :meth:`StatusCounts.combined`), the documents
+    asked for and scored (the union of the ticks'; asked None when a tick's are unknown), the ticks' problems.
+    ``limit``: the identity's limit (the baseline's: a tick's slice is a selection of its docs)."""
     last = ticks[-1].identity
     digests: dict[int, str] = {}
     for t in ticks:
@@ -101,6 +113,7 @@ def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = No
         asked_docs=_merge_asked(ticks),
         scored_docs=frozenset().union(*(t.scored() for t in ticks)),
         problems=tuple(p for t in ticks for p in t.problems),
+        numerics=_merge_numerics(ticks),
     )
     return RunInputs(label=label, tasks={task: merged}, concurrency_setting=None)
 

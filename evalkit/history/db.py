@@ -1,0 +1,169 @@
+"""Where the run history lives and how it is opened: :func:`history_url` (``EVALKIT_HISTORY_URL``, else a SQLite
+file under the user's data dir; ``off`` turns the history off), :func:`open_engine` (an engine whose schema is
+upgraded to the newest Alembic migration first) and :func:`shown_url` (the URL with its password redacted, the
+only form of it evalkit prints)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+
+from evalkit.errors import EvalkitError
+from evalkit.redact import redact_text, redact_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+ENV = "EVALKIT_HISTORY_URL"
+OFF = ("off", "none", "0", "false", "no")
+MIGRATIONS = Path(__file__).parent / "migrations"
+HEAD = "0002"  # the newest migration (tests/test_history.py checks it against Alembic's): checked without Alembic
+BUSY_TIMEOUT_S = 10.0  # how long a SQLite writer waits for another one's lock before giving up
+CONNECT_TIMEOUT_S = 5  # a server that does not answer in this long: the write is skipped with a warning
+_engines: dict[str, Engine] = {}  # URL -> its engine, its schema at the newest migration (one per process)
+
+
+class HistoryError(EvalkitError):
+    """The history database could not be opened, upgraded, read or written (its URL redacted in the message)."""
+
+
+def history_url(env: dict[str, str] | None = None) -> str | None:
+    """The history database's URL: ``EVALKIT_HISTORY_URL`` when set (None when it is ``off``), else
+    ``sqlite:///<user data dir>/evalkit/history.sqlite``."""
+    value = (os.environ if env is None else env).get(ENV, "").strip()
+    if value.lower() in OFF and value:
+        return None
+    if value:
+        return value
+    import platformdirs
+
+    return f"sqlite:///{platformdirs.user_data_path('evalkit') / 'history.sqlite'}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as evalkit prints it: user and password replaced by ``***`` (:func:`evalkit.redact.redact_url`)."""
+    return redact_url(url)
+
+
+def safe_message(err: BaseException, url: str | None) -> str:
+    """``err`` as one line with the URL's password (and any credentials quoted in it) redacted."""
+    secrets: list[str] = []
+    if url:
+        with contextlib.suppress(Exception):
+            parsed = make_url(url)
+            if parsed.password:
+                secrets.append(str(parsed.password))
+    text = " ".join(str(err).split(" (Background on this error")[0].split()) or type(err).__name__
+    return redact_url(redact_text(text, secrets))[:400]
+
+
+def _parse(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except Exception:
+        raise HistoryError(
+            f"{ENV}={shown_url(url)} is not a database URL; set it to sqlite:///PATH, postgresql://USER@HOST/DB or off"
+        ) from None
+    if parsed.drivername in ("postgresql", "postgres"):  # the psycopg 3 driver (psycopg[binary] from PyPI)
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (no schema check): SQLite with a busy timeout and WAL journal (writers from several
+    processes wait for each other), a server with a connect timeout."""
+    parsed = _parse(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        # the driver's own transaction handling off: each transaction is BEGIN IMMEDIATE (below), so a writer
+        # takes the write lock at its start and another one waits for it (busy timeout), never a "database is
+        # locked" halfway through a transaction that read first
+        engine = sa.create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_S, "isolation_level": None})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    args = {"connect_timeout": CONNECT_TIMEOUT_S} if parsed.get_backend_name() == "postgresql" else {}
+    try:
+        return sa.create_engine(parsed, connect_args=args, pool_pre_ping=True)
+    except ImportError as e:
+        raise HistoryError(
+            f"no driver for {shown_url(url)} ({e}); install it (PostgreSQL: pip install 'psycopg[binary]')"
+        ) from None
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine, conn: sa.Connection) -> Iterator[None]:
+    """Only one process upgrades a schema at a time: a lock file beside a SQLite file, an advisory lock on a
+    PostgreSQL server (held until the migration's transaction ends)."""
+    if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        with open(f"{engine.url.database}.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+        return
+    if engine.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(31131)"))
+    yield
+
+
+def alembic_config(conn: sa.Connection | None = None) -> Config:
+    """The Alembic config of evalkit's migrations (``evalkit/history/migrations``), bound to ``conn``."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = conn
+    return cfg
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The migration the database is at (None: a new database, no table yet)."""
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to ``revision`` (default the newest) with Alembic; nothing to do when it is there."""
+    if revision == "head" and current_revision(engine) == HEAD:
+        return
+    from alembic import command
+
+    with engine.begin() as conn, _migration_lock(engine, conn):
+        command.upgrade(alembic_config(conn), revision)
+
+
+def open_engine(url: str) -> Engine:
+    """An engine on ``url`` whose schema is at the newest migration (made and upgraded once per process and URL)."""
+    if url in _engines:
+        return _engines[url]
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+    except HistoryError:
+        raise
+    except Exception as e:
+        engine.dispose()
+        raise HistoryError(
+            f"cannot open the history database {shown_url(url)}: {safe_message(e, url)}; check {ENV}"
+        ) from None
+    _engines[url] = engine
+    return engine

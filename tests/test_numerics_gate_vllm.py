@@ -1,0 +1,80 @@
+"""The numerics gate on the real vLLM (CPU build, SmolLM2-135M; issue 28's "Done when"): two runs of ``numerics``
+on one bfloat16 server pass the gate; a run on a float32 server fails it on a numerics rule. The servers start one
+at a time (2 cores), as tests/test_vllm_e2e.py's live server does.
+
+Needs ``scripts/setup_vllm_cpu.sh`` (see tests/vllm_env.py); two vLLM starts (~45-60 s each on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from evalkit.cli import app
+from evalkit.config import ServerConfig
+from evalkit.gating import from_run_dir
+from evalkit.scoring.numerics import FIGURES, compare_runs, texts_to_separate
+from evalkit.server.vllm_process import VLLMServer
+from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
+
+pytestmark = VLLM_MARKS
+TEXTS = 8
+
+
+def _server(dtype: str, log_dir: Path) -> VLLMServer:
+    cfg = ServerConfig.model_validate(
+        {
+            "model": str(MODEL_DIR),
+            "served_model_name": NAME,
+            "launcher": "module",
+            "enforce_eager": True,
+            "dtype": dtype,
+            "max_model_len": 2048,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
+            "extra_args": ["--no-enable-prefix-caching"],
+            "startup_timeout_s": 600,
+            "stop_grace_s": 30,
+        }
+    )
+    return VLLMServer(cfg, log_dir)
+
+
+def _run(url: str, out: Path) -> None:
+    args = ["run", "numerics", "--endpoint", url, "--limit", str(TEXTS), "-o", str(out), "-q", "--no-report"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+
+
+def _gate(base: Path, cand: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
+    res = CliRunner().invoke(app, ["gate", str(base), str(cand), "-o", str(cand / "gate")])
+    print(res.output)
+    return res.exit_code, json.loads((cand / "gate" / "gate.json").read_text())
+
+
+def test_bf16_twice_passes_and_float32_fails_on_a_numerics_rule(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    with _server("bfloat16", tmp_path / "bf16-server") as srv:
+        _run(srv.base_url + "/v1", tmp_path / "bf16")
+        _run(srv.base_url + "/v1", tmp_path / "bf16-again")
+    with _server("float32", tmp_path / "f32-server") as srv:
+        _run(srv.base_url + "/v1", tmp_path / "f32")
+    print(
+        f"\n[numerics gate] 3 runs of {TEXTS} texts (+ noise floor) and 2 server starts: {time.monotonic() - t0:.0f} s"
+    )
+    code, same = _gate(tmp_path / "bf16", tmp_path / "bf16-again")
+    numerics = {r["name"]: r for r in same["rules"] if r["kind"] == "numerics"}
+    assert code == 0 and same["verdict"] == "pass" and len(numerics) == 4
+    assert all(r["verdict"] == "pass" for r in numerics.values())
+    code, f32 = _gate(tmp_path / "bf16", tmp_path / "f32")
+    failed = {r["name"]: r for r in f32["rules"] if r["kind"] == "numerics" and r["verdict"] == "fail"}
+    for r in f32["rules"]:
+        if r["kind"] == "numerics":
+            print(f"[numerics gate] bf16 vs float32: {r['name']} = {r['observed']:.4g} CI {r['ci']} ({r['verdict']})")
+    pair = compare_runs(*(from_run_dir(tmp_path / r).tasks["numerics"].numerics.main for r in ("bf16", "f32")))
+    for f in FIGURES:  # BENCHMARKS.md: how many texts tell float32 from bf16 against a floor of 0
+        v = pair.per_text(f)
+        need = texts_to_separate(v, 1.0 if f == "top1" else 0.0)
+        print(f"[numerics gate] {f}: per text {v.min():.4g}..{v.max():.4g}, texts to separate at 95% power: {need}")
+    assert code == 1 and "numerics: mean abs d-logprob" in failed and "numerics: top-1 agreement" in failed
