@@ -127,12 +127,14 @@ def _history_baselines(values: Sequence[str | Path]) -> list[str | Path]:
     return out
 
 
-def offline_environment() -> None:
+def offline_environment(tasks: Sequence[str] = ()) -> None:
     """Defaults evalkit runs with (each kept when already set): no tqdm bars, and Hugging Face offline (the
-    task data ships inside the package, so nothing needs the Hub)."""
+    task data ships inside the package, so nothing needs the Hub), unless one of ``tasks`` is an ``lm-eval:NAME``
+    task, whose data lm-eval loads as it always does (offline is then the user's choice)."""
     os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not any(str(t).startswith("lm-eval:") for t in tasks):
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def run(
@@ -161,8 +163,8 @@ def run(
     from evalkit.config import load_config
     from evalkit.runner import Runner
 
-    offline_environment()
     names = [tasks] if isinstance(tasks, str) else list(tasks or [])
+    offline_environment(names)
     cfg = load_config({"tasks": names, **settings}, Path(config) if config is not None else None)
     if argv is None:
         argv = _call_argv(names, config, settings)
@@ -195,8 +197,8 @@ def run_repeats(
 
     if not 1 <= repeats <= 100:
         raise ConfigError(f"--repeats {repeats} is out of range; pass 1 to 100")
-    offline_environment()
     names = [tasks] if isinstance(tasks, str) else list(tasks or [])
+    offline_environment(names)
     base_cfg = load_config({"tasks": names, **settings}, Path(config) if config is not None else None)
     if base_cfg.output_dir is None:
         raise ConfigError("--repeats needs --output-dir DIR (the repeats are written to DIR/repeat-1 …)")

@@ -23,7 +23,7 @@ __all__ = ["app", "main"]
 def main() -> None:
     from evalkit.api import offline_environment
 
-    offline_environment()
+    offline_environment(sys.argv[1:])  # an lm-eval:NAME task among the arguments: lm-eval loads its data as usual
     try:
         rc = app(standalone_mode=False)
     except typer.Abort:

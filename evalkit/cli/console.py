@@ -113,4 +113,13 @@ def print_summary(summary: dict[str, Any], run_dir: str) -> None:
     out = Console()
     out.print(acc)
     out.print(speed)
+    for name, t in summary["tasks"].items():
+        if (t.get("detail") or {}).get("prefill"):  # scored requests (lm-eval loglikelihood): answered whole
+            s = t["speed"]
+            prompt_tps = (s.get("total_tokens_per_s") or 0) - (s.get("output_tokens_per_s") or 0)
+            e2e = " / ".join(_fmt(speed_metric(k).of_json(s), 1) for k in ("e2e_p50_ms", "e2e_p99_ms"))
+            out.print(
+                f"{name}: prefill speed {prompt_tps:,.0f} prompt tok/s, {_fmt(s.get('requests_per_s'), 2)} req/s, "
+                f"latency p50/p99 {e2e} ms (scored requests, answered whole: no TTFT/TPOT)"
+            )
     out.print(f"results: {run_dir}")

@@ -68,6 +68,20 @@ def run(
         Path | None, typer.Option("--output-dir", "-o", help="Run directory (default reports/<tasks>-<model>-<time>).")
     ] = None,
     tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files (repeatable).")] = None,
+    include_path: Annotated[
+        list[Path] | None,
+        typer.Option(help="lm-eval:NAME tasks: a folder of lm-eval task YAMLs (lm-eval's --include_path)."),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="lm-eval loglikelihood tasks: a local HF tokenizer folder (default: the server's /tokenize)."
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="lm-eval:NAME tasks: local data, DIR/<task>/<split>.jsonl, instead of a download."),
+    ] = None,
     fresh: Annotated[bool, typer.Option(help="Discard what the output dir holds instead of resuming.")] = False,
     max_error_rate: Annotated[
         float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")
@@ -178,6 +192,9 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         drop_reasoning=take("drop_reasoning"),
         output_dir=take("output_dir"),
         tasks_dir=take("tasks_dir") or None,
+        include_path=take("include_path") or None,
+        tokenizer=take("tokenizer"),
+        data_dir=take("data_dir"),
         fresh=take("fresh") or None,
         max_error_rate=take("max_error_rate"),
         report=False if take("no_report") else None,

@@ -70,6 +70,11 @@ class RunConfig(BaseSettings):
     drop_reasoning: bool | None = None  # multi-turn tool tasks: earlier turns' reasoning left out (task default: yes)
     output_dir: Path | None = None
     tasks_dir: list[Path] = Field(default_factory=list)
+    # lm-eval:NAME tasks: lm-eval's --include_path folders, a local tokenizer (else the server's /tokenize), and a
+    # folder of local data files (<task>/<split>.jsonl) instead of lm-eval's dataset loading
+    include_path: list[Path] = Field(default_factory=list)
+    tokenizer: str | None = None
+    data_dir: Path | None = None
     fresh: bool = False
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
     report: bool = True

@@ -70,7 +70,8 @@ async def clamp_max_tokens(
     """Requests with ``max_tokens`` lowered where needed, and a record of what was clamped (None if nothing)."""
     if not max_model_len:
         return requests, None
-    need = [r for r in requests if r.gen.max_tokens + _byte_bound(r) > max_model_len]
+    # a prompt sent as token ids was cut to its length by its task (lm-eval's max_length): nothing to count
+    need = [r for r in requests if r.prompt_ids is None and r.gen.max_tokens + _byte_bound(r) > max_model_len]
     if not need:
         return requests, None
     headers = credentials(base_url, api_key)[1]

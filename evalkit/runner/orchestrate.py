@@ -22,7 +22,7 @@ from evalkit.contracts import Manifest, RunSummary, TaskSummary
 from evalkit.errors import ConfigError, RunError
 from evalkit.requests.scheduler import fit_open_files
 from evalkit.runner.endpoints import endpoint_urls, served_model, start_server
-from evalkit.runner.plan import TaskRun, default_output_dir, new_manifest, plan_tasks, task_settings
+from evalkit.runner.plan import TaskRun, default_output_dir, lm_eval_expanded, new_manifest, plan_tasks, task_settings
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
 from evalkit.runner.resume import check_resume, mark_answered
 from evalkit.runner.warmups import Warmups
@@ -77,7 +77,7 @@ class Runner:
         its own and stop it at the end, unless ``keep_server`` (the caller then takes ``self.server`` and stops
         it). ``scoring``: a scoring Worker the caller owns and closes (runs one after another share it); else the
         run starts its own."""
-        self.cfg = cfg
+        self.cfg = cfg = lm_eval_expanded(cfg)
         self.progress = progress
         self.argv = argv or sys.argv
         self.registry = Registry(cfg.tasks_dir)

@@ -20,6 +20,7 @@ from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.store.manifest import package_versions
 from evalkit.tasks.base import Task
+from evalkit.tasks.lmeval_source import expand_lm_eval_tasks
 from evalkit.tasks.prompt_stream import PromptBuilder, RequestStream
 from evalkit.tasks.spec import TaskSettings
 
@@ -107,10 +108,23 @@ def settings_record(settings: TaskSettings) -> dict[str, Any]:
     return out
 
 
+def lm_eval_expanded(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with its ``lm-eval:NAME`` groups expanded into their tasks and the folder of task files that carry
+    ``include_path``, ``tokenizer`` and ``data_dir`` added to its task folders (unchanged without such tasks)."""
+    tasks, folder = expand_lm_eval_tasks(cfg.tasks, cfg.include_path, cfg.tokenizer, cfg.data_dir)
+    if folder is None:
+        return cfg
+    dirs = cfg.tasks_dir if folder in cfg.tasks_dir else [*cfg.tasks_dir, folder]  # expanded once already
+    return cfg.model_copy(update={"tasks": tasks, "tasks_dir": dirs})
+
+
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
-    return Path("reports") / f"{'+'.join(cfg.tasks)}-{safe_model}-{stamp}"
+    names = "+".join(cfg.tasks)
+    if len(names) > 100:  # a group's many tasks: the first and how many more
+        names = f"{cfg.tasks[0]}+{len(cfg.tasks) - 1}-more"
+    return Path("reports") / f"{names}-{safe_model}-{stamp}"
 
 
 def plan_tasks(
@@ -132,6 +146,7 @@ def plan_tasks(
             plans.append(TaskRun(task, task_set, stream.count.result(), stream))
             continue
         kind = task_set.endpoint_kind or task.endpoint_kind
+        task.use_endpoint(base_url, api_key)
         reqs = task.build_requests(task_set)
         reqs, clamp = asyncio.run(clamp_max_tokens(reqs, base_url, model, kind, max_model_len, api_key))
         plans.append(TaskRun(task, task_set, len(reqs), reqs, clamp=clamp))

@@ -99,13 +99,14 @@ class Expected:
     or a task the registry does not know is bad input (an EvalkitError, exit 2)."""
 
     def __init__(self, spec: SweepSpec, out_dir: Path):
+        from evalkit.runner.plan import lm_eval_expanded
         from evalkit.tasks.registry import Registry
 
         self.configs: dict[str, RunConfig] = {}
         self._tasks: dict[str, list[Any]] = {}
         loaded: dict[tuple[str, str], Any] = {}  # (tasks_dir, name) -> Task: its data hashed once
         for combo in plan(spec):
-            cfg = load_config({**combo.settings, "output_dir": run_dir_of(out_dir, combo)})
+            cfg = lm_eval_expanded(load_config({**combo.settings, "output_dir": run_dir_of(out_dir, combo)}))
             self.configs[combo.name] = cfg
             for name in cfg.tasks:
                 key = (repr(cfg.tasks_dir), name)
@@ -305,7 +306,7 @@ def collect(
         read = read_run(run_dir)
         differs = expected.differences(combo, read[0]) if read is not None else None
         if read is not None and differs is None:
-            row = table_row(combo, read[1], spec.tasks)
+            row = table_row(combo, read[1], expected.configs[combo.name].tasks)  # lm-eval groups: their tasks
             dirs.append(run_dir)
             finished.append((row, run_dir))
             error = result.failed.get(combo.name) or expected.too_many_errors(combo, read[1])

@@ -150,6 +150,9 @@ class Task(ABC):
         None (the default) for a request answered by one exchange."""
         return None
 
+    def use_endpoint(self, base_url: str, api_key: str | None) -> None:  # noqa: B027 - an optional hook
+        """The run's server, told before ``build_requests`` (a task whose prompts are tokenised there keeps it)."""
+
     def prepare(self) -> None:  # noqa: B027 - an optional hook: most tasks need nothing loaded
         """Load what ``score`` needs (evalkit runs this in the scoring process as the run starts, beside setup
         and the first requests, so that the first answers do not wait for it)."""

@@ -1,17 +1,20 @@
-"""lm-eval-backed tasks: lm-eval's own task definition (prompts, few-shot sampler, filters, metrics),
-pointed at vendored data files and driven by evalkit.
+"""lm-eval-backed tasks: lm-eval's own task definition (prompts, few-shot sampler, filters, metrics) driven by
+evalkit: a task file naming lm-eval's YAML (``lm_eval.base``, vendored data) or any task of lm-eval's index by name
+(``lm-eval:NAME``, ``lm_eval.task``; evalkit/tasks/lmeval_source.py), with its data from vendored files,
+``--data-dir`` or lm-eval's own loading. ``generate_until`` requests are generations; ``loglikelihood``
+(``multiple_choice``) and ``loglikelihood_rolling`` ones are scored requests (evalkit/tasks/lmeval_scored.py).
 
 Nothing of lm-eval's prompt building, filtering or scoring is re-implemented here: requests come from
 ``ConfigurableTask.build_all_requests``, answers go through the task's own ``FilterEnsemble``s and
-``process_results``, and metrics through the task's aggregation and lm-eval's ``stderr_for_metric``.
+``process_results``, and metrics through the task's aggregation and lm-eval's ``stderr_for_metric``
+(evalkit/tasks/lmeval_results.py). Over 400 lines: the prompt cache's build and both request kinds share one
+lm-eval task object and its lock.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,34 +23,27 @@ from typing import Any
 import orjson
 import yaml
 
+from evalkit.config.endpoint import credentials, server_root
 from evalkit.contracts import GenParams, MetricValue, Request, Response, SampleRecord, Score, Status
 from evalkit.errors import TaskError
+from evalkit.tasks import lmeval_scored as scored
 from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
+from evalkit.tasks.lmeval_results import aggregate, generation_metrics, scored_metrics
+from evalkit.tasks.lmeval_source import (
+    config_hash,
+    download_error,
+    lm_eval_tasks_dir,
+    local_splits,
+    quiet_lm_eval,
+    task_config,
+)
+from evalkit.tasks.lmeval_source import lm_eval_version as _lm_eval_version
 from evalkit.tasks.prompt_cache import FORMAT as PROMPT_CACHE_FORMAT
 from evalkit.tasks.prompt_cache import cache_writable, prompt_cache_dir, read_cache, write_cache
 from evalkit.tasks.spec import TaskSettings, TaskSpec
 
 LM_EVAL_SEED = 1234  # lm-eval's default seed for API models and for the few-shot sampler
-
-
-def lm_eval_tasks_dir() -> Path:
-    """lm-eval's bundled task folder, found without importing ``lm_eval.tasks`` (which indexes every task)."""
-    spec = importlib.util.find_spec("lm_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise TaskError("lm-eval is not installed; pip install 'lm-eval[api]'")
-    return Path(next(iter(spec.submodule_search_locations))) / "tasks"
-
-
-def _lm_eval_version() -> str:
-    from importlib.metadata import version
-
-    return version("lm_eval")
-
-
-def _quiet_lm_eval() -> None:
-    for name in ("lm_eval", "lm-eval"):
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 class LmEvalTask(Task):
@@ -67,40 +63,61 @@ class LmEvalTask(Task):
         self.name = spec.name
         self.description = spec.description
         lm_spec = spec.options.get("lm_eval") or {}
-        base = lm_spec.get("base")
-        if not base:
+        base, self.lm_name = lm_spec.get("base"), lm_spec.get("task")
+        if not base and not self.lm_name:
             raise TaskError(
-                f"task {self.name}: 'lm_eval.base' is missing; name lm-eval's task YAML, e.g. gsm8k/gsm8k.yaml"
+                f"task {self.name}: name lm-eval's task: 'lm_eval.base' (its YAML, e.g. gsm8k/gsm8k.yaml) or "
+                "'lm_eval.task' (a name in lm-eval's index)"
             )
-        self.base_yaml = lm_eval_tasks_dir() / base
-        if not self.base_yaml.is_file():
-            raise TaskError(f"task {self.name}: lm-eval has no task file {base} (looked in {lm_eval_tasks_dir()})")
+        self.include_path = tuple(str(p) for p in lm_spec.get("include_path") or ())
+        self.tokenizer: str | None = lm_spec.get("tokenizer")
+        self.lm_yaml: str | None = lm_spec.get("yaml")  # the task's lm-eval file (no index of every task to build)
+        self.base_yaml: Path | None = None
+        if base:
+            self.base_yaml = lm_eval_tasks_dir() / base
+            if not self.base_yaml.is_file():
+                raise TaskError(f"task {self.name}: lm-eval has no task file {base} (looked in {lm_eval_tasks_dir()})")
         self.overrides = dict(lm_spec.get("overrides") or {})
+        self._config: dict[str, Any] | None = None
         self.data_files = dict(spec.data)
+        if lm_spec.get("data_dir") and not self.data_files:
+            self.data_files = local_splits(self._base_config(), self.lm_name or self.name, Path(lm_spec["data_dir"]))
         for split, path in self.data_files.items():
             if not path.is_file():
                 raise TaskError(f"task {self.name}: data file for split '{split}' not found: {path}")
-        self._config: dict[str, Any] | None = None
         self._lm_task: Any = None
         self._build_tasks: dict[int | None, Any] = {}
         self._cache_keys: dict[int | None, str] = {}
         self._entries: dict[int | None, list[dict[str, Any]]] = {}  # the cache's entries, read and checked once
         self._metrics_cache: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
-        self.version = spec.version or str(self._base_config().get("metadata", {}).get("version", "0"))
+        self._endpoint: tuple[str, dict[str, str]] | None = None  # the server whose /tokenize splits tokens
+        self._splitters: dict[int | None, Any] = {}
+        self.output_type = str(self._base_config().get("output_type") or "generate_until")
+        if self.output_type not in ("generate_until", *scored.SCORED_TYPES):
+            raise TaskError(f"task {self.name}: lm-eval output_type {self.output_type!r} is not supported")
+        self.scored = self.output_type != "generate_until"
+        meta_version = str((self._base_config().get("metadata") or {}).get("version", "0"))
+        # a task by name records lm-eval's version and a hash of its config: the gate compares only equal ones
+        self.version = spec.version or (
+            f"{meta_version}+cfg.{config_hash(self._base_config())}" if self.lm_name else meta_version
+        )
 
     # -- lm-eval objects ---------------------------------------------------------------------------------
     def _base_config(self) -> dict[str, Any]:
         if self._config is None:
-            text = self.base_yaml.read_text()
-            if "!function" in text or "include:" in text:  # needs lm-eval's own loader (imports its task index)
-                from lm_eval.tasks._yaml_loader import load_yaml
-
-                cfg = copy.deepcopy(load_yaml(self.base_yaml, resolve_func=True))
+            if self.base_yaml is None:
+                cfg = copy.deepcopy(task_config(str(self.lm_name), self.include_path, self.lm_yaml))
             else:
-                cfg = yaml.safe_load(text)
-            for key in ("tag", "group", "task_list"):
-                cfg.pop(key, None)
+                text = self.base_yaml.read_text()
+                if "!function" in text or "include:" in text:  # lm-eval's own loader (imports its task index)
+                    from lm_eval.tasks._yaml_loader import load_yaml
+
+                    cfg = copy.deepcopy(load_yaml(self.base_yaml, resolve_func=True))
+                else:
+                    cfg = yaml.safe_load(text)
+                for key in ("tag", "group", "task_list"):
+                    cfg.pop(key, None)
             cfg.update(copy.deepcopy(self.overrides))
             cfg["task"] = self.name
             self._config = cfg
@@ -112,17 +129,24 @@ class LmEvalTask(Task):
         return {split: datasets.Dataset.from_list(read_jsonl(path)) for split, path in self.data_files.items()}
 
     def lm_task(self, num_fewshot: int | None = None) -> Any:
-        """lm-eval's ConfigurableTask on the vendored data, set up as ``simple_evaluate`` would."""
+        """lm-eval's ConfigurableTask on the local data (or lm-eval's own loading of its dataset), set up as
+        ``simple_evaluate`` would."""
         from lm_eval.api.task import ConfigurableTask
 
-        _quiet_lm_eval()
+        quiet_lm_eval()
         cfg = copy.deepcopy(self._base_config())
-        cfg["dataset_path"] = "evalkit-vendored"
-        cfg.pop("dataset_name", None)
-        cfg["dataset_kwargs"] = {}
-        cfg["custom_dataset"] = self._load_splits
+        if self.data_files:
+            cfg["dataset_path"] = "evalkit-vendored"
+            cfg.pop("dataset_name", None)
+            cfg["dataset_kwargs"] = {}
+            cfg["custom_dataset"] = self._load_splits
         cfg["metadata"] = dict(cfg.get("metadata") or {})
-        task = ConfigurableTask(config=cfg)
+        try:
+            task = ConfigurableTask(config=cfg)
+        except (OSError, ValueError, FileNotFoundError, ImportError) as e:
+            if self.data_files:
+                raise
+            raise download_error(self.lm_name or self.name, cfg, e) from None
         default_shots = task.get_config("num_fewshot")
         if num_fewshot is not None and default_shots != 0:
             task.set_config(key="num_fewshot", value=num_fewshot)
@@ -138,7 +162,7 @@ class LmEvalTask(Task):
             "num_fewshot": self._base_config().get("num_fewshot"),
             "temperature": float(gen.get("temperature", 0.0)),
             "top_p": gen.get("top_p"),
-            "max_tokens": int(gen.get("max_gen_toks", 256)),
+            "max_tokens": 1 if self.scored else int(gen.get("max_gen_toks", 256)),
             "num_samples": int(self._base_config().get("repeats", 1)),
         }
 
@@ -157,7 +181,7 @@ class LmEvalTask(Task):
                     self.name,
                     self.version,
                     self.data_sha256,
-                    self.base_yaml.read_bytes().decode(),
+                    self.base_yaml.read_bytes().decode() if self.base_yaml else config_hash(self._base_config()),
                     self.overrides,
                     num_fewshot,
                     _lm_eval_version(),
@@ -187,7 +211,7 @@ class LmEvalTask(Task):
         cfg = self._base_config()
         split = cfg.get("test_split") or cfg.get("validation_split")
         path = self.data_files.get(split) if split else None
-        if path is None or cfg.get("process_docs") is not None:
+        if path is None or cfg.get("process_docs") is not None or self.scored:  # scored: several per document
             return None
         return sum(1 for line in path.read_bytes().splitlines() if line.strip())
 
@@ -236,16 +260,14 @@ class LmEvalTask(Task):
         def watched(*args: Any, **kwargs: Any) -> Any:
             out = construct(*args, **kwargs)
             for inst in out if isinstance(out, list) else [out]:
-                if inst.request_type != "generate_until":
-                    raise TaskError(
-                        f"task {self.name}: only generate_until tasks are supported, got {inst.request_type}"
-                    )
-                entry = {
-                    "doc_id": int(inst.doc_id),
-                    "context": inst.args[0],
-                    "gen_kwargs": dict(inst.args[1]),
-                    "target": str(task.doc_to_target(inst.doc)),
-                }
+                if (inst.request_type == "generate_until") == self.scored:
+                    raise TaskError(f"task {self.name}: a {inst.request_type} request in a {self.output_type} task")
+                entry: dict[str, Any] = {"doc_id": int(inst.doc_id), "context": inst.args[0]}
+                if self.scored:  # lm-eval's request index within the document, and what is scored
+                    entry.update(idx=int(inst.idx), type=inst.request_type, continuation="".join(inst.args[1:]))
+                else:
+                    entry["gen_kwargs"] = dict(inst.args[1])
+                entry["target"] = str(task.doc_to_target(inst.doc))
                 built.append(entry)
                 if on_entry is not None:
                     on_entry(entry)
@@ -265,27 +287,59 @@ class LmEvalTask(Task):
         return built
 
     def quick_to_build(self, settings: TaskSettings) -> bool:
-        """True when the prompt cache holds every document; a cold cache in a folder that cannot be written is
+        """True when the prompt cache holds every document, or the task's requests are scored ones (tokenised at
+        the run's server, so built in the run's process); a cold cache in a folder that cannot be written is
         said in one line (every run would build the prompts again)."""
-        if self._read_cache(settings.num_fewshot) is not None:
+        if self.scored or self._read_cache(settings.num_fewshot) is not None:
             return True
         cache_writable(prompt_cache_dir())
         return False
 
     def count_requests(self, settings: TaskSettings) -> int:
+        if self.scored:  # a document's token requests are known once tokenised
+            return len(self.build_requests(settings))
         cached = self._read_cache(settings.num_fewshot)
         n = len(cached) if cached is not None else len(self._build_task(settings.num_fewshot).eval_docs)
         if settings.docs is not None:
             n = len({d for d in settings.docs if 0 <= d < n})
         return n if settings.limit is None else min(n, settings.limit)
 
+    def use_endpoint(self, base_url: str, api_key: str | None) -> None:
+        self._endpoint = credentials(server_root(base_url), api_key)
+
+    def _splitter(self, settings: TaskSettings) -> Any:
+        """lm-eval's local-completions token splitting, with ``--tokenizer`` or the run's server's tokenizer."""
+        if self.tokenizer is None and self._endpoint is None:
+            raise TaskError(
+                f"task {self.name}: its {self.output_type} requests are tokenised at the run's server (or with "
+                "--tokenizer PATH), which this command does not have; run it with evalkit run"
+            )
+        root, headers = self._endpoint or ("http://127.0.0.1", {})
+        lm = self._splitters.get(settings.max_length)
+        if lm is None:
+            lm = self._splitters[settings.max_length] = scored.splitter(
+                self.tokenizer, root, headers, settings.max_length
+            )
+        return lm
+
     def build_requests(self, settings: TaskSettings) -> list[Request]:
+        if self.scored:  # every request of the chosen documents (``limit`` counts documents)
+            if settings.endpoint_kind == "chat":
+                raise TaskError(f"task {self.name}: {self.output_type} requests need a completions endpoint, not chat")
+            built = self._built(settings.num_fewshot)
+            docs = [d for d in dict.fromkeys(b["doc_id"] for b in built) if settings.wants(d)][: settings.limit]
+            chosen = set(docs)
+            entries = [b for b in built if b["doc_id"] in chosen]
+            with self._lock:
+                return scored.scored_requests(self.name, self._splitter(settings), entries)
         built = [b for b in self._built(settings.num_fewshot) if settings.wants(b["doc_id"])]
         if settings.limit is not None:
             built = built[: settings.limit]
         return [self._request(b, settings) for b in built]
 
     def stream_requests(self, settings: TaskSettings, emit: Callable[[Request], None]) -> None:
+        if self.scored:
+            return super().stream_requests(settings, emit)
         sent = 0
 
         def on_entry(b: dict[str, Any]) -> None:
@@ -295,6 +349,13 @@ class LmEvalTask(Task):
                 sent += 1
 
         self._built(settings.num_fewshot, on_entry)  # the whole set: the cache holds every document
+
+    def preview(self, settings: TaskSettings) -> str:
+        """The first request's text (a scored task's: its context and continuation, before tokenising)."""
+        if not self.scored:
+            return super().preview(settings)
+        built = self._built(settings.num_fewshot)
+        return built[0]["context"] + built[0]["continuation"] if built else ""
 
     def _request(self, b: dict[str, Any], settings: TaskSettings) -> Request:
         return Request(
@@ -333,29 +394,15 @@ class LmEvalTask(Task):
 
     def per_doc_metrics(self, response_text: str, doc_id: int, prompt: str = "") -> dict[str, dict[str, Any]]:
         """{filter: {metric: value}} for one response, by lm-eval's own filters and ``process_results``."""
-        from lm_eval.api.instance import Instance
-
         cached = self._metrics_cache.get((doc_id, response_text))
-        if cached is not None:
-            return cached
-        task = self._task()
-        doc = task.eval_docs[doc_id]
-        inst = Instance(
-            request_type="generate_until",
-            doc=doc,
-            arguments=(prompt, {}),
-            idx=0,
-            metadata=(self.name, doc_id, 1),
-            resps=[response_text],
-        )
-        for ensemble in task._filters:
-            ensemble.apply([inst])
-        out = {f: task.process_results(doc, [v]) for f, v in inst.filtered_resps.items()}
-        out = {f: {**m, "_filtered": inst.filtered_resps[f]} for f, m in out.items()}
-        self._metrics_cache[(doc_id, response_text)] = out
-        return out
+        if cached is None:
+            cached = generation_metrics(self._task(), self.name, response_text, doc_id, prompt)
+            self._metrics_cache[(doc_id, response_text)] = cached
+        return cached
 
     def score(self, request: Request, response: Response) -> Score:
+        if self.scored:
+            return scored.score_answer(request, response)
         metric = self._primary_metric()
         extracted: dict[str, str | None] = {}
         correct: dict[str, bool | None] = {}
@@ -376,32 +423,33 @@ class LmEvalTask(Task):
 
     def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         """lm-eval's aggregation and ``stderr_for_metric`` over the docs that got an answer."""
-        from lm_eval.api.metrics import stderr_for_metric
-
         task = self._task()
         raw: dict[tuple[str, str], list[Any]] = {}
-        by_doc = {r.doc_id: r for r in records if r.task == self.name}
-        scored = 0
+        by_doc: dict[int, list[SampleRecord]] = {}
+        for r in records:
+            if r.task == self.name:
+                by_doc.setdefault(r.doc_id, []).append(r)
+        n_scored = 0
         for doc_id in sorted(by_doc):
-            r = by_doc[doc_id]
-            if r.status == "api_error":
+            doc_records = sorted(by_doc[doc_id], key=lambda r: r.sample_index)
+            if any(r.status == "api_error" for r in doc_records):
                 continue  # failed requests are counted, never scored as wrong
-            scored += 1
             with self._lock:
-                per_filter = self.per_doc_metrics(r.response or "", doc_id, r.prompt)
+                if self.scored:
+                    extracted = [r.extracted for r in doc_records]
+                    per_filter = scored_metrics(task, self.name, self.output_type, doc_id, extracted)
+                else:
+                    r = doc_records[0]
+                    per_filter = self.per_doc_metrics(r.response or "", doc_id, r.prompt)
+            if per_filter is None:
+                continue  # a scored document with an answer that carried no logprobs
+            n_scored += 1
             for fname, metrics in per_filter.items():
                 for metric, value in metrics.items():
                     if metric != "_filtered":
                         raw.setdefault((metric, fname), []).append(value)
-        out: dict[str, MetricValue] = {}
-        aggregations = task.aggregation()
-        for (metric, fname), items in raw.items():
-            agg = aggregations[metric]
-            value = float(agg(items))
-            se_fn = stderr_for_metric(metric=agg, bootstrap_iters=100000)
-            se = float(se_fn(items)) if se_fn is not None and len(items) > 1 else None
-            ci = (value - 1.96 * se, value + 1.96 * se) if se is not None else None
-            if ci is not None and all(isinstance(x, int | float) and 0 <= x <= 1 for x in items):
-                ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
-            out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
-        return out, {"docs_scored": scored, "docs_total": len(by_doc)}
+        out = aggregate(task, raw)
+        detail: dict[str, Any] = {"docs_scored": n_scored, "docs_total": len(by_doc)}
+        if self.scored:
+            detail["prefill"] = scored.PREFILL_NOTE
+        return out, detail

@@ -4,7 +4,8 @@ Folders searched, in order: the built-in tasks shipped with evalkit, then each `
 checked once into a :class:`evalkit.tasks.spec.TaskSpec` (``name``, ``version``, ``kind``, ``data`` relative to
 the file, ``defaults``...) and built by its kind, a class in :data:`KINDS`:
 
-- ``lm-eval``: lm-eval's own task definition (``evalkit/tasks/lmeval_task.py``);
+- ``lm-eval``: lm-eval's own task definition (``evalkit/tasks/lmeval_task.py``); a name ``lm-eval:NAME`` that no
+  file declares is lm-eval's task NAME from its own index (``evalkit/tasks/lmeval_source.py``);
 - ``python``: ``module`` (a ``.py`` file beside the YAML) with ``make_task(spec)`` (e.g. ``tasks/aime25.py``; a
   module written for the older ``make_task(spec_dict, root)`` still gets the file's mapping and folder);
 - ``tool-calls``: BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``;
@@ -34,6 +35,7 @@ from typing import Any
 from evalkit.errors import TaskError
 from evalkit.tasks.base import Task
 from evalkit.tasks.catalogue import builtin_tasks_dir
+from evalkit.tasks.lmeval_source import PREFIX as LM_EVAL_PREFIX
 from evalkit.tasks.spec import TaskSpec, parse_spec, read_yaml
 
 ENTRY_POINT_GROUP = "evalkit.task_kinds"
@@ -124,6 +126,10 @@ class Registry:
         return sorted(self.entries)
 
     def entry(self, name: str) -> TaskEntry:
+        if name not in self.entries and name.startswith(LM_EVAL_PREFIX):  # any task of lm-eval's own index
+            raw = {"name": name, "kind": "lm-eval", "version": None, "lm_eval": {"task": name[len(LM_EVAL_PREFIX) :]}}
+            spec = parse_spec(raw, Path.cwd() / "lm-eval.yaml")
+            self.entries[name] = TaskEntry(name=name, kind="lm-eval", path=spec.path, spec=spec)
         if name not in self.entries:
             close = difflib.get_close_matches(name, self.names(), n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known tasks: {', '.join(self.names())}"

@@ -1,0 +1,70 @@
+"""An lm-eval task's scores, computed as lm-eval's evaluator computes them: per document, the responses through
+the task's own filters and ``process_results``; over documents, the task's aggregations and lm-eval's
+``stderr_for_metric`` (``task`` is lm-eval's ConfigurableTask)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evalkit.contracts import MetricValue
+from evalkit.tasks.lmeval_scored import doc_results
+
+
+def generation_metrics(task: Any, name: str, response_text: str, doc_id: int, prompt: str) -> dict[str, dict[str, Any]]:
+    """{filter: {metric: value, "_filtered": the filtered answer}} for one generation."""
+    from lm_eval.api.instance import Instance
+
+    doc = task.eval_docs[doc_id]
+    inst = Instance(
+        request_type="generate_until",
+        doc=doc,
+        arguments=(prompt, {}),
+        idx=0,
+        metadata=(name, doc_id, 1),
+        resps=[response_text],
+    )
+    for ensemble in task._filters:
+        ensemble.apply([inst])
+    out = {f: task.process_results(doc, [v]) for f, v in inst.filtered_resps.items()}
+    return {f: {**m, "_filtered": inst.filtered_resps[f]} for f, m in out.items()}
+
+
+def scored_metrics(
+    task: Any, name: str, output_type: str, doc_id: int, extracted: Sequence[dict[str, str | None]]
+) -> dict[str, dict[str, Any]] | None:
+    """{filter: {metric: value}} for one document from its scored answers (in ``sample_index`` order): each of
+    lm-eval's requests' result through the filters, then ``process_results`` over them in lm-eval's order; None
+    when an answer is missing its logprobs."""
+    from lm_eval.api.instance import Instance
+
+    results = doc_results(output_type, extracted)
+    if results is None:
+        return None
+    doc = task.eval_docs[doc_id]
+    kind = "loglikelihood_rolling" if output_type == "loglikelihood_rolling" else "loglikelihood"
+    insts = [
+        Instance(request_type=kind, doc=doc, arguments=("", ""), idx=i, metadata=(name, doc_id, 1), resps=[x])
+        for i, x in enumerate(results)
+    ]
+    for ensemble in task._filters:
+        ensemble.apply(insts)
+    return {f: task.process_results(doc, [i.filtered_resps[f] for i in insts]) for f in insts[0].filtered_resps}
+
+
+def aggregate(task: Any, raw: dict[tuple[str, str], list[Any]]) -> dict[str, MetricValue]:
+    """Each (metric, filter)'s per-document values aggregated by the task, with lm-eval's stderr and a 95% CI."""
+    from lm_eval.api.metrics import stderr_for_metric
+
+    out: dict[str, MetricValue] = {}
+    aggregations = task.aggregation()
+    for (metric, fname), items in raw.items():
+        agg = aggregations[metric]
+        value = float(agg(items))
+        se_fn = stderr_for_metric(metric=agg, bootstrap_iters=100000)
+        se = float(se_fn(items)) if se_fn is not None and len(items) > 1 else None
+        ci = (value - 1.96 * se, value + 1.96 * se) if se is not None else None
+        if ci is not None and all(isinstance(x, int | float) and 0 <= x <= 1 for x in items):
+            ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
+        out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
+    return out
