@@ -136,4 +136,5 @@ def test_the_monitoring_profile_wires_the_watch_prometheus_and_grafana() -> None
     targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
     assert targets == {f"evalkit-watch:{port}", "vllm:8000"}
     mounted = {v.split(":")[1] for v in services["prometheus"]["volumes"] if v.startswith("./")}
-    assert set(prom["rule_files"]) <= mounted
+    assert "/etc/prometheus/prometheus.yml" in mounted  # relative rule files resolve from its folder
+    assert {f"/etc/prometheus/{f}" for f in prom["rule_files"]} <= mounted
