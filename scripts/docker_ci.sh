@@ -121,7 +121,7 @@ if want compose; then
     EVALKIT_LIMIT="$LIMIT" VLLM_CPUSET="$CPUS" "${compose[@]}" up --no-build --abort-on-container-exit \
         --exit-code-from evalkit-cpu || rc=$?
     left="$("${compose[@]}" ps -q | xargs -r docker inspect -f '{{.Name}} {{.State.Status}}' | grep -v exited || true)"
-    "${compose[@]}" down --remove-orphans >/dev/null 2>&1
+    "${compose[@]}" down --volumes --remove-orphans >/dev/null 2>&1 || say "docker-compose down failed"
     (( rc == 0 )) || fail "compose cpu profile: the evalkit job exited $rc"
     [[ -z "$left" ]] || fail "compose cpu profile: containers still running after the job: $left"
     out="$(newest_run "$stamp")"
