@@ -21,6 +21,7 @@ from evalkit.requests.conversation import converse
 from evalkit.requests.scheduler import InFlight, execute
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
+from evalkit.scoring.goodput import add_cost, add_goodput
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.positions import PositionsWriter
@@ -157,6 +158,10 @@ class RequestPhase:
         spans: dict[str, tuple[int, int]] = {}
         records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
         out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
+        if self.cfg.goodput:
+            add_goodput(out.speed, records, self.cfg.goodput)
+        if (gpus := self.cfg.billed_gpus()) is not None and self.cfg.cost_per_gpu_hour is not None:
+            add_cost(out.speed, self.cfg.cost_per_gpu_hour, gpus)
         out.server = servers[0]
         if sharded:  # the summary's own server section is the first endpoint's, and says so
             shown = [display_url(u) for u in self.urls]
