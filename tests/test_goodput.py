@@ -14,6 +14,8 @@ from evalkit.config import load_config
 from evalkit.config.slos import parse_slos
 from evalkit.contracts import SampleRecord
 from evalkit.errors import ConfigError
+from evalkit.gating.economics import goodput_change_rule
+from evalkit.gating.inputs import SpeedRecords
 from evalkit.scoring.goodput import add_cost, add_goodput, is_good, request_tpot_ms
 from evalkit.scoring.speed import speed_summary
 
@@ -92,15 +94,16 @@ def run_with_slos(tmp_path_factory):
         probe = evalkit.run("gsm8k", endpoint=srv.url, limit=16, concurrency=4, output_dir=out / "probe", report=False)
         e2e = statistics.median(r.e2e_ms for r in probe.open().records() if r.e2e_ms is not None)
         slos = {"ttft": 1000.0, "e2el": e2e}
-        result = evalkit.run(
-            "gsm8k", endpoint=srv.url, limit=16, concurrency=4, output_dir=out / "run", report=True,
-            goodput=[f"{k}:{v}" for k, v in slos.items()], cost_per_gpu_hour=2.5, gpus_billed=2,
-        )  # fmt: skip
-    return probe, result, slos
+        priced = dict(goodput=[f"{k}:{v}" for k, v in slos.items()], cost_per_gpu_hour=2.5, gpus_billed=2)
+        result = evalkit.run("gsm8k", endpoint=srv.url, limit=16, concurrency=4, output_dir=out / "run", **priced)
+        again = evalkit.run(
+            "gsm8k", endpoint=srv.url, limit=16, concurrency=4, output_dir=out / "again", report=False, **priced
+        )
+    return probe, result, slos, again
 
 
 def test_goodput_of_a_run_is_the_count_made_from_its_own_samples(run_with_slos) -> None:
-    _, result, slos = run_with_slos
+    _, result, slos, _ = run_with_slos
     records = list(result.open().records())
     good = 0
     for r in records:  # vLLM's rule, written out again: TPOT (e2e - ttft) / (out - 1), 0 for one token
@@ -118,15 +121,61 @@ def test_goodput_of_a_run_is_the_count_made_from_its_own_samples(run_with_slos) 
     manifest = json.loads((result.run_dir / "manifest.json").read_text())
     assert manifest["goodput_slos"] == slos
     assert manifest["pricing"] == {"cost_per_gpu_hour": 2.5, "gpus": 2, "gpus_from": "gpus_billed"}
+    html = (result.run_dir / "report.html").read_text()
+    assert "Goodput (ttft ≤ 1000 ms, e2el ≤" in html and f"of requests ({good})" in html
+    assert "Cost per million output tokens ($2.5/GPU-hour × 2 GPUs)" in html
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["tasks"]["gsm8k"]["speed"]["goodput_share"] == pytest.approx(good / len(records))
 
 
 def test_without_the_options_the_figures_are_absent_not_null(run_with_slos) -> None:
-    probe, _, _ = run_with_slos
+    probe, *_ = run_with_slos
     speed = json.loads((probe.run_dir / "summary.json").read_text())["tasks"]["gsm8k"]["speed"]
     manifest = json.loads((probe.run_dir / "manifest.json").read_text())
     assert not {"goodput_requests_per_s", "goodput_share", "good_requests", "cost_per_million_output_tokens"} & set(
         speed
     )
     assert "goodput_slos" not in manifest and "pricing" not in manifest
+
+
+def _gate(base, cand, tmp_path, speed_policy: dict) -> dict[str, tuple[str, str]]:
+    """The goodput and cost rules of a gate of ``cand`` against ``base`` under ``speed_policy``: name ->
+    (verdict, note)."""
+    tmp_path.mkdir()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(json.dumps({"speed": speed_policy}))
+    outcome = evalkit.gate(base, cand, policy=policy, output=tmp_path / "gate")
+    return {
+        r.name: (r.verdict, r.note)
+        for r in outcome.result.rules
+        if any(w in r.name for w in ("goodput", "SLOs", "cost"))
+    }
+
+
+def test_the_gate_judges_goodput_and_cost_against_the_policy(run_with_slos, tmp_path) -> None:
+    probe, result, _, again = run_with_slos
+    speed = result.summary.tasks["gsm8k"].speed
+    share, cost = speed.goodput_share, speed.cost_per_million_output_tokens
+    within = {"min_goodput_share": share, "min_goodput": speed.goodput_requests_per_s,
+              "max_cost_per_million_output_tokens": cost}  # fmt: skip
+    rules = _gate(again.run_dir, result.run_dir, tmp_path / "a", {**within, "max_goodput_drop": 1.0})
+    assert {v for v, _ in rules.values()} == {"pass"} and len(rules) == 4, rules
+    beyond = {"min_goodput_share": share + 0.01, "max_cost_per_million_output_tokens": cost * 0.99}
+    rules = _gate(again.run_dir, result.run_dir, tmp_path / "b", beyond)
+    assert [v for v, _ in rules.values()] == ["fail", "fail"], rules
+    # a candidate run without --goodput / a price cannot pass a rule on them: it fails and names the option
+    rules = _gate(result.run_dir, probe.run_dir, tmp_path / "c", {**within, "max_goodput_drop": 0.5})
+    assert {v for v, _ in rules.values()} == {"fail"}
+    assert any("--goodput" in note for _, note in rules.values())
+    assert any("--cost-per-gpu-hour" in note for _, note in rules.values())
+
+
+def test_goodput_lower_than_the_baselines_by_more_than_allowed_fails() -> None:
+    base, cand = (
+        SpeedRecords(figures={"goodput_requests_per_s": 10.0}),
+        SpeedRecords(figures={"goodput_requests_per_s": 8.0}),
+    )
+    assert goodput_change_rule("t", base, cand, 0.25).verdict == "pass"  # 20% lower, 25% allowed
+    rule = goodput_change_rule("t", base, cand, 0.1)
+    assert rule.verdict == "fail" and rule.observed == pytest.approx(-0.2) and "lower by 20.0%" in rule.note
+    assert goodput_change_rule("t", cand, base, 0.0).verdict == "pass"  # higher is never worse
