@@ -379,7 +379,10 @@ def write_outputs(
         columns.append(ERROR_COLUMN)
     files = {"sweep.csv": out / "sweep.csv", "sweep.md": out / "sweep.md"}
     write_text_atomic(files["sweep.csv"], to_csv(rows, columns))
-    write_text_atomic(files["sweep.md"], to_markdown(rows, columns) + "".join(f"\n{x}" for x in advice or []))
+    write_text_atomic(
+        files["sweep.md"],
+        to_markdown(rows, columns) + "".join(f"\n{x}" for x in advice or []) + ("\n" if advice else ""),
+    )
     if dirs:
         from evalkit.reporting import render_compare
 
