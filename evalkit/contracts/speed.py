@@ -78,6 +78,10 @@ class Speed(BaseModel):
     cost_per_million_total_tokens: float | None = Field(default=None, exclude_if=_is_none)
     cost_per_1k_requests: float | None = Field(default=None, exclude_if=_is_none)
     gpus_billed: int | None = Field(default=None, exclude_if=_is_none)
+    # where NVML's energy counters were read (absent elsewhere, never zero): joules the machine's GPUs used over
+    # the timed phase per output token of it, and their average power per GPU (the summary's gpu.energy)
+    joules_per_output_token: float | None = Field(default=None, exclude_if=_is_none)
+    avg_power_w_per_gpu: float | None = Field(default=None, exclude_if=_is_none)
 
 
 Direction = Literal["lower", "higher"]  # which way a speed figure is better
@@ -111,7 +115,7 @@ class SpeedMetric:
     label: str
     short: str
     column: str
-    unit: str  # "ms", "tok/s", "req/s", "share" or "$/Mtok"
+    unit: str  # "ms", "tok/s", "req/s", "share", "$/Mtok" or "J/tok"
     direction: Direction
     field: str
     stat: str | None = None
@@ -158,6 +162,15 @@ SPEED_METRICS: tuple[SpeedMetric, ...] = (
         "$/Mtok",
         "lower",
         "cost_per_million_output_tokens",
+    ),
+    SpeedMetric(
+        "joules_per_output_token",
+        "energy per output token",
+        "J/out tok",
+        "joules_per_out_tok",
+        "J/tok",
+        "lower",
+        "joules_per_output_token",
     ),
     *(_latency(lat, q) for lat in LATENCIES for q, _ in QUANTILES),
 )

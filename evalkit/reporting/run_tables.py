@@ -89,8 +89,8 @@ def speed_table(speed: Speed | None) -> tuple[list[PctRow], list[KV]]:
 
 
 def economics_rows(speed: Speed | None, slos: dict[str, float] | None, pricing: dict[str, Any] | None) -> list[KV]:
-    """The speed table's goodput and cost rows: only for a run given SLOs (--goodput) or a price
-    (--cost-per-gpu-hour), with the SLOs and the price they were counted against."""
+    """The speed table's goodput, cost and energy rows: only for a run given SLOs (--goodput) or a price
+    (--cost-per-gpu-hour), with the SLOs and the price they were counted against, or whose GPUs' energy was read."""
     rows: list[KV] = []
     if slos:
         shown = ", ".join(f"{k} ≤ {v:g} ms" for k, v in slos.items())
@@ -109,6 +109,9 @@ def economics_rows(speed: Speed | None, slos: dict[str, float] | None, pricing: 
             KV("Cost per million total tokens", f"${fmt_num(speed and speed.cost_per_million_total_tokens, 4)}"),
             KV("Cost per 1,000 requests", f"${fmt_num(speed and speed.cost_per_1k_requests, 4)}"),
         ]
+    if speed is not None and speed.joules_per_output_token is not None:  # NVML's counters were read
+        watts = f" · {fmt_num(speed.avg_power_w_per_gpu)} W per GPU" if speed.avg_power_w_per_gpu is not None else ""
+        rows.append(KV("Energy per output token (GPUs, NVML)", f"{fmt_sig(speed.joules_per_output_token)} J{watts}"))
     return rows
 
 

@@ -21,7 +21,7 @@ from evalkit.requests.conversation import converse
 from evalkit.requests.scheduler import InFlight, execute
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
-from evalkit.scoring.goodput import add_cost, add_goodput
+from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.positions import PositionsWriter
@@ -168,6 +168,8 @@ class RequestPhase:
             out.server = {**servers[0], "endpoint": shown[0]}
             out.endpoints = endpoint_summaries(records, itl_by or {}, dict(zip(shown, servers, strict=True)))
         out.gpu = observer.gpu_summary()
+        timed = [r for r in records if r.status != "api_error" and r.key not in p.done_keys]
+        add_energy(out.speed, out.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
         self.lap(f"{task.name}.scoring_summary")
         return out
 

@@ -7,11 +7,13 @@ Per-request TPOT is vLLM's: (e2e - TTFT) / (output tokens - 1), and 0 for a requ
 none). A figure the client could not measure (TTFT of an answer that was not streamed) does not meet its SLO.
 
 Cost is the dollars the GPUs billed cost per hour, spread over what they produced per hour at the run's rates.
+Energy is what NVML's counters say the GPUs used over the timed phase, per output token produced in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from evalkit.contracts import SampleRecord, Speed
 
@@ -61,3 +63,14 @@ def add_cost(speed: Speed, cost_per_gpu_hour: float, gpus: int) -> None:
     speed.cost_per_1k_requests = per_unit(usd_s, speed.requests_per_s, 1e3)
     if speed.steady_state is not None:
         speed.steady_state.cost_per_million_output_tokens = per_unit(usd_s, speed.steady_state.output_tokens_per_s, 1e6)
+
+
+def add_energy(speed: Speed, energy: Mapping[str, Any] | None, output_tokens: int) -> None:
+    """Set ``speed``'s energy figures from the GPU sampler's ``energy`` (``{"seconds", "joules", "gpus"}``) over
+    a timed phase that produced ``output_tokens``: joules per output token and average watts per GPU. Nothing
+    is set without a reading (or without tokens, or time)."""
+    if not energy or not energy.get("gpus"):
+        return
+    joules, seconds, gpus = float(energy["joules"]), float(energy["seconds"]), len(energy["gpus"])
+    speed.joules_per_output_token = joules / output_tokens if output_tokens > 0 else None
+    speed.avg_power_w_per_gpu = joules / seconds / gpus if seconds > 0 else None
