@@ -5,6 +5,7 @@ when the SLOs are out of reach."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,15 @@ def test_the_recommendation_is_the_most_good_requests_per_dollar_among_those_tha
         assert "- d__default__c4: goodput: 0.0% of requests within the SLOs, below the 90% asked for" in md
         assert "- a__default__c4: cost: " in md and "fewer than b__default__c4's" in md
         assert not result.failed
+        # compare.html's Pareto views gain goodput and cost axes: b, as accurate as a at a quarter of the cost,
+        # is on the cost front and a is not
+        html = (out / "compare.html").read_text()
+        data = json.loads(html.split('id="report-data">', 1)[1].split("</script>", 1)[0])
+        charts = {c["id"]: c for c in data["charts"]}
+        assert {"scatter-goodput-0", "scatter-cost-0"} <= set(charts)
+        on_front = {p["label"].split()[1]: p["front"] for p in charts["scatter-cost-0"]["points"]}
+        assert on_front["b__default__c4"] and not on_front["a__default__c4"]
+        assert charts["scatter-cost-0"]["x"] == "$ per million output tokens"
 
         # SLOs out of reach: the runs counted against other SLOs are run again, and none qualifies
         result = run_sweep(load_spec(_spec(tmp_path, urls, gpus, ttft_slo=1)), out)
@@ -85,3 +95,31 @@ def test_the_sweep_file_asks_for_what_the_recommendation_needs(tmp_path: Path) -
         path.write_text(base + extra)
         with pytest.raises(ConfigError, match=says):
             load_spec(path)
+
+
+@pytest.mark.browser
+def test_the_goodput_and_cost_views_draw_in_chromium(tmp_path: Path) -> None:
+    import asyncio
+
+    from evalkit.reporting import render_compare
+    from tests.report_fixtures import build_gsm8k_run
+    from tests.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page
+
+    dirs = []
+    for i, (goodput, cost) in enumerate(((4.0, 0.8), (3.0, 0.2), (1.0, 0.3))):
+        run = build_gsm8k_run(tmp_path / f"r{i}", n=40, seed=i, concurrency=4)
+        summary = json.loads((run / "summary.json").read_text())
+        summary["tasks"]["gsm8k"]["speed"].update(goodput_requests_per_s=goodput, cost_per_million_output_tokens=cost)
+        (run / "summary.json").write_text(json.dumps(summary))
+        dirs.append(run)
+    page = render_compare(dirs, tmp_path / "compare.html")
+
+    async def go() -> None:
+        async with chromium() as cdp:
+            session, log = await open_page(cdp, page)
+            checks = await evaluate(cdp, session, CHECKS)
+            # per task: the throughput scatter, the goodput and cost scatters, the throughput over time
+            assert checks["canvases"] == 4 and checks["charts"] == 4 and checks["drawn"] == 4, checks
+            assert_clean(log, page)
+
+    asyncio.run(go())
