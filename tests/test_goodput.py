@@ -179,3 +179,26 @@ def test_goodput_lower_than_the_baselines_by_more_than_allowed_fails() -> None:
     rule = goodput_change_rule("t", base, cand, 0.1)
     assert rule.verdict == "fail" and rule.observed == pytest.approx(-0.2) and "lower by 20.0%" in rule.note
     assert goodput_change_rule("t", cand, base, 0.0).verdict == "pass"  # higher is never worse
+
+
+def test_the_run_command_takes_the_options_and_prints_the_figures(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from evalkit.cli import app
+    from evalkit.testing.server import Behaviour, TestServer
+
+    with TestServer(Behaviour(ttft_s=0.01)) as srv:
+        common = ["run", "gsm8k", "--endpoint", srv.url, "--limit", "4", "--concurrency", "2", "--no-report"]
+        priced = ["--goodput", "ttft:5000", "--goodput", "e2el:60000", "--cost-per-gpu-hour", "3", "--gpus-billed", "4"]
+        res = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "r"), *priced])
+        assert res.exit_code == 0, res.output
+        printed = " ".join(res.output.split())  # the console wraps long lines
+        assert "gsm8k: goodput " in printed and "(100.0% of requests within the SLOs)" in printed
+        assert "per million output tokens" in printed
+        manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+        assert manifest["goodput_slos"] == {"ttft": 5000.0, "e2el": 60000.0} and manifest["pricing"]["gpus"] == 4
+        # a price on an endpoint without its GPU count is refused before anything is sent
+        sent = len(srv.state.requests)
+        res = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "s"), "--cost-per-gpu-hour", "3"])
+        assert res.exit_code == 2 and "give --gpus-billed N" in " ".join(res.output.split())
+        assert len(srv.state.requests) == sent
