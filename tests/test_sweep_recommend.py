@@ -63,6 +63,8 @@ def test_the_recommendation_is_the_most_good_requests_per_dollar_among_those_tha
         assert "- d__default__c4: goodput: 0.0% of requests within the SLOs, below the 90% asked for" in md
         assert "- a__default__c4: cost: " in md and "fewer than b__default__c4's" in md
         assert not result.failed
+        again = run_sweep(load_spec(_spec(tmp_path, urls, gpus, ttft_slo=200)), out)  # the same SLOs and price
+        assert len(again.skipped) == 4 and not again.moved and not again.ran
         # compare.html's Pareto views gain goodput and cost axes: b, as accurate as a at a quarter of the cost,
         # is on the cost front and a is not
         html = (out / "compare.html").read_text()
