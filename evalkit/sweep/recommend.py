@@ -78,9 +78,8 @@ def _accuracy_loss(c: Candidate, ref: Candidate | None, reference: str) -> str |
     failed = [r for r in result.rules if r.kind == "accuracy" and r.verdict == "fail"]
     if failed:
         return f"accuracy: {failed[0].name} is worse than {ref.combo.name}'s ({failed[0].note})"
-    undecided = [why for why in result.reasons if "metric" in why or "coverage" in why or "scored" in why]
-    if undecided:
-        return f"accuracy: not decided against {ref.combo.name} ({undecided[0]})"
+    if result.reasons:  # coverage too low, a metric on one side only, no task shared: not shown to be no worse
+        return f"accuracy: not decided against {ref.combo.name} ({result.reasons[0]})"
     return None
 
 
@@ -100,10 +99,11 @@ def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) ->
     lost: dict[str, str] = {}
     ok: list[Candidate] = []
     for c in cands:
+        error = c.row.get("error")
         why = (
-            (c.row.get("error") and f"run: {c.row['error']}")
-            or _accuracy_loss(c, _reference(c, refs), rec.reference)
-            or _goodput_loss(c.row, rec.min_goodput_share)
+            f"run: {error}"
+            if error
+            else _accuracy_loss(c, _reference(c, refs), rec.reference) or _goodput_loss(c.row, rec.min_goodput_share)
         )
         if why:
             lost[c.combo.name] = why
