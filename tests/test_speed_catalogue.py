@@ -42,7 +42,7 @@ def test_every_metric_names_a_figure_of_speed() -> None:
     stats = {q for q, _ in QUANTILES}
     for m in SPEED_METRICS:
         assert m.field in Speed.model_fields, m.key
-        assert m.direction in ("lower", "higher") and m.unit in ("ms", "tok/s", "req/s")
+        assert m.direction in ("lower", "higher") and m.unit in ("ms", "tok/s", "req/s", "share", "$/Mtok", "J/tok")
         assert (m.stat in stats) if m.unit == "ms" else m.stat is None, m.key
     # every latency at every percentile
     assert {(m.field, m.stat) for m in SPEED_METRICS if m.stat} == {(lat.key, q) for lat in LATENCIES for q in stats}

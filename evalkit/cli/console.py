@@ -122,4 +122,21 @@ def print_summary(summary: dict[str, Any], run_dir: str) -> None:
                 f"{name}: prefill speed {prompt_tps:,.0f} prompt tok/s, {_fmt(s.get('requests_per_s'), 2)} req/s, "
                 f"latency p50/p99 {e2e} ms (scored requests, answered whole: no TTFT/TPOT)"
             )
+    for name, t in summary["tasks"].items():  # runs made with --goodput / --cost-per-gpu-hour / where NVML reads
+        if line := _economics_line(t["speed"]):
+            out.print(f"{name}: {line}")
     out.print(f"results: {run_dir}")
+
+
+def _economics_line(s: dict[str, Any]) -> str:
+    """Goodput, cost and energy of a task's speed, those it has, on one line ("" when it has none)."""
+    parts = []
+    if s.get("goodput_requests_per_s") is not None:
+        share = s.get("goodput_share")
+        within = f" ({100 * share:.1f}% of requests within the SLOs)" if share is not None else ""
+        parts.append(f"goodput {_fmt(s['goodput_requests_per_s'], 2)} req/s{within}")
+    if s.get("cost_per_million_output_tokens") is not None:
+        parts.append(f"${_fmt(s['cost_per_million_output_tokens'], 4)} per million output tokens")
+    if s.get("joules_per_output_token") is not None:
+        parts.append(f"{_fmt(s['joules_per_output_token'], 3)} J per output token")
+    return " · ".join(parts)

@@ -98,6 +98,20 @@ def run(
             help="Accept answers whose `model` is neither the run's model nor an id /v1/models lists (else each such request fails).",
         ),
     ] = False,
+    goodput: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Latency SLO KEY:VALUE in ms (ttft, tpot, e2el; repeatable): goodput counts the requests that meet every SLO given, as vllm bench serve --goodput.",
+        ),
+    ] = None,
+    cost_per_gpu_hour: Annotated[
+        float | None,
+        typer.Option(help="Dollars per GPU-hour: the summary's cost per million tokens and per 1,000 requests."),
+    ] = None,
+    gpus_billed: Annotated[
+        int | None,
+        typer.Option(min=1, help="GPUs the cost is for (default: the started server's TP x PP x DP)."),
+    ] = None,
     serve: Annotated[str | None, typer.Option(help=SERVE_HELP, rich_help_panel=_OPT)] = None,
     server_arg: Annotated[
         list[str] | None,
@@ -201,6 +215,9 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         idle_timeout_s=take("idle_timeout"),
         max_attempts=take("max_attempts"),
         allow_model_mismatch=take("allow_model_mismatch") or None,
+        goodput=take("goodput") or None,
+        cost_per_gpu_hour=take("cost_per_gpu_hour"),
+        gpus_billed=take("gpus_billed"),
         server=server,
     )
     config_file = take("config")

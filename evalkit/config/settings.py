@@ -14,7 +14,8 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from evalkit.config.files import read_settings_file
-from evalkit.config.server import ServerConfig
+from evalkit.config.server import ServerConfig, world_size
+from evalkit.config.slos import parse_slos
 from evalkit.errors import ConfigError, warn
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
@@ -88,6 +89,10 @@ class RunConfig(BaseSettings):
     request_rate: float | None = Field(default=None, gt=0)  # at most this many requests sent per second
     user: str | None = None  # the OpenAI ``user`` field sent with every request
     headers: dict[str, str] = Field(default_factory=dict)  # extra HTTP headers sent with every request
+    # latency SLOs in ms (ttft, tpot, e2el), as vllm bench serve --goodput: the summary's goodput figures
+    goodput: dict[str, float] | None = None
+    cost_per_gpu_hour: float | None = Field(default=None, gt=0)  # dollars per GPU-hour: the summary's cost figures
+    gpus_billed: int | None = Field(default=None, ge=1)  # GPUs the cost is for (default: the started server's)
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -128,6 +133,27 @@ class RunConfig(BaseSettings):
             if not isinstance(v, dict):
                 raise ValueError("must be a JSON object, e.g. '{\"enable_thinking\": true}'")
         return v
+
+    @field_validator("goodput", mode="before")
+    @classmethod
+    def _goodput(cls, v: Any) -> Any:
+        """``["ttft:500", "tpot:20"]``, ``"ttft:500,tpot:20"`` or a mapping, as {key: milliseconds}."""
+        if v is None or (isinstance(v, list | tuple | dict) and not v):
+            return None
+        return parse_slos([v] if isinstance(v, str) else v)
+
+    def billed_gpus(self) -> int | None:
+        """The GPUs the run's cost is for: ``gpus_billed``, else the started server's tensor x pipeline x data
+        parallel size; None without ``cost_per_gpu_hour``. ConfigError for a cost on an endpoint with no count."""
+        if self.cost_per_gpu_hour is None:
+            return None
+        if self.gpus_billed is not None:
+            return self.gpus_billed
+        if self.server is None:
+            raise ConfigError(
+                "--cost-per-gpu-hour on an endpoint: evalkit does not know its GPUs; give --gpus-billed N"
+            )
+        return world_size(self.server)
 
     @field_validator("endpoint", mode="before")
     @classmethod

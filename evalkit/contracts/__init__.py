@@ -383,6 +383,10 @@ class Manifest(BaseModel):
     server: dict[str, Any] | None = None  # provenance of a server evalkit started (--serve)
     resumed_at: list[str] | None = None  # one timestamp per resume; absent for a run never resumed
     warmup: WarmupSettings | None = Field(default=None, exclude_if=_is_none)  # absent with --no-warmup
+    # --goodput: the latency SLOs (ttft, tpot, e2el; milliseconds) the summary's goodput figures count against
+    goodput_slos: dict[str, float] | None = Field(default=None, exclude_if=_is_none)
+    # --cost-per-gpu-hour: {"cost_per_gpu_hour": dollars, "gpus": billed, "gpus_from": "server" | "gpus_billed"}
+    pricing: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
 
 
 def summary_json(summary: RunSummary) -> dict[str, Any]:

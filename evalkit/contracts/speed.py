@@ -46,6 +46,8 @@ class SteadyState(BaseModel):
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
     reason: str | None = Field(default=None, exclude_if=_is_none)  # why there are no figures
+    # --cost-per-gpu-hour: dollars per million output tokens at this window's output tokens/s (absent otherwise)
+    cost_per_million_output_tokens: float | None = Field(default=None, exclude_if=_is_none)
 
 
 class Speed(BaseModel):
@@ -65,6 +67,21 @@ class Speed(BaseModel):
     client_bound: bool | None = None
     # the same figures over the window at the target level of requests in flight (a task's speed only)
     steady_state: SteadyState | None = Field(default=None, exclude_if=_is_none)
+    # --goodput (absent without it): requests that met every SLO per second of ``wall_s``, and their share of the
+    # task's requests (all of them, failed ones included: a failed request is never good)
+    goodput_requests_per_s: float | None = Field(default=None, exclude_if=_is_none)
+    goodput_share: float | None = Field(default=None, exclude_if=_is_none)
+    good_requests: int | None = Field(default=None, exclude_if=_is_none)
+    # --cost-per-gpu-hour (absent without it): dollars per million output / total tokens and per 1,000 requests at
+    # the whole run's rates, and the GPUs billed (the started server's TP x PP x DP, or --gpus-billed)
+    cost_per_million_output_tokens: float | None = Field(default=None, exclude_if=_is_none)
+    cost_per_million_total_tokens: float | None = Field(default=None, exclude_if=_is_none)
+    cost_per_1k_requests: float | None = Field(default=None, exclude_if=_is_none)
+    gpus_billed: int | None = Field(default=None, exclude_if=_is_none)
+    # where NVML's energy counters were read (absent elsewhere, never zero): joules the machine's GPUs used over
+    # the timed phase per output token of it, and their average power per GPU (the summary's gpu.energy)
+    joules_per_output_token: float | None = Field(default=None, exclude_if=_is_none)
+    avg_power_w_per_gpu: float | None = Field(default=None, exclude_if=_is_none)
 
 
 Direction = Literal["lower", "higher"]  # which way a speed figure is better
@@ -98,7 +115,7 @@ class SpeedMetric:
     label: str
     short: str
     column: str
-    unit: str  # "ms", "tok/s" or "req/s"
+    unit: str  # "ms", "tok/s", "req/s", "share", "$/Mtok" or "J/tok"
     direction: Direction
     field: str
     stat: str | None = None
@@ -135,6 +152,26 @@ SPEED_METRICS: tuple[SpeedMetric, ...] = (
     _rate("output_tokens_per_s", "output tokens/s", "output tok/s", "output_tok_s", "tok/s"),
     _rate("total_tokens_per_s", "total tokens/s", "total tok/s", "total_tok_s", "tok/s"),
     _rate("requests_per_s", "requests/s", "req/s", "requests_s", "req/s"),
+    _rate("goodput_requests_per_s", "goodput (requests/s within the SLOs)", "goodput", "goodput_req_s", "req/s"),
+    _rate("goodput_share", "share of requests within the SLOs", "good share", "goodput_share", "share"),
+    SpeedMetric(
+        "cost_per_million_output_tokens",
+        "cost per million output tokens",
+        "$/M out tok",
+        "cost_per_m_out_tok",
+        "$/Mtok",
+        "lower",
+        "cost_per_million_output_tokens",
+    ),
+    SpeedMetric(
+        "joules_per_output_token",
+        "energy per output token",
+        "J/out tok",
+        "joules_per_out_tok",
+        "J/tok",
+        "lower",
+        "joules_per_output_token",
+    ),
     *(_latency(lat, q) for lat in LATENCIES for q, _ in QUANTILES),
 )
 """The speed catalogue: every figure of :class:`Speed` that a report, the console, the gate, a sweep or watch

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from evalkit.gating.economics import goodput_change_rule, limit_rules
 from evalkit.gating.errors import CannotCompare, PolicyError
 from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
 from evalkit.gating.matching import Unmatched, match_runs
@@ -183,6 +184,8 @@ def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) 
         for key in GATED_SPEED
         if (rule := getattr(sp, key)) is not None
     ]
+    if sp.max_goodput_drop is not None:
+        rules.append(goodput_change_rule(task, base.speed, cand.speed, sp.max_goodput_drop))
     return rules, [f"{task}: {match.note}"] if match.note else []
 
 
@@ -194,6 +197,7 @@ def _candidate_rules(cand: RunInputs, policy: Policy) -> list[Rule]:
         rules.append(expected_rule(exp.task, task.metrics.get(exp.metric) if task else None, exp, policy.bootstrap))
     for name, task in cand.tasks.items():
         rules += rate_rules(name, task.counts, policy.rates)
+        rules += limit_rules(name, task.speed, policy.speed)
     return rules
 
 

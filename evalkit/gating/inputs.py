@@ -77,6 +77,8 @@ class SpeedRecords:
     request_rate: float | None = None  # the run's --request-rate (None: as fast as the concurrency allowed)
     # the steady-state window (start_s, end_s) the run's summary gives (speed.steady_state), None when it has none
     steady: tuple[float, float] | None = None
+    # the summary's goodput and cost figures (evalkit.gating.economics.FIGURES) that it has, as numbers
+    figures: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.e2e_ms)

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import orjson
 
 from evalkit.errors import StoreError
+from evalkit.gating.economics import FIGURES
 from evalkit.gating.errors import GateInputError
 from evalkit.gating.inputs import (
     Identity,
@@ -306,6 +307,7 @@ def _speed(
         levels=_levels(*typed, notes),
         request_rate=rate,
         steady=_steady(speed),
+        figures={k: x for k in FIGURES if (x := _num(speed.get(k))) is not None},
     )
 
 

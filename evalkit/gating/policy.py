@@ -16,6 +16,8 @@ instead of accuracy and speed. Example file::
     speed:
       ttft_p50_ms: {max_change: 0.15, noise: 1.0, min_abs_ms: 5}
       e2e_p50_ms: {max_change: 0.10}
+      min_goodput_share: 0.9        # runs made with --goodput: 90% of requests within the SLOs
+      max_cost_per_million_output_tokens: 2.0   # runs made with --cost-per-gpu-hour
     rates: {max_error_rate: 0.0, max_truncated_rate: 0.02}
     numerics: {min_top1_agreement: 0.995, max_mean_kl: 0.0005, max_p99_kl: 0.005, max_mean_abs_dlp: 0.01}
     expected:
@@ -127,6 +129,13 @@ class SpeedPolicy(_Strict):
     e2e_p50_ms: SpeedRule | None = None
     min_requests: int = Field(default=30, ge=2)
     judge_unmatched_load: bool = False
+    # the run's own figures (evalkit/gating/economics.py), off unless set: goodput within the SLOs the candidate
+    # was run with (--goodput), at least this many requests/s and this share of its requests; goodput no lower
+    # than the baseline's by more than this fraction; cost (--cost-per-gpu-hour) at most this many dollars
+    min_goodput: float | None = Field(default=None, ge=0)
+    min_goodput_share: float | None = Field(default=None, ge=0, le=1)
+    max_goodput_drop: float | None = Field(default=None, ge=0, le=1)
+    max_cost_per_million_output_tokens: float | None = Field(default=None, gt=0)
 
 
 GATED_SPEED: tuple[str, ...] = tuple(

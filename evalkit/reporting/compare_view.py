@@ -22,6 +22,7 @@ from evalkit.reporting.common import (
     metric_views,
     now_iso,
 )
+from evalkit.reporting.economics_view import economics_scatters
 from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.reporting.numerics_view import NumericsCompare, build_numerics_sections
 from evalkit.reporting.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
@@ -326,24 +327,24 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
         if series:
             charts.append(timeline_chart(f"timeline-{ti}", f"{name}: throughput and requests in flight", series))
         pts = []
+        econ: list[tuple[str, Speed | None, float | None, Any, Any]] = []  # the same points, for economics_scatters
         for i, ((x, y), row) in enumerate(zip(points, rows, strict=True)):
             if x is None or y is None:
                 continue
             mv = row.cells[0].metric if row.cells else None
             frac = mv.is_fraction if mv else True
             scale = 100.0 if frac else 1.0
+            lo = round(mv.lo * scale, 4) if mv and mv.lo is not None else None
+            hi = round(mv.hi * scale, 4) if mv and mv.hi is not None else None
+            label = f"{letter(i)} {labels[i]}"
             pts.append(
-                {
-                    "label": f"{letter(i)} {labels[i]}",
-                    "x": round(x, 3),
-                    "y": round(y * scale, 4),
-                    "lo": round(mv.lo * scale, 4) if mv and mv.lo is not None else None,
-                    "hi": round(mv.hi * scale, 4) if mv and mv.hi is not None else None,
-                    "front": i in front,
-                }
+                {"label": label, "x": round(x, 3), "y": round(y * scale, 4), "lo": lo, "hi": hi, "front": i in front}
             )
+            econ.append((label, runs[i].task(name).speed, round(y * scale, 4), lo, hi))
         if pts:
             frac0 = all(r.cells[0].metric.is_fraction for r in rows if r.cells and r.cells[0].metric)
+            y_label = f"{metric_label(primary or '')}{' (%)' if frac0 else ''}"
+            charts += economics_scatters(ti, f"{name}: {metric_label(primary or '')}", y_label, econ)
             charts.append(
                 {
                     "id": f"scatter-{ti}",

@@ -88,6 +88,33 @@ def speed_table(speed: Speed | None) -> tuple[list[PctRow], list[KV]]:
     return rows, extra
 
 
+def economics_rows(speed: Speed | None, slos: dict[str, float] | None, pricing: dict[str, Any] | None) -> list[KV]:
+    """The speed table's goodput, cost and energy rows: only for a run given SLOs (--goodput) or a price
+    (--cost-per-gpu-hour), with the SLOs and the price they were counted against, or whose GPUs' energy was read."""
+    rows: list[KV] = []
+    if slos:
+        shown = ", ".join(f"{k} ≤ {v:g} ms" for k, v in slos.items())
+        good = f"{fmt_num(speed and speed.goodput_requests_per_s, 3)} req/s"
+        share = f"{fmt_pct(speed and speed.goodput_share)} of requests ({as_str(speed and speed.good_requests)})"
+        rows.append(KV(f"Goodput ({shown})", f"{good} · {share}"))
+    if pricing:
+        per = f"${as_str(pricing.get('cost_per_gpu_hour'))}/GPU-hour × {as_str(pricing.get('gpus'))} GPUs"
+        steady = speed.steady_state.cost_per_million_output_tokens if speed and speed.steady_state else None
+        out_tok = f"${fmt_num(speed and speed.cost_per_million_output_tokens, 4)}"
+        rows += [
+            KV(
+                f"Cost per million output tokens ({per})",
+                out_tok + (f" · steady state ${fmt_num(steady, 4)}" if steady is not None else ""),
+            ),
+            KV("Cost per million total tokens", f"${fmt_num(speed and speed.cost_per_million_total_tokens, 4)}"),
+            KV("Cost per 1,000 requests", f"${fmt_num(speed and speed.cost_per_1k_requests, 4)}"),
+        ]
+    if speed is not None and speed.joules_per_output_token is not None:  # NVML's counters were read
+        watts = f" · {fmt_num(speed.avg_power_w_per_gpu)} W per GPU" if speed.avg_power_w_per_gpu is not None else ""
+        rows.append(KV("Energy per output token (GPUs, NVML)", f"{fmt_sig(speed.joules_per_output_token)} J{watts}"))
+    return rows
+
+
 def _flag_str(v: Any, yes: str, no: str, other: str) -> str:
     if v is True:
         return yes

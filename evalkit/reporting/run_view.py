@@ -30,6 +30,7 @@ from evalkit.reporting.run_tables import (
     PctRow,
     SpeedCard,
     detail_view,
+    economics_rows,
     gpu_rows,
     latency_rows,
     pct_rows,
@@ -212,6 +213,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     manifest = run.manifest_read()
     conc = concurrency_str(speed, t.concurrency_trace, manifest.concurrency)
     sextra = [KV("Concurrency", conc) if kv.key == "Concurrency" else kv for kv in sextra]
+    sextra += economics_rows(speed, manifest.goodput_slos, manifest.pricing)
     split = ttft_split(server, speed)
     if split:
         sextra.append(KV("Where TTFT went", split))

@@ -119,6 +119,7 @@ class Runner:
         # where the whole command's time goes, in the summary's "timings_s"
         self.timings: dict[str, float | None] = {"startup": process_age_s()}
         self._t = time.perf_counter()
+        self.cfg.billed_gpus()  # a price with no GPU count fails now, not after the requests
         tasks = self._tasks()
         self._settings = settings = {task.name: task_settings(task, self.cfg) for task in tasks}
         # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now

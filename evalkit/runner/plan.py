@@ -194,4 +194,15 @@ def new_manifest(
             if cfg.warmup == 0
             else WarmupSettings(requests=cfg.warmup, max_tokens=warmup.MAX_TOKENS, prompts_sha256=warmup.text_sha256())
         ),
+        goodput_slos=cfg.goodput,
+        pricing=pricing(cfg),
     )
+
+
+def pricing(cfg: RunConfig) -> dict[str, Any] | None:
+    """The manifest's ``pricing``: the dollars per GPU-hour and the GPUs billed (None without a price)."""
+    gpus = cfg.billed_gpus()
+    if gpus is None:
+        return None
+    source = "gpus_billed" if cfg.gpus_billed is not None else "server"
+    return {"cost_per_gpu_hour": cfg.cost_per_gpu_hour, "gpus": gpus, "gpus_from": source}

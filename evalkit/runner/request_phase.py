@@ -21,6 +21,7 @@ from evalkit.requests.conversation import converse
 from evalkit.requests.scheduler import InFlight, execute
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
+from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.positions import PositionsWriter
@@ -157,12 +158,18 @@ class RequestPhase:
         spans: dict[str, tuple[int, int]] = {}
         records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
         out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
+        if self.cfg.goodput:
+            add_goodput(out.speed, records, self.cfg.goodput)
+        if (gpus := self.cfg.billed_gpus()) is not None and self.cfg.cost_per_gpu_hour is not None:
+            add_cost(out.speed, self.cfg.cost_per_gpu_hour, gpus)
         out.server = servers[0]
         if sharded:  # the summary's own server section is the first endpoint's, and says so
             shown = [display_url(u) for u in self.urls]
             out.server = {**servers[0], "endpoint": shown[0]}
             out.endpoints = endpoint_summaries(records, itl_by or {}, dict(zip(shown, servers, strict=True)))
         out.gpu = observer.gpu_summary()
+        timed = [r for r in records if r.status != "api_error" and r.key not in p.done_keys]
+        add_energy(out.speed, out.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
         self.lap(f"{task.name}.scoring_summary")
         return out
 

@@ -1,7 +1,8 @@
-"""What GPUs the machine has, and how much of their memory a run used (via ``nvidia-smi``).
+"""What GPUs the machine has, how much of their memory a run used (via ``nvidia-smi``) and the energy they used
+(NVML's energy counters through ``nvidia-ml-py``, where it is installed and a driver answers).
 
 Both functions are harmless on machines without NVIDIA GPUs: :func:`gpu_info` returns None and
-:class:`GpuSampler` records nothing.
+:class:`GpuSampler` records nothing (and no energy).
 
     >>> info = gpu_info()   # [{"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771, ...}] or None
     >>> with GpuSampler(interval_s=1.0) as sampler:
@@ -12,8 +13,10 @@ Both functions are harmless on machines without NVIDIA GPUs: :func:`gpu_info` re
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
+import time
 from typing import Any
 
 from evalkit.server.periodic import PeriodicSampler
@@ -71,6 +74,63 @@ def gpu_info(timeout: float = 10.0) -> list[dict[str, Any]] | None:
     return out
 
 
+def _nvml() -> Any | None:
+    """NVML's bindings (``pynvml``, from ``nvidia-ml-py``), initialised; None where they are not installed or
+    no NVIDIA driver answers."""
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+
+        pynvml.nvmlInit()
+    except Exception:  # ImportError, or NVMLError: no library, no driver, no GPU
+        return None
+    return pynvml
+
+
+class EnergyMeter:
+    """Each GPU's energy counter (NVML's ``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver
+    loaded: the counter ``vllm bench`` reads) at :meth:`start` and at :meth:`stop`. Every GPU NVML lists is read
+    (as ``nvidia-smi`` lists every GPU of the machine); one without the counter is left out."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._start: dict[int, int] = {}
+        self._end: dict[int, int] = {}
+        self._t0 = self._t1 = 0.0
+
+    def _read(self) -> dict[int, int]:
+        nv, out = self._nvml, {}
+        for i in range(nv.nvmlDeviceGetCount()):
+            try:
+                out[i] = int(nv.nvmlDeviceGetTotalEnergyConsumption(nv.nvmlDeviceGetHandleByIndex(i)))
+            except Exception:  # NVMLError_NotSupported (GPUs before Volta) or a GPU that went away
+                continue
+        return out
+
+    def start(self) -> None:
+        self._nvml = _nvml()
+        if self._nvml is not None:
+            self._start, self._t0 = self._read(), time.perf_counter()
+
+    def stop(self) -> None:
+        if self._nvml is None:
+            return
+        self._end, self._t1 = self._read(), time.perf_counter()
+        with contextlib.suppress(Exception):  # shutting NVML down is a courtesy; a failure changes no reading
+            self._nvml.nvmlShutdown()
+
+    def summary(self) -> dict[str, Any] | None:
+        """``{"seconds", "joules", "gpus": [{"index", "joules"}]}`` between start and stop; None where no GPU's
+        counter could be read (never zeros)."""
+        gpus = [
+            {"index": i, "joules": (self._end[i] - self._start[i]) / 1000.0}
+            for i in sorted(self._start)
+            if i in self._end and self._end[i] >= self._start[i]
+        ]
+        if not gpus:
+            return None
+        return {"seconds": self._t1 - self._t0, "joules": sum(g["joules"] for g in gpus), "gpus": gpus}
+
+
 class GpuSampler(PeriodicSampler):
     """Background thread sampling ``memory.used`` of each GPU every ``interval_s`` seconds.
 
@@ -84,6 +144,15 @@ class GpuSampler(PeriodicSampler):
         super().__init__(interval_s, timeout)
         self.available = shutil.which("nvidia-smi") is not None
         self._used: dict[str, list[float]] = {}
+        self._energy = EnergyMeter()
+
+    def start(self) -> GpuSampler:
+        self._energy.start()
+        return super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        self._energy.stop()
 
     @property
     def enabled(self) -> bool:
@@ -100,7 +169,8 @@ class GpuSampler(PeriodicSampler):
 
     def summary(self) -> dict[str, Any]:
         """``{"available": True, "interval_s": s, "gpus": [{"index", "peak_mib", "mean_mib", "samples"}]}``,
-        or ``{"available": False}`` without nvidia-smi."""
+        or ``{"available": False}`` without nvidia-smi; with ``"energy"`` (:meth:`EnergyMeter.summary`) where
+        NVML's counters were read."""
         with self._lock:
             gpus = [
                 {
@@ -112,6 +182,10 @@ class GpuSampler(PeriodicSampler):
                 for idx, vals in sorted(self._used.items(), key=lambda kv: (len(kv[0]), kv[0]))
                 if vals
             ]
-        if not self.available:
-            return {"available": False}
-        return {"available": True, "interval_s": self.interval_s, "gpus": gpus}
+        out: dict[str, Any] = (
+            {"available": True, "interval_s": self.interval_s, "gpus": gpus} if self.available else {"available": False}
+        )
+        energy = self._energy.summary()
+        if energy is not None:
+            out["energy"] = energy
+        return out

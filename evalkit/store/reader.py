@@ -9,15 +9,13 @@ and :meth:`Run.tasks` give each task of the summary as a :class:`TaskRead`, and 
 manifest as a :class:`ManifestRead`, every field typed and read on its own (:func:`lenient_value`: a field that
 does not read is None or empty, the others still read; what did not read is listed as :class:`Dropped`). Report,
 gate and watch read the run only that way (tests/test_typed_reads.py keeps ``run.summary`` / ``run.manifest``
-dict reads out of them; the gate's fail-closed loader, which names each refused summary value, is the one
-exception).
+dict reads out of them; the gate's fail-closed loader, naming each refused summary value, is the one exception).
 
 Example::
 
     run = open_run("reports/run1")
     run.typed_summary().tasks["gsm8k"].metrics["exact_match,strict-match"].value
-    for record in run.records():
-        ...
+    statuses = [record.status for record in run.records()]
 """
 
 from __future__ import annotations
@@ -325,6 +323,8 @@ class ManifestRead:
     server: dict[str, Any] | None = None
     resumed_at: list[str] | None = None
     warmup: WarmupSettings | None = None
+    goodput_slos: dict[str, float] | None = None
+    pricing: dict[str, Any] | None = None
     keys: frozenset[str] = frozenset()
     dropped: tuple[Dropped, ...] = ()
 

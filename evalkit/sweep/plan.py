@@ -55,6 +55,10 @@ def plan(spec: SweepSpec) -> list[Combination]:
         base: dict[str, Any] = {"tasks": list(spec.tasks), "limit": spec.limit}
         if spec.warmup is not None:  # each run warms its own server and sampling point (evalkit/requests/warmup.py)
             base["warmup"] = spec.warmup
+        if spec.goodput is not None:
+            base["goodput"] = dict(spec.goodput)
+        if spec.cost_per_gpu_hour is not None:  # the sweep starts the server itself: the run is told its GPUs
+            base.update(cost_per_gpu_hour=spec.cost_per_gpu_hour, gpus_billed=spec.gpus(config))
         if server is None:
             ep = spec.endpoint_config(config)
             base.update(endpoint=ep.endpoint, model=ep.model)

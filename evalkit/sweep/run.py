@@ -30,6 +30,7 @@ from evalkit.store.files import write_text_atomic
 from evalkit.store.manifest import fingerprint
 from evalkit.sweep.numerics import add_numerics_columns
 from evalkit.sweep.plan import Combination, plan
+from evalkit.sweep.recommend import Candidate, economics_cells, recommend
 from evalkit.sweep.spec import SweepSpec
 
 # steady_*: over the window at the run's level of requests in flight (summary speed.steady_state); empty where it
@@ -118,10 +119,17 @@ class Expected:
         """What the run of ``manifest`` recorded otherwise than the sweep file says, as ``key: run A, sweep file
         B; ...``; None when it is this combination's run."""
         from evalkit.runner import planned_fingerprint
+        from evalkit.runner.plan import pricing
 
         cfg = self.configs[combo.name]
         model = cfg.model or manifest.get("model")  # without `model:`, the one the endpoint serves
-        return _differences(fingerprint(manifest), planned_fingerprint(cfg, self._tasks[combo.name], model))
+        differs = _differences(fingerprint(manifest), planned_fingerprint(cfg, self._tasks[combo.name], model))
+        priced = [  # the run's goodput and cost figures were counted against these
+            f"{key}: run {manifest.get(key)}, sweep file {want}"
+            for key, want in (("goodput_slos", cfg.goodput), ("pricing", pricing(cfg)))
+            if manifest.get(key) != want
+        ]
+        return "; ".join(x for x in (differs, *priced) if x) or None
 
     def too_many_errors(self, combo: Combination, summary: dict[str, Any]) -> str | None:
         """The first task of a finished run with more failed requests than ``max_error_rate`` allows (its re-run
@@ -160,8 +168,9 @@ def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> dict[str, Any]:
-    """One row of the sweep table: the combination, speed of the first task, each task's metrics with CI."""
+def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str], pricing: Any = None) -> dict[str, Any]:
+    """One row of the sweep table: the combination, speed of the first task (goodput and cost where the run has
+    them, ``pricing`` its manifest's), each task's metrics with CI."""
     row = key_cells(combo)
     by_task = summary.get("tasks") or {}
     speed = (by_task.get(tasks[0]) or {}).get("speed") or {}
@@ -170,6 +179,7 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str]) -> 
     steady = speed.get("steady_state") or {}
     row.update({f"steady_{(m := speed_metric(key)).column}": m.of_json(steady) for key in TABLE_STEADY})
     row["steady_requests"] = steady.get("requests")
+    row.update(economics_cells(speed, pricing))
     if combo.concurrency is None:
         row["concurrency"] = speed.get("concurrency")  # what auto settled on
     from evalkit.reporting.common import metric_views
@@ -301,14 +311,18 @@ def collect(
     combos = plan(spec)
     dirs: list[Path] = []
     finished: list[tuple[dict[str, Any], Path]] = []
+    cands: list[Candidate] = []
     for combo in combos:
         run_dir = run_dir_of(out_dir, combo)
         read = read_run(run_dir)
         differs = expected.differences(combo, read[0]) if read is not None else None
         if read is not None and differs is None:
-            row = table_row(combo, read[1], expected.configs[combo.name].tasks)  # lm-eval groups: their tasks
+            row = table_row(
+                combo, read[1], expected.configs[combo.name].tasks, read[0].get("pricing")
+            )  # lm-eval groups: their tasks
             dirs.append(run_dir)
             finished.append((row, run_dir))
+            cands.append(Candidate(combo, row, run_dir))
             error = result.failed.get(combo.name) or expected.too_many_errors(combo, read[1])
             if error is not None:
                 result.failed.setdefault(combo.name, error)
@@ -326,7 +340,8 @@ def collect(
         result.rows.append(row)
     add_numerics_columns(finished, spec.tasks)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result.files = write_outputs(result.rows, dirs, spec, out_dir)
+    advice = recommend(cands, spec.recommend, spec.goodput or {}) if spec.recommend is not None else []
+    result.files = write_outputs(result.rows, dirs, spec, out_dir, advice)
     return result
 
 
@@ -353,9 +368,12 @@ def _run_one(combo: Combination, cfg: RunConfig, server: Any) -> None:
     Runner(cfg, argv=["evalkit", "sweep", f"({combo.name})"], server=server).run()
 
 
-def write_outputs(rows: list[dict[str, Any]], dirs: list[Path], spec: SweepSpec, out: Path) -> dict[str, Path]:
-    """sweep.csv, sweep.md (the ``error`` column last, when a row has one) and compare.html over the run dirs
-    ``dirs`` (with speed against concurrency when the sweep has that axis)."""
+def write_outputs(
+    rows: list[dict[str, Any]], dirs: list[Path], spec: SweepSpec, out: Path, advice: list[str] | None = None
+) -> dict[str, Path]:
+    """sweep.csv, sweep.md (the ``error`` column last, when a row has one; then ``advice``, the recommendation's
+    lines) and compare.html over the run dirs ``dirs`` (with speed against concurrency when the sweep has that
+    axis)."""
     repeat = ["repeat"] if any("repeat" in row for row in rows) else []
     columns: list[str] = ["config", "sampling", "concurrency", *repeat, *SPEED_COLUMNS]
     for row in rows:
@@ -364,7 +382,10 @@ def write_outputs(rows: list[dict[str, Any]], dirs: list[Path], spec: SweepSpec,
         columns.append(ERROR_COLUMN)
     files = {"sweep.csv": out / "sweep.csv", "sweep.md": out / "sweep.md"}
     write_text_atomic(files["sweep.csv"], to_csv(rows, columns))
-    write_text_atomic(files["sweep.md"], to_markdown(rows, columns))
+    write_text_atomic(
+        files["sweep.md"],
+        to_markdown(rows, columns) + "".join(f"\n{x}" for x in advice or []) + ("\n" if advice else ""),
+    )
     if dirs:
         from evalkit.reporting import render_compare
 

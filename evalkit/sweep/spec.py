@@ -13,6 +13,10 @@ sampling:                       # optional: name -> generation settings
 concurrency: [8, 32, 128]       # optional: fixed levels (else --concurrency auto)
 repeats: 3                      # optional: every combination 3 times, interleaved (speed from run-to-run variation)
 warmup: 0                       # optional: warm-up requests per sampling config of each run (default: its level)
+goodput: {ttft: 500, tpot: 50}  # optional: each run's --goodput SLOs (ms): goodput columns in the table
+cost_per_gpu_hour: 2.5          # optional: each run's price; GPUs: a server config's TP x PP x DP, or gpus_billed
+gpus_billed: 8                  # an endpoint sweep's GPUs (a config may set its own: {endpoint: ..., gpus_billed: 4})
+recommend: {reference: seqs64, min_goodput_share: 0.9}   # optional: sweep.md's recommendation (docs/sweep.md)
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.config import SEED_MAX, SEED_MIN, ServerConfig, read_config_file
+from evalkit.config.server import world_size
+from evalkit.config.slos import parse_slos
 from evalkit.errors import ConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a config or sampling name becomes part of a folder name
@@ -49,6 +55,16 @@ class EndpointConfig(_Strict):
 
     endpoint: str | None = None
     model: str | None = None
+    gpus_billed: int | None = Field(default=None, ge=1)  # the GPUs behind it, for the cost columns
+
+
+class Recommend(_Strict):
+    """Which combination to buy: among those whose accuracy is not worse than config ``reference``'s (the gate's
+    paired accuracy rules, default policy) and whose share of requests within the SLOs is at least
+    ``min_goodput_share``, the one with the most good requests per dollar (:mod:`evalkit.sweep.recommend`)."""
+
+    reference: str
+    min_goodput_share: float = Field(default=0.9, ge=0, le=1)
 
 
 def _one_config() -> dict[str, dict[str, Any]]:
@@ -68,6 +84,10 @@ class SweepSpec(_Strict):
     concurrency: list[int] | None = None
     repeats: int = Field(default=1, ge=1, le=20)
     warmup: int | None = Field(default=None, ge=0)  # each run's --warmup (None: the default warm-up)
+    goodput: dict[str, float] | None = None  # each run's --goodput SLOs (ms)
+    cost_per_gpu_hour: float | None = Field(default=None, gt=0)  # each run's --cost-per-gpu-hour
+    gpus_billed: int | None = Field(default=None, ge=1)  # each run's --gpus-billed (default: its server's GPUs)
+    recommend: Recommend | None = None
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
@@ -83,7 +103,28 @@ class SweepSpec(_Strict):
                     raise ValueError(f"{axis} name {name!r} must be letters, digits, '.', '_' or '-' (no '__')")
         for name in self.configs:
             self.server_config(name) if self.server is not None else self.endpoint_config(name)
+        if self.goodput is not None:
+            self.goodput = parse_slos(self.goodput)
+        if self.cost_per_gpu_hour is not None:
+            for name in self.configs:
+                if self.gpus(name) is None:
+                    raise ValueError(
+                        f"configs.{name}: an endpoint with a price needs gpus_billed (top level or config)"
+                    )
+        if self.recommend is not None:
+            if self.recommend.reference not in self.configs:
+                known = ", ".join(self.configs)
+                raise ValueError(f"recommend.reference {self.recommend.reference!r} is not a config; one of {known}")
+            if self.goodput is None or self.cost_per_gpu_hour is None:
+                raise ValueError("recommend needs goodput (the SLOs) and cost_per_gpu_hour; give both")
         return self
+
+    def gpus(self, name: str) -> int | None:
+        """The GPUs config ``name`` is billed for: ``gpus_billed`` (its own, with an endpoint, else the file's),
+        else its server's tensor x pipeline x data parallel size; None for an endpoint without a count."""
+        if self.server is None:
+            return self.endpoint_config(name).gpus_billed or self.gpus_billed
+        return self.gpus_billed or world_size(self.server_config(name))
 
     def server_config(self, name: str) -> ServerConfig:
         """The server settings of config ``name``: ``server`` with that config's overrides."""
@@ -103,9 +144,12 @@ class SweepSpec(_Strict):
         except ValidationError as e:
             loc = ".".join(str(p) for p in e.errors()[0]["loc"])
             raise ValueError(
-                f"configs.{name}: unknown setting '{loc}'; with 'endpoint' a config may set endpoint and model"
+                f"configs.{name}: unknown setting '{loc}'; with 'endpoint' a config sets gpus_billed, "
+                "endpoint and model"
             ) from None
-        return EndpointConfig(endpoint=over.endpoint or self.endpoint, model=over.model or self.model)
+        return EndpointConfig(
+            endpoint=over.endpoint or self.endpoint, model=over.model or self.model, gpus_billed=over.gpus_billed
+        )
 
 
 def load_spec(path: Path) -> SweepSpec:
@@ -126,6 +170,8 @@ def _one_line(err: ValidationError, path: Path) -> str:
             known = ", ".join(SweepSpec.model_fields)
         elif where[0].startswith("sampling."):
             known = ", ".join(Sampling.model_fields)
+        elif where[0] == "recommend":
+            known = ", ".join(Recommend.model_fields)
         else:
             known = "see the sweep file example in docs/sweep.md"
         return f"unknown key '{loc}' in sweep file {path}; allowed: {known}"
