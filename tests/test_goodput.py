@@ -163,11 +163,18 @@ def test_the_gate_judges_goodput_and_cost_against_the_policy(run_with_slos, tmp_
     beyond = {"min_goodput_share": share + 0.01, "max_cost_per_million_output_tokens": cost * 0.99}
     rules = _gate(again.run_dir, result.run_dir, tmp_path / "b", beyond)
     assert [v for v, _ in rules.values()] == ["fail", "fail"], rules
-    # a candidate run without --goodput / a price cannot pass a rule on them: it fails and names the option
-    rules = _gate(result.run_dir, probe.run_dir, tmp_path / "c", {**within, "max_goodput_drop": 0.5})
-    assert {v for v, _ in rules.values()} == {"fail"}
-    assert any("--goodput" in note for _, note in rules.values())
-    assert any("--cost-per-gpu-hour" in note for _, note in rules.values())
+    # a candidate run without --goodput / a price: its rules are skipped and the gate cannot decide (exit 2),
+    # naming the options
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "policy.yaml").write_text(json.dumps({"speed": {**within, "max_goodput_drop": 0.5}}))
+    outcome = evalkit.gate(
+        result.run_dir, probe.run_dir, policy=tmp_path / "c" / "policy.yaml", output=tmp_path / "c" / "g"
+    )
+    skipped = [r for r in outcome.result.rules if any(w in r.name for w in ("goodput", "SLOs", "cost"))]
+    assert len(skipped) == 4 and {r.verdict for r in skipped} == {"skip"}, skipped
+    assert outcome.result.verdict == "cannot_decide" and outcome.exit_code == 2
+    reasons = " ".join(outcome.result.reasons)
+    assert "--goodput" in reasons and "--cost-per-gpu-hour" in reasons
 
 
 def test_goodput_lower_than_the_baselines_by_more_than_allowed_fails() -> None:

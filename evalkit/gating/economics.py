@@ -1,8 +1,9 @@
 """The gate's goodput and cost rules: the run's own figures (``summary.json``'s ``speed``) against the policy's
 floors and ceilings (:class:`~evalkit.gating.policy.SpeedPolicy`'s ``min_goodput``, ``min_goodput_share``,
 ``max_cost_per_million_output_tokens``) and the candidate's goodput against the baseline's (``max_goodput_drop``).
-A rule the policy sets fails when the run has no such figure (it was not run with ``--goodput`` /
-``--cost-per-gpu-hour``): a release gate asked to judge a figure does not pass without it."""
+A rule the policy sets on a figure a run lacks (it was not run with ``--goodput`` / ``--cost-per-gpu-hour``) is
+skipped and the gate cannot decide (exit 2, the reason names the option): a release gate asked to judge a figure
+neither passes nor fails without it."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _limit_rule(task: str, key: str, figures: dict[str, float], limit: float) ->
     value = figures.get(key)
     if value is None:
         note = f"the candidate has no {m.label}; run it with {OPTION[key]} to judge it"
-        return Rule(name=name, task=task, kind="speed", verdict="fail", budget=limit, note=note)
+        return Rule(name=name, task=task, kind="speed", verdict="skip", budget=limit, note=note)
     higher = not m.lower_is_better
     ok = value >= limit - EPS if higher else value <= limit + EPS
     side = "at least" if higher else "at most"
@@ -55,7 +56,7 @@ def goodput_change_rule(task: str, base: SpeedRecords, cand: SpeedRecords, max_d
     if b is None or c is None:
         side = "baseline" if b is None else "candidate"
         note = f"the {side} has no goodput; run both sides with --goodput (the same SLOs) to judge it"
-        return Rule(name=name, task=task, kind="speed", verdict="fail", budget=max_drop, note=note)
+        return Rule(name=name, task=task, kind="speed", verdict="skip", budget=max_drop, note=note)
     change = c / b - 1.0 if b > 0 else (0.0 if c == 0 else float("inf"))
     failed = -change > max_drop + EPS
     what = f"lower by {-change:.1%}" if change < 0 else f"no lower (higher by {change:.1%})"
@@ -64,3 +65,8 @@ def goodput_change_rule(task: str, base: SpeedRecords, cand: SpeedRecords, max_d
         observed=change, budget=max_drop, decided_by="threshold", mode="regression",
         note=f"{what}: {'beyond' if failed else 'within'} the allowed drop of {max_drop:.0%}",
     )  # fmt: skip
+
+
+def missing_figure_reasons(rules: list[Rule]) -> list[str]:
+    """The gate's reasons for the goodput and cost rules skipped for want of their figure (cannot decide)."""
+    return [f"{r.name}: {r.note}" for r in rules if r.verdict == "skip" and r.note and " has no " in r.note]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from evalkit.gating.economics import goodput_change_rule, limit_rules
+from evalkit.gating.economics import goodput_change_rule, limit_rules, missing_figure_reasons
 from evalkit.gating.errors import CannotCompare, PolicyError
 from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
 from evalkit.gating.matching import Unmatched, match_runs
@@ -251,6 +251,7 @@ def evaluate(
             )
     notes += [f"{t}: only in the candidate, not compared" for t in candidate.tasks if t not in baseline.tasks]
     rules += _candidate_rules(candidate, policy)
+    reasons += missing_figure_reasons(rules)
     verdict = overall(rules, reasons)
     return GateResult(
         verdict=verdict,
@@ -268,7 +269,7 @@ def evaluate_expected(candidate: RunInputs, policy: Policy) -> GateResult:
     if not policy.expected:
         raise PolicyError("the policy lists no expected scores; add an 'expected:' list or compare with a baseline")
     rules = _candidate_rules(candidate, policy)
-    reasons = [
+    reasons = missing_figure_reasons(rules) + [
         why
         for task in sorted({e.task for e in policy.expected} & candidate.tasks.keys())
         for why in coverage_reasons(task, None, candidate.tasks[task], policy.min_coverage)
