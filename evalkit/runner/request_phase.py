@@ -138,10 +138,11 @@ class RequestPhase:
         with observer:
             stats = asyncio.run(self._send(todo(), max(0, total - done), p.kind, options, extra, on_done, task))
         self.lap(f"{task.name}.requests")
-        servers = observer.server_deltas()
+        deltas = observer.server_deltas(self.scoring)
         # the scoring process summarises first and lets go of its copy of the records (after the last task it
         # exits) before this process reads its own: two copies of a big run's store are never in memory at once
-        scored = self.scoring.summarize(task.name, store.dir).result()
+        scored = self.scoring.summarize(task.name, store.dir, release=not close_scoring).result()
+        servers = deltas.result()
         if close_scoring:
             self.scoring.close()
         sharded = len(self.urls) > 1
