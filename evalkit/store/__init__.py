@@ -4,6 +4,7 @@
 - :mod:`evalkit.store.identity`: a request's key and the record stored for it
 - :mod:`evalkit.store.writer`: :class:`RunStore` (lock, appends, manifest, summary) for ``evalkit run``
 - :mod:`evalkit.store.reader`: :func:`open_run` -> :class:`Run`, the one reader (report, gate, users' scripts)
+- :mod:`evalkit.store.lenient`: the typed reads of JSON as written, field by field (what does not read is named)
 """
 
 from evalkit.store.reader import Run, open_run
