@@ -21,7 +21,6 @@ from evalkit.requests.conversation import converse
 from evalkit.requests.scheduler import InFlight, execute
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
-from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.base import Task
@@ -141,8 +140,12 @@ class RequestPhase:
         deltas = observer.server_deltas(self.scoring)
         # the scoring process summarises first and lets go of its copy of the records (after the last task it
         # exits) before this process reads its own: two copies of a big run's store are never in memory at once
-        scored = self.scoring.summarize(task.name, store.dir, release=not close_scoring).result()
-        servers = deltas.result()
+        summarized = self.scoring.summarize(task.name, store.dir, release=not close_scoring)
+        # imported while the scoring process summarises: numpy and the scorers' package are not part of the
+        # command's start-up, before the first request
+        from evalkit.scoring.summary import endpoint_summaries, task_summary
+
+        scored, servers = summarized.result(), deltas.result()
         if close_scoring:
             self.scoring.close()
         sharded = len(self.urls) > 1
