@@ -117,9 +117,11 @@ def test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop(test_server, pr
     assert speed.loop_lag_ms_p99 is not None and speed.loop_lag_ms_p99 < 40.0, speed
 
 
-def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_server, probe_dir, tmp_path, monkeypatch):
+def test_the_scoring_process_has_exited_before_a_big_store_is_read_back(test_server, probe_dir, tmp_path, monkeypatch):
     # a big run's records are read back twice for the summary (there, then here): never both at once
     from evalkit.runner import orchestrate, request_phase
+
+    monkeypatch.setattr(request_phase, "READ_BACK_BESIDE_BYTES", 0)  # every store counts as big
 
     started: list[Worker] = []
     alive_at_read_back: list[bool] = []
@@ -138,6 +140,28 @@ def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_serve
     res = run_probe(test_server.url, probe_dir, tmp_path / "run")
     assert res.summary.tasks["probe"].metrics["n"].value == 12
     assert len(started) == 1 and alive_at_read_back == [False]
+
+
+def test_a_small_store_is_read_back_while_the_scoring_process_summarises(test_server, probe_dir, tmp_path, monkeypatch):
+    # the tail after the last answer: the read-back of a small store no longer waits for the scoring process
+    from evalkit.runner import orchestrate, request_phase
+
+    events: list[str] = []
+
+    class Tracked(Worker):
+        def close(self, timeout_s: float = 10.0) -> None:
+            events.append("close")
+            super().close(timeout_s)
+
+    def read_back(*args, **kwargs):
+        events.append("read back")
+        return load_for_summary(*args, **kwargs)
+
+    monkeypatch.setattr(orchestrate, "Worker", Tracked)
+    monkeypatch.setattr(request_phase, "load_for_summary", read_back)
+    res = run_probe(test_server.url, probe_dir, tmp_path / "run")
+    assert res.summary.tasks["probe"].metrics["n"].value == 12
+    assert events[:2] == ["read back", "close"]
 
 
 def test_a_dying_scorer_is_a_clear_error_and_keeps_what_was_stored(test_server, probe_dir, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import asyncio
 import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from evalkit.tasks.spec import TaskSettings
 from evalkit.worker import Worker
 
 Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
+READ_BACK_BESIDE_BYTES = 64 << 20  # a samples.jsonl up to this size is read back while the scoring process summarises
 
 
 def client_options(cfg: RunConfig) -> ClientOptions:
@@ -138,20 +139,24 @@ class RequestPhase:
             stats = asyncio.run(self._send(todo(), max(0, total - done), p.kind, options, extra, on_done, task))
         self.lap(f"{task.name}.requests")
         deltas = observer.server_deltas(self.scoring)
-        # the scoring process summarises first and lets go of its copy of the records (after the last task it
-        # exits) before this process reads its own: two copies of a big run's store are never in memory at once
         summarized = self.scoring.summarize(task.name, store.dir, release=not close_scoring)
         # imported while the scoring process summarises: numpy and the scorers' package are not part of the
         # command's start-up, before the first request
         from evalkit.scoring.summary import endpoint_summaries, task_summary
 
-        scored, servers = summarized.result(), deltas.result()
-        if close_scoring:
-            self.scoring.close()
+        # a big store is read back here only once the scoring process has let go of its copy of the records (after
+        # the last task it exits): two copies of a big run's records are never in memory at once; a small one is
+        # read back while the scoring process summarises
+        big = store.samples_path.stat().st_size > READ_BACK_BESIDE_BYTES
+        if big:
+            self._settle(summarized, close_scoring)
         sharded = len(self.urls) > 1
         itl_by: dict[str, array] | None = {} if sharded else None
         spans: dict[str, tuple[int, int]] = {}
         records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
+        if not big:
+            self._settle(summarized, close_scoring)
+        scored, servers = summarized.result(), deltas.result()
         out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
         out.server = servers[0]
         if sharded:  # the summary's own server section is the first endpoint's, and says so
@@ -161,6 +166,13 @@ class RequestPhase:
         out.gpu = observer.gpu_summary()
         self.lap(f"{task.name}.scoring_summary")
         return out
+
+    def _settle(self, summarized: Future[Any], close_scoring: bool) -> None:
+        """Wait for the scoring process's summary (its failure is raised by the caller) and, after the run's last
+        task, for the process to exit."""
+        summarized.exception()
+        if close_scoring:
+            self.scoring.close()
 
     async def _send(
         self,
