@@ -21,6 +21,7 @@ from evalkit.requests.conversation import converse
 from evalkit.requests.scheduler import InFlight, execute
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
+from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.base import Task
@@ -140,10 +141,6 @@ class RequestPhase:
         self.lap(f"{task.name}.requests")
         deltas = observer.server_deltas(self.scoring)
         summarized = self.scoring.summarize(task.name, store.dir, release=not close_scoring)
-        # imported while the scoring process summarises: numpy and the scorers' package are not part of the
-        # command's start-up, before the first request
-        from evalkit.scoring.summary import endpoint_summaries, task_summary
-
         # a big store is read back here only once the scoring process has let go of its copy of the records (after
         # the last task it exits): two copies of a big run's records are never in memory at once; a small one is
         # read back while the scoring process summarises
