@@ -1,6 +1,6 @@
 """Fixed costs of `evalkit run gsm8k` on the full test set (1319 prompts): everything but the requests.
 
-    python -m benchmarks.bench_fixed_costs [--json FILE] [--rounds N] [--endpoint URL] [--code DIR]
+    python -m benchmarks.bench_fixed_costs [--json FILE] [--rounds N] [--endpoint URL] [--code DIR] [--cases ...]
 
 Against the test server in ``--fast`` mode (so requests take almost nothing), or a live server with
 ``--endpoint``, it times the whole command (Python start, imports, prompt building or the prompt cache, scoring,
@@ -16,7 +16,12 @@ absorbs the rest of the build (the cold "fixed" figure shrinks accordingly: comp
 warm, for what a cold cache costs). ``--code DIR`` runs the same cases, interleaved, with the evalkit of another
 checkout (e.g. ``git worktree add /tmp/old COMMIT``) for a before/after in one run; ``--rounds`` repeats every
 case and reports medians. Against a live vLLM started with ``VLLM_SERVER_DEV_MODE=1`` the prefix cache is reset
-before every run.
+before every run. ``--cases warm`` (or ``cold``, ``report``) runs only those cases.
+
+Each run's phases come from its summary's ``timings_s`` (``startup``: interpreter, imports and settings, then
+``setup``, ``prompts``, the warm-up, the request phase's lap and ``TASK.scoring_summary``, the tail after the last
+answer), plus ``exit_s``: the whole command less all of those (console output and the process's exit); the medians
+of the warm runs are printed per phase, for each code.
 """
 
 from __future__ import annotations
@@ -83,7 +88,9 @@ def run_evalkit(url: str, out: Path, cache: Path, report: bool, code: Path | Non
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, capture_output=True, cwd=code)
     wall = time.perf_counter() - t0
-    phase = json.loads((out / "summary.json").read_text())["tasks"]["gsm8k"]["speed"]["wall_s"]
+    summary = json.loads((out / "summary.json").read_text())
+    phase = summary["tasks"]["gsm8k"]["speed"]["wall_s"]
+    timings = summary.get("timings_s") or {}
     streamed = json.loads((out / "manifest.json").read_text())["tasks"]["gsm8k"].get("prompts_streamed")
     return {
         "wall_s": wall,
@@ -91,6 +98,8 @@ def run_evalkit(url: str, out: Path, cache: Path, report: bool, code: Path | Non
         "fixed_s": wall - phase,
         "first_request_s": first_request_s(out),
         "prompts_streamed": streamed,
+        "timings_s": timings,
+        "exit_s": wall - sum(v or 0.0 for v in timings.values()),
     }
 
 
@@ -105,17 +114,27 @@ def main() -> None:
     ap.add_argument("--endpoint", default=None, help="a live server (http://host:port/v1) instead of the test server")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every case; medians are reported")
     ap.add_argument("--code", default=None, help="also run each case with the evalkit of this checkout")
+    ap.add_argument("--cases", nargs="+", choices=("cold", "warm", "report"), default=["cold", "warm", "report"])
     a = ap.parse_args()
     codes: list[tuple[str, Path | None]] = [("this", None)]
     if a.code:
         codes.append((Path(a.code).name, Path(a.code).resolve()))
-    cases = (("cold", False), ("warm", False), ("warm", False), ("warm + report", True))
+    all_cases = (
+        ("cold", False, "cold"),
+        ("warm", False, "warm"),
+        ("warm", False, "warm"),
+        ("warm + report", True, "report"),
+    )
+    cases = [(label, report) for label, report, kind in all_cases if kind in a.cases]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         url = a.endpoint or stack.enter_context(SubprocessServer("--fast")).url
+        cold_case = "cold" in a.cases  # else each code's prompt cache is filled once, by a run not counted
+        for name, code in codes if not cold_case else ():
+            run_evalkit(url, Path(tmp) / "run", Path(tmp) / f"cache-{name}", False, code)
         for rnd in range(a.rounds):
             for name, code in codes:
-                cache = Path(tmp) / f"cache-{name}-{rnd}"
+                cache = Path(tmp) / (f"cache-{name}-{rnd}" if cold_case else f"cache-{name}")
                 for label, report in cases:
                     row = {
                         "code": name,
@@ -131,47 +150,66 @@ def main() -> None:
                         f"{'-' if first is None else f'{first:5.2f}'} s  streamed {row['prompts_streamed']}",
                         flush=True,
                     )
-        p = subprocess.run(
-            [sys.executable, "-c", LM_EVAL_BUILD],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "TQDM_DISABLE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
-        )
-        index_s, build_s = (float(x) for x in p.stdout.split())
-        print(f"lm-eval own prompt building: TaskManager index {index_s:.2f} s + build_all_requests {build_s:.2f} s")
+        index_s = build_s = 0.0  # the yardstick of the cold case
+        if cold_case:
+            p = subprocess.run(
+                [sys.executable, "-c", LM_EVAL_BUILD],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "TQDM_DISABLE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
+            )
+            index_s, build_s = (float(x) for x in p.stdout.split())
+            print(f"lm-eval own prompt building: index {index_s:.2f} s + build_all_requests {build_s:.2f} s")
     medians: dict[str, dict[str, Any]] = {}
+    phases: dict[str, dict[str, float]] = {}
     for name, _ in codes:
+        warm_rows = [r for r in rows if r["code"] == name and r["case"] == "warm"]
+        keys = list(dict.fromkeys(k for r in warm_rows for k in r["timings_s"]))
+        if warm_rows:  # every warm run's phases (both of each round)
+            phases[name] = {
+                k: round(statistics.median([r["timings_s"].get(k) or 0.0 for r in warm_rows]), 3)
+                for k in [*keys, "exit_s"]
+            }
+            phases[name]["exit_s"] = round(statistics.median([r["exit_s"] for r in warm_rows]), 3)
         for label in ("cold", "warm", "warm + report"):
             sel = [r for r in rows if r["code"] == name and r["case"] == label]
+            if not sel:
+                continue
             if label == "warm":  # the better of each round's two warm runs
                 sel = [min((r for r in sel if r["round"] == k), key=lambda r: r["fixed_s"]) for k in range(a.rounds)]
             medians[f"{name}/{label}"] = {
                 k: _median(sel, k) for k in ("wall_s", "request_phase_s", "fixed_s", "first_request_s")
             }
-    warm, cold = medians["this/warm"], medians["this/cold"]
-    res = {
+    warm, cold = medians.get("this/warm"), medians.get("this/cold")
+    res: dict[str, Any] = {
         "rows": rows,
         "medians": medians,
-        "lm_eval_index_s": index_s,
-        "lm_eval_build_s": build_s,
-        "warm_fixed_s": warm["fixed_s"],
-        "cold_fixed_s": cold["fixed_s"],
-        "cold_extra_wall_s": round(cold["wall_s"] - warm["wall_s"], 3),
-        "pass_warm": warm["fixed_s"] < 3.0,
-        "pass_cold": cold["fixed_s"] <= index_s + build_s,
+        "phases_warm": phases,
+        "lm_eval_index_s": index_s if cold_case else None,
+        "lm_eval_build_s": build_s if cold_case else None,
+        "warm_fixed_s": warm and warm["fixed_s"],
+        "cold_fixed_s": cold and cold["fixed_s"],
+        "cold_extra_wall_s": round(cold["wall_s"] - warm["wall_s"], 3) if warm and cold else None,
+        "pass_warm": warm is None or warm["fixed_s"] < 3.0,
+        "pass_cold": cold is None or cold["fixed_s"] <= index_s + build_s,
     }
     for key, m in medians.items():
         print(
             f"median {key:<22} whole {m['wall_s']:6.2f} s  requests {m['request_phase_s']:5.2f} s  fixed "
             f"{m['fixed_s']:5.2f} s  first request at {m['first_request_s']} s"
         )
-    print(
-        f"warm fixed costs {warm['fixed_s']:.2f} s (< 3 s: {'PASS' if res['pass_warm'] else 'FAIL'}); cold "
-        f"{cold['fixed_s']:.2f} s vs lm-eval's own {index_s + build_s:.2f} s "
-        f"({'PASS' if res['pass_cold'] else 'FAIL'}); a cold cache adds {res['cold_extra_wall_s']:.2f} s to the "
-        "whole command"
-    )
+    for name, medians_by_phase in phases.items():
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in medians_by_phase.items())
+        print(f"median phases of {name}'s warm runs: {shown}")
+    if warm is not None:
+        print(f"warm fixed costs {warm['fixed_s']:.2f} s (< 3 s: {'PASS' if res['pass_warm'] else 'FAIL'})")
+    if cold is not None and warm is not None:
+        print(
+            f"cold {cold['fixed_s']:.2f} s vs lm-eval's own {index_s + build_s:.2f} s "
+            f"({'PASS' if res['pass_cold'] else 'FAIL'}); a cold cache adds {res['cold_extra_wall_s']:.2f} s to the "
+            "whole command"
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     sys.exit(0 if res["pass_warm"] and res["pass_cold"] else 1)

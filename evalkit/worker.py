@@ -7,7 +7,9 @@ Two jobs run this way (``python -m evalkit.worker``, one process each):
   GIL the event loop needs to read the next SSE chunk; on the H200 that stalled the loop for up to 0.4 s while
   answers streamed in, and inflated the timings it records. The scoring process rebuilds the run's tasks from the
   same registry, loads their scorers while the parent sets up and sends, scores answers one at a time, and
-  summarises each task from the store.
+  summarises each task from the store. It also turns the servers' ``/metrics`` scrapes into each task's
+  ``server`` section: the histogram fit's import of scipy (~0.3 s; about a second on a busy GPU host) is made
+  there, in a thread of the child while answers stream (``preload``), not at the end of the parent's run.
 - **prompt building** with a cold prompt cache (lm-eval builds the 1319 GSM8K 5-shot prompts in ~6 s): the
   builder streams each task's requests back as lm-eval builds them, so the first requests go out while later
   prompts are still being built (see ``evalkit/tasks/prompt_stream.py``).
@@ -24,6 +26,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import importlib
 import itertools
 import os
 import pickle
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
 from pathlib import Path
@@ -115,9 +118,20 @@ class Worker:
         """``Task.score`` in the child; the response goes without its inter-token latencies (not scored)."""
         return self._call("score", task, request, replace(response, itl_ms=[]))
 
-    def summarize(self, task: str, run_dir: Path) -> Future[Any]:
-        """``Task.summarize`` in the child over the task's records, read there from the store in ``run_dir``."""
-        return self._call("summarize", task, str(run_dir))
+    def summarize(self, task: str, run_dir: Path, release: bool = True) -> Future[Any]:
+        """``Task.summarize`` in the child over the task's records, read there from the store in ``run_dir``;
+        ``release``: the child hands the records' memory back to the OS afterwards (needless when it exits next)."""
+        return self._call("summarize", task, str(run_dir), release)
+
+    def preload(self, modules: Sequence[str]) -> Future[None]:
+        """Import ``modules`` in the child, in a thread beside the calls it answers, so that a later call needing
+        them does not wait for the import (one that fails to import is left to fail there)."""
+        return self._call("preload", list(modules))
+
+    def server_deltas(self, observed: list[tuple[Any, Any, dict[str, Any]]], model: str) -> Future[list[Any]]:
+        """:func:`evalkit.server.metrics.delta` of each ``(before, after, gauges)`` in the child (its imports made
+        ahead there by :meth:`preload` of ``DELTA_IMPORTS``)."""
+        return self._call("server_deltas", observed, model)
 
     def build(self, specs: list[tuple[str, Any]], on_part: Callable[[Any], None]) -> Future[None]:
         """Build each ``(task name, TaskSettings)``'s requests in the child, in order; ``on_part`` gets (in the
@@ -233,7 +247,7 @@ class _Child:
             batch.flush()
             emit(("done", task.name))
 
-    def summarize(self, name: str, run_dir: str) -> Any:
+    def summarize(self, name: str, run_dir: str, release: bool) -> Any:
         from evalkit.store import RunStore
         from evalkit.store.writer import load_for_summary
 
@@ -243,7 +257,22 @@ class _Child:
             return task.summarize(records)
         finally:
             del records
-            _release_memory()  # hand the records' memory back before the parent reads its own copy
+            if release:  # hand the records' memory back before the parent reads its own copy
+                _release_memory()
+
+    def preload(self, modules: list[str]) -> None:
+        threading.Thread(target=_import_all, args=(modules,), name="preload", daemon=True).start()
+
+    def server_deltas(self, observed: list[tuple[Any, Any, dict[str, Any]]], model: str) -> list[Any]:
+        from evalkit.server.metrics import delta
+
+        return [delta(before, after, model, gauges=gauges) for before, after, gauges in observed]
+
+
+def _import_all(modules: list[str]) -> None:
+    for name in modules:
+        with contextlib.suppress(Exception):  # left to fail, if it does, in the call that needs it
+            importlib.import_module(name)
 
 
 def _send_requests(emit: Callable[[Any], None], name: str, reqs: list[Any]) -> None:

@@ -25,11 +25,9 @@ from tests.report_fixtures import build_gsm8k_run
 ROOT = Path(__file__).resolve().parents[1] / "evalkit"
 PACKAGES = ("reporting", "gating", "watch", "history")
 RAW_ATTRS = {"summary", "summary_tasks", "manifest", "manifest_tasks"}
-# (file, attribute) -> why it may read that raw dict
-ALLOWED = {
-    ("gating/load.py", "summary"): "the fail-closed loader's notes and refusals show each malformed value as written "
-    "(tasks, metrics, speed, wall_s, concurrency, trace: a typed time is a float), and it reads a partial speed",
-}
+# (file, attribute) -> why it may read that raw dict (none: a reader with bounds of its own declares them as a
+# model that Run.task_as reads, and each value out of them comes back as written in a Dropped)
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def raw_reads(source: str, attrs: set[str]) -> list[int]:
@@ -217,3 +215,45 @@ def test_the_gate_notes_each_dropped_level_by_its_index_as_written(tmp_path: Pat
         f"{where}[2] is {{'limit': 0}}, not a level with a positive 'limit'; ignored",
         f"{where}[3] is None, not a level with a positive 'limit'; ignored",
     ]
+
+
+def test_a_reader_with_bounds_of_its_own_gets_each_value_out_of_them_as_written(tmp_path: Path) -> None:
+    """Run.task_as: the fields a reader declares, with its bounds, each read on its own (a partial speed reads);
+    each value that does not read comes back as written (a whole-number time stays whole), and a summary whose
+    ``tasks`` is not a mapping names no task and is named itself."""
+    from typing import Annotated
+
+    from pydantic import BaseModel, Field
+
+    class SpeedPart(BaseModel):
+        wall_s: Annotated[float, Field(ge=0)] | None = None
+        concurrency: int | None = None
+
+    class Bounded(BaseModel):
+        speed: SpeedPart | None = None
+        concurrency_trace: list[tuple[Annotated[float, Field(ge=0)], Annotated[int, Field(ge=1)]]] | None = None
+
+    run_dir = build_gsm8k_run(tmp_path / "run", n=12)
+    path = run_dir / "summary.json"
+    doc = json.loads(path.read_text())
+    doc["tasks"]["gsm8k"]["speed"] = {"wall_s": -2, "concurrency": 8}  # no ttft_ms...: not a Speed, still read
+    doc["tasks"]["gsm8k"]["concurrency_trace"] = [[0, 8], [3, 0]]
+    doc["tasks"]["odd"] = 7
+    path.write_text(json.dumps(doc))
+    run = open_run(run_dir)
+    dropped: list[Dropped] = []
+    read = run.task_as("gsm8k", Bounded, dropped)
+    assert read is not None and read.speed == SpeedPart(concurrency=8) and read.concurrency_trace == [(0.0, 8)]
+    assert [(d.where, d.value) for d in dropped] == [
+        ("tasks.gsm8k.speed.wall_s", -2),
+        ("tasks.gsm8k.concurrency_trace[1]", [3, 0]),  # as written, not (3.0, 0)
+    ]
+    assert run.task_as("odd", Bounded) is None and run.task_as("absent", Bounded) is None
+    entry: list[Dropped] = []
+    assert run.task("odd", entry).present is False and entry == [Dropped("tasks.odd", 7, "TaskSummary")]
+    assert run.summary_task_names() == ["gsm8k", "odd"]
+    doc["tasks"] = ["gsm8k"]
+    path.write_text(json.dumps(doc))
+    top: list[Dropped] = []
+    assert open_run(run_dir).summary_task_names(top) == []
+    assert top == [Dropped("tasks", ["gsm8k"], "dict[str, TaskSummary]")]

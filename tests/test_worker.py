@@ -117,9 +117,11 @@ def test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop(test_server, pr
     assert speed.loop_lag_ms_p99 is not None and speed.loop_lag_ms_p99 < 40.0, speed
 
 
-def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_server, probe_dir, tmp_path, monkeypatch):
+def test_the_scoring_process_has_exited_before_a_big_store_is_read_back(test_server, probe_dir, tmp_path, monkeypatch):
     # a big run's records are read back twice for the summary (there, then here): never both at once
     from evalkit.runner import orchestrate, request_phase
+
+    monkeypatch.setattr(request_phase, "READ_BACK_BESIDE_BYTES", 0)  # every store counts as big
 
     started: list[Worker] = []
     alive_at_read_back: list[bool] = []
@@ -138,6 +140,28 @@ def test_the_scoring_process_has_exited_before_the_store_is_read_back(test_serve
     res = run_probe(test_server.url, probe_dir, tmp_path / "run")
     assert res.summary.tasks["probe"].metrics["n"].value == 12
     assert len(started) == 1 and alive_at_read_back == [False]
+
+
+def test_a_small_store_is_read_back_while_the_scoring_process_summarises(test_server, probe_dir, tmp_path, monkeypatch):
+    # the tail after the last answer: the read-back of a small store no longer waits for the scoring process
+    from evalkit.runner import orchestrate, request_phase
+
+    events: list[str] = []
+
+    class Tracked(Worker):
+        def close(self, timeout_s: float = 10.0) -> None:
+            events.append("close")
+            super().close(timeout_s)
+
+    def read_back(*args, **kwargs):
+        events.append("read back")
+        return load_for_summary(*args, **kwargs)
+
+    monkeypatch.setattr(orchestrate, "Worker", Tracked)
+    monkeypatch.setattr(request_phase, "load_for_summary", read_back)
+    res = run_probe(test_server.url, probe_dir, tmp_path / "run")
+    assert res.summary.tasks["probe"].metrics["n"].value == 12
+    assert events[:2] == ["read back", "close"]
 
 
 def test_a_dying_scorer_is_a_clear_error_and_keeps_what_was_stored(test_server, probe_dir, tmp_path, monkeypatch):
@@ -164,3 +188,52 @@ def test_scores_equal_in_process_scores_and_errors_come_back(probe_dir):
         scorer.close()
     with pytest.raises(WorkerError, match="closed"):
         scorer.score("gsm8k", Request("gsm8k", 0, 0, "p", GenParams(max_tokens=1)), Response(text="x")).result(5)
+
+
+def test_server_deltas_computed_in_the_scoring_process_equal_in_process_ones():
+    # real vLLM scrapes (tests/data) whose TTFT histogram takes the fitted density (scipy's root finder)
+    from evalkit.server.metrics import DELTA_IMPORTS, delta, parse_text
+
+    data = Path(__file__).parent / "data"
+    before, after = (parse_text((data / f"vllm_metrics_0.32_{r}.txt").read_text()) for r in ("round1", "round2"))
+    gauges = {"kv_cache_usage_peak": 0.25, "num_requests_running_peak": 12}
+    scorer = Worker()
+    try:
+        scorer.preload(["no.such.module", *DELTA_IMPORTS]).result(60)  # a module that fails to import is left
+        got = scorer.server_deltas([(before, after, gauges), (None, after, {})], "smollm2-135m").result(60)
+    finally:
+        scorer.close()
+    assert got == [delta(before, after, "smollm2-135m", gauges=gauges), {"available": False}]
+    assert got[0]["ttft_s"]["p50"] is not None
+
+
+RUN_AND_REPORT_FITS = """
+import json, sys
+from evalkit import api
+from evalkit.server import metrics
+
+fits = []
+fit = metrics._fit_tilt
+metrics._fit_tilt = lambda *a: fits.append(1) or fit(*a)
+res = api.run("probe", endpoint=sys.argv[1], tasks_dir=[sys.argv[2]], output_dir=sys.argv[3], report=False)
+server = res.summary.tasks["probe"].server
+print(json.dumps({"fits": len(fits), "scipy": "scipy.optimize" in sys.modules, "ttft_p50": server["ttft_s"]["p50"]}))
+"""
+
+
+def test_the_process_timing_the_requests_never_fits_a_histogram_nor_imports_scipy(test_server, probe_dir, tmp_path):
+    # the end of a task would otherwise wait for scipy's import (~0.3 s here, ~1 s on a busy GPU host)
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_AND_REPORT_FITS, test_server.url, str(probe_dir), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["fits"] == 0 and seen["scipy"] is False, seen
+    assert seen["ttft_p50"] is not None  # the server section has its quantiles all the same

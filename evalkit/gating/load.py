@@ -2,11 +2,11 @@
 
 Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
 everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
-The manifest, the summary's counts, version and concurrency levels are read through the typed reads
-(:meth:`Run.manifest_read`, :meth:`Run.task`, whose ``dropped`` names each value that did not read, as written);
-the other summary fields are read raw, since each note below shows the malformed value as written (a typed read
-turns a trace's whole-number time into a float) and a partly written speed still gives its wall time and
-concurrency (tests/test_typed_reads.py).
+The manifest and the summary are read through the store's typed reads only (tests/test_typed_reads.py):
+:meth:`Run.manifest_read`, :meth:`Run.task` (counts, version, concurrency levels) and :meth:`Run.task_as` of
+:class:`_TaskFields`, the rest the gate reads with its own bounds (a partly written speed still gives its wall time
+and concurrency); each value that does not read is named by the store as a ``Dropped``, as written, and each note
+below shows it so (a trace's whole-number time as written, not as the float it reads as).
 
 A malformed summary field is never a traceback: the concurrency trace (it decides which requests are compared at
 matched load) is refused with a GateInputError; a field that decides nothing by itself (the auto-concurrency
@@ -20,9 +20,10 @@ import hashlib
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
+from pydantic import BaseModel, Field
 
 from evalkit.errors import StoreError
 from evalkit.gating.economics import FIGURES
@@ -42,6 +43,35 @@ from evalkit.store.positions import POSITIONS, read_positions
 from evalkit.store.reader import Dropped, ManifestTaskRead, TaskRead, open_run
 
 T = TypeVar("T")
+Seconds = Annotated[float, Field(ge=0)]
+
+
+class _Steady(BaseModel):
+    start_s: float | None = None
+    end_s: float | None = None
+
+
+class _SpeedFields(BaseModel):
+    """What the gate reads of a task's speed, each field on its own: a partly written speed still gives these."""
+
+    wall_s: Seconds | None = None
+    concurrency: Annotated[int, Field(ge=0)] | None = None  # 0: a task that sent no request
+    steady_state: _Steady | None = None
+    # the goodput and cost figures (evalkit.gating.economics.FIGURES), where the run has them
+    goodput_requests_per_s: float | None = None
+    goodput_share: float | None = None
+    cost_per_million_output_tokens: float | None = None
+
+
+class _TaskFields(BaseModel):
+    """What the gate reads of a task's summary entry beyond :class:`TaskRead`, with its bounds: the metric names
+    in their order (whatever each value holds), the speed's fields, the concurrency trace's [seconds, limit]
+    pairs (a time of at least 0, a limit of at least 1)."""
+
+    metrics: dict[str, Any] | None = None
+    speed: _SpeedFields | None = None
+    concurrency_trace: list[tuple[Seconds, Annotated[int, Field(ge=1)]]] | None = None
+
 
 SAMPLING_KEYS = (
     "num_samples",
@@ -65,21 +95,26 @@ def from_run_dir(path: str | Path) -> RunInputs:
     for name in (MANIFEST, SUMMARY, SAMPLES):
         if name in run.problems:
             raise GateInputError(_problem(run_dir / name, *run.problems[name]))
-    manifest, summary = run.manifest_read(), run.summary
+    manifest = run.manifest_read()
     samples: dict[str, list[dict[str, Any]]] = {}
     for rec in run.samples:
         if isinstance(rec.get("doc_id"), int):
             samples.setdefault(str(rec["task"]), []).append(rec)
     notes = _Notes(run.label, run_dir / SUMMARY)
-    s_tasks = _field(summary, "tasks", dict, notes, "tasks", "") or {}
-    names = [*manifest.tasks, *(n for n in s_tasks if n not in manifest.tasks)]
+    top: list[Dropped] = []
+    in_summary = run.summary_task_names(top)
+    notes.dropped(top, "tasks", "a mapping", "")
+    names = [*manifest.tasks, *(n for n in in_summary if n not in manifest.tasks)]
     rate = manifest.request_rate
     tasks: dict[str, TaskInputs] = {}
     for name in names:
         dropped: list[Dropped] = []  # what the summary's typed read of the task did not take
         read = run.task(name, dropped)
-        raw = _field(s_tasks, name, dict, notes, f"tasks.{name}", "") or {}
-        task = _task(name, manifest.task(name), (read, dropped), raw, samples.get(name, []), notes, rate)
+        notes.dropped(dropped, f"tasks.{name}", "a mapping", "")
+        bounded: list[Dropped] = []  # what the read of the gate's own fields did not take
+        fields = run.task_as(name, _TaskFields, bounded) or _TaskFields()
+        typed = ((read, dropped), (fields, bounded))
+        task = _task(name, manifest.task(name), typed, samples.get(name, []), notes, rate)
         numerics = numerics_inputs(run_dir, name, samples.get(name, []))
         if numerics is not None:  # the noise-floor pass re-sends documents: its requests ask for none
             again = sum(1 for s in samples.get(name, []) if s.get("sample_index") == 1)
@@ -105,22 +140,16 @@ class _Notes:
             f"{self.label}: summary.json {where} is {_shown(value)}, not {expected}; ignored{consequence}"
         )
 
+    def dropped(self, dropped: list[Dropped], where: str, expected: str, consequence: str) -> None:
+        """A note on the value at ``where``, as written, when the typed read dropped it."""
+        found = next((d for d in dropped if d.where == where), None)
+        if found is not None:
+            self.ignored(where, found.value, expected, consequence)
+
 
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _field(
-    parent: dict[str, Any], key: str, kind: type | tuple[type, ...], notes: _Notes, where: str, consequence: str
-) -> Any:
-    """``parent[key]`` when it is present and of ``kind``; None when absent or null, and None with a note when it
-    is something else."""
-    value = parent.get(key)
-    if value is None or isinstance(value, kind):
-        return value
-    notes.ignored(where, value, f"a {'mapping' if kind is dict else 'list'}", consequence)
-    return None
 
 
 def _problem(path: Path, kind: str, why: str) -> str:
@@ -149,20 +178,20 @@ def _int(x: Any, low: int) -> int | None:
 def _task(
     name: str,
     manifest: ManifestTaskRead,
-    typed: tuple[TaskRead, list[Dropped]],
-    summary: dict[str, Any],
+    reads: tuple[tuple[TaskRead, list[Dropped]], tuple[_TaskFields, list[Dropped]]],
     samples: list[dict[str, Any]],
     notes: _Notes,
     rate: float | None,
 ) -> TaskInputs:
-    in_summary = _field(summary, "metrics", dict, notes, f"tasks.{name}.metrics", " (metrics named by their filters)")
-    names = _metric_names(name, manifest, list(in_summary or {}))
+    typed, (fields, bounded) = reads
+    notes.dropped(bounded, f"tasks.{name}.metrics", "a mapping", " (metrics named by their filters)")
+    names = _metric_names(name, manifest, list(fields.metrics or {}))
     counts = _counts(samples)
     return TaskInputs(
         name=name,
         identity=_identity(manifest, typed, samples),
         metrics=_metrics(names, samples),
-        speed=_speed(name, summary, typed, samples, notes, rate),
+        speed=_speed(name, (fields, bounded), typed, samples, notes, rate),
         counts=counts,
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
@@ -278,7 +307,7 @@ def _metrics(summary_metrics: list[str], samples: list[dict[str, Any]]) -> dict[
 
 def _speed(
     name: str,
-    summary: dict[str, Any],
+    read: tuple[_TaskFields, list[Dropped]],
     typed: tuple[TaskRead, list[Dropped]],
     samples: list[dict[str, Any]],
     notes: _Notes,
@@ -286,50 +315,40 @@ def _speed(
 ) -> SpeedRecords:
     done = sorted((s for s in samples if s.get("status") != "api_error"), key=lambda s: _num(s.get("start_s")) or 0.0)
     where = f"tasks.{name}"
-    speed = _field(summary, "speed", dict, notes, f"{where}.speed", " (wall time and concurrency unknown)") or {}
-    wall_s = _num(speed.get("wall_s"))
-    if speed.get("wall_s") is not None and (wall_s is None or wall_s < 0):
-        notes.ignored(f"{where}.speed.wall_s", speed["wall_s"], "seconds", " (wall time taken from the requests)")
-        wall_s = None
-    concurrency = _int(speed.get("concurrency"), 0)  # 0: a task that sent no request
-    if speed.get("concurrency") is not None and concurrency is None:
-        value = speed["concurrency"]
-        notes.ignored(f"{where}.speed.concurrency", value, "a whole number", " (concurrency unknown)")
+    fields, bounded = read
+    notes.dropped(bounded, f"{where}.speed", "a mapping", " (wall time and concurrency unknown)")
+    speed = fields.speed or _SpeedFields()
+    notes.dropped(bounded, f"{where}.speed.wall_s", "seconds", " (wall time taken from the requests)")
+    notes.dropped(bounded, f"{where}.speed.concurrency", "a whole number", " (concurrency unknown)")
     return SpeedRecords(
         ttft_ms=[_num(s.get("ttft_ms")) for s in done],
         tpot_ms=[_num(s.get("tpot_ms")) for s in done],
         e2e_ms=[_num(s.get("e2e_ms")) for s in done],
         output_tokens=[s["output_tokens"] if isinstance(s.get("output_tokens"), int) else None for s in done],
         start_s=[_num(s.get("start_s")) for s in done],
-        wall_s=wall_s,
-        concurrency=concurrency,
-        trace=_trace(summary.get("concurrency_trace"), f"{where}.concurrency_trace", notes.path),
+        wall_s=speed.wall_s,
+        concurrency=speed.concurrency,
+        trace=_trace(fields.concurrency_trace, bounded, f"{where}.concurrency_trace", notes.path),
         levels=_levels(*typed, notes),
         request_rate=rate,
-        steady=_steady(speed),
-        figures={k: x for k in FIGURES if (x := _num(speed.get(k))) is not None},
+        steady=_steady(speed.steady_state),
+        figures={k: x for k in FIGURES if (x := _num(getattr(speed, k))) is not None},
     )
 
 
-def _trace(value: Any, where: str, path: Path) -> list[tuple[float, int]]:
-    """The (seconds, concurrency) pairs of a concurrency trace; GateInputError when one is malformed, since the
-    trace decides which requests of the two runs are compared at matched load."""
-    if value is None:
-        return []
-    entries = value if isinstance(value, list) else [value]
-    trace: list[tuple[float, int]] = []
-    for i, entry in enumerate(entries):
-        pair = entry if isinstance(entry, list) and len(entry) == 2 else (None, None)
-        t, limit = _num(pair[0]), _int(pair[1], 1)
-        if not isinstance(value, list) or t is None or t < 0 or limit is None:
-            shown = _shown(value if not isinstance(value, list) else entry)
-            at = where if not isinstance(value, list) else f"{where}[{i}]"
-            raise GateInputError(
-                f"{path}: {at} is {shown}, not a list of [seconds, concurrency] pairs (the gate matches the runs' "
-                "load by it); re-run the same command to rewrite summary.json"
-            )
-        trace.append((t, limit))
-    return trace
+def _trace(
+    read: list[tuple[float, int]] | None, dropped: list[Dropped], where: str, path: Path
+) -> list[tuple[float, int]]:
+    """The (seconds, concurrency) pairs of a concurrency trace; GateInputError naming the trace or its first entry
+    that did not read (as written), since the trace decides which requests of the two runs are compared at
+    matched load."""
+    bad = next((d for d in dropped if d.where == where or d.where.startswith(f"{where}[")), None)
+    if bad is not None:
+        raise GateInputError(
+            f"{path}: {bad.where} is {_shown(bad.value)}, not a list of [seconds, concurrency] pairs (the gate "
+            "matches the runs' load by it); re-run the same command to rewrite summary.json"
+        )
+    return list(read or [])
 
 
 def _levels(read: TaskRead, dropped: list[Dropped], notes: _Notes) -> list[int]:
@@ -363,10 +382,9 @@ def _entries(read: list[T], dropped: list[Dropped], where: str) -> list[tuple[in
     return [(i, bad[i] if i in bad else next(entries)) for i in range(len(read) + len(bad))]
 
 
-def _steady(speed: dict[str, Any]) -> tuple[float, float] | None:
+def _steady(steady: _Steady | None) -> tuple[float, float] | None:
     """The steady-state window of a summary's speed (None when absent or malformed)."""
-    steady = _dict(speed.get("steady_state"))
-    start, end = _num(steady.get("start_s")), _num(steady.get("end_s"))
+    start, end = (steady.start_s, steady.end_s) if steady is not None else (None, None)
     return (start, end) if start is not None and end is not None and end > start else None
 
 

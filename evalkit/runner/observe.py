@@ -1,15 +1,25 @@
 """What the servers did over a task's requests: each endpoint's ``/metrics`` scraped before and after (the
-deltas), its gauges and the GPUs sampled once a second while the requests go out (a context manager around the
-timed phase)."""
+deltas, computed in the scoring process), its gauges and the GPUs sampled once a second while the requests go out
+(a context manager around the timed phase)."""
 
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import Future
 from typing import Any
 
 from evalkit.config.endpoint import credentials, server_root
+from evalkit.server import metrics
 from evalkit.server.gpu import GpuSampler
-from evalkit.server.metrics import MetricsSampler, Snapshot, delta, scrape
+from evalkit.server.metrics import MetricsSampler, Snapshot, scrape
+from evalkit.worker import Worker
+
+
+def preload(worker: Worker) -> None:
+    """Have ``worker`` import what the deltas of :meth:`ServerObserver.server_deltas` need (the metrics module, and
+    scipy's root finder for the histogram fit) while the run sets up and sends, so that the end of each task does
+    not wait for it."""
+    worker.preload([metrics.__name__, *metrics.DELTA_IMPORTS])
 
 
 class ServerObserver:
@@ -43,13 +53,12 @@ class ServerObserver:
     def __exit__(self, *exc: Any) -> bool | None:
         return self._stack.__exit__(*exc)
 
-    def server_deltas(self) -> list[dict[str, Any]]:
-        """Each endpoint's ``/metrics`` scraped again: its deltas over the task, with its sampled gauges."""
+    def server_deltas(self, worker: Worker) -> Future[list[dict[str, Any]]]:
+        """Each endpoint's ``/metrics`` scraped again: its deltas over the task, with its sampled gauges, computed
+        in ``worker``'s process (see :func:`preload`)."""
         after = self._scrape()
-        return [
-            delta(b, a, self.model, gauges=g.summary())
-            for b, a, g in zip(self._before, after, self._gauges, strict=True)
-        ]
+        observed = [(b, a, g.summary()) for b, a, g in zip(self._before, after, self._gauges, strict=True)]
+        return worker.server_deltas(observed, self.model)
 
     def gpu_summary(self) -> dict[str, Any]:
         """The GPU sampling over the task."""

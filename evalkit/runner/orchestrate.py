@@ -22,6 +22,7 @@ from evalkit.contracts import Manifest, RunSummary, TaskSummary
 from evalkit.errors import ConfigError, RunError
 from evalkit.requests.scheduler import fit_open_files
 from evalkit.runner.endpoints import endpoint_urls, served_model, start_server
+from evalkit.runner.observe import preload
 from evalkit.runner.plan import TaskRun, default_output_dir, lm_eval_expanded, new_manifest, plan_tasks, task_settings
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
 from evalkit.runner.resume import check_resume, mark_answered
@@ -132,6 +133,7 @@ class Runner:
         self._scoring = self._given_scoring or Worker(self.cfg.tasks_dir)
         for task in tasks:
             self._scoring.load(task.name)
+        preload(self._scoring)  # what the end of each task computes there (the servers' deltas), imported meanwhile
         # records are built and appended (fsync included) in one thread, off the event loop
         self._store_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         store: RunStore | None = None

@@ -8,7 +8,7 @@ import asyncio
 import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +31,7 @@ from evalkit.tasks.spec import TaskSettings
 from evalkit.worker import Worker
 
 Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
+READ_BACK_BESIDE_BYTES = 64 << 20  # a samples.jsonl up to this size is read back while the scoring process summarises
 
 
 def client_options(cfg: RunConfig) -> ClientOptions:
@@ -147,16 +148,21 @@ class RequestPhase:
         finally:
             positions.close()
         self.lap(f"{task.name}.requests")
-        servers = observer.server_deltas()
-        # the scoring process summarises first and lets go of its copy of the records (after the last task it
-        # exits) before this process reads its own: two copies of a big run's store are never in memory at once
-        scored = self.scoring.summarize(task.name, store.dir).result()
-        if close_scoring:
-            self.scoring.close()
+        deltas = observer.server_deltas(self.scoring)
+        summarized = self.scoring.summarize(task.name, store.dir, release=not close_scoring)
+        # a big store is read back here only once the scoring process has let go of its copy of the records (after
+        # the last task it exits): two copies of a big run's records are never in memory at once; a small one is
+        # read back while the scoring process summarises
+        big = store.samples_path.stat().st_size > READ_BACK_BESIDE_BYTES
+        if big:
+            self._settle(summarized, close_scoring)
         sharded = len(self.urls) > 1
         itl_by: dict[str, array] | None = {} if sharded else None
         spans: dict[str, tuple[int, int]] = {}
         records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
+        if not big:
+            self._settle(summarized, close_scoring)
+        scored, servers = summarized.result(), deltas.result()
         out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
         if self.cfg.goodput:
             add_goodput(out.speed, records, self.cfg.goodput)
@@ -172,6 +178,13 @@ class RequestPhase:
         add_energy(out.speed, out.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
         self.lap(f"{task.name}.scoring_summary")
         return out
+
+    def _settle(self, summarized: Future[Any], close_scoring: bool) -> None:
+        """Wait for the scoring process's summary (its failure is raised by the caller) and, after the run's last
+        task, for the process to exit."""
+        summarized.exception()
+        if close_scoring:
+            self.scoring.close()
 
     async def _send(
         self,

@@ -6,10 +6,12 @@ they are used (the ``as_*`` helpers), and problems are collected as human-readab
 ``problems``) instead of raised. :meth:`Run.typed_manifest`, :meth:`Run.typed_summary` and :meth:`Run.records`
 give the validated models of :mod:`evalkit.contracts` (strict: a ValidationError on anything odd); :meth:`Run.task`
 and :meth:`Run.tasks` give each task of the summary as a :class:`TaskRead`, and :meth:`Run.manifest_read` the
-manifest as a :class:`ManifestRead`, every field typed and read on its own (:func:`lenient_value`: a field that
-does not read is None or empty, the others still read; what did not read is listed as :class:`Dropped`). Report,
+manifest as a :class:`ManifestRead`, every field typed and read on its own (:func:`lenient_value`, in
+:mod:`evalkit.store.lenient`: a field that does not read is None or empty, the others still read; what did not read
+is listed as :class:`Dropped`, as written). A reader with bounds of its own declares them as a model read by
+:meth:`Run.task_as` (the gate's fail-closed loader, which names each refused summary value as written). Report,
 gate and watch read the run only that way (tests/test_typed_reads.py keeps ``run.summary`` / ``run.manifest``
-dict reads out of them; the gate's fail-closed loader, naming each refused summary value, is the one exception).
+dict reads out of them).
 
 Example::
 
@@ -23,18 +25,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic.fields import FieldInfo
 
 from evalkit.contracts import (
     Endpoint,
@@ -49,175 +46,36 @@ from evalkit.contracts import (
     WarmupSettings,
 )
 from evalkit.store.files import LOCK, MANIFEST, SAMPLES, SUMMARY
+from evalkit.store.lenient import (
+    Dropped,
+    M,
+    as_dict,
+    as_int,
+    as_list,
+    as_num,
+    as_str,
+    lenient,
+    lenient_value,
+    read_fields,
+)
 
-
-def as_dict(x: Any) -> dict[str, Any]:
-    return x if isinstance(x, dict) else {}
-
-
-def as_list(x: Any) -> list[Any]:
-    return x if isinstance(x, list) else []
-
-
-def as_num(x: Any) -> float | None:
-    """A finite number, else None (bools are not numbers here)."""
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    f = float(x)
-    return f if math.isfinite(f) else None
-
-
-def as_int(x: Any) -> int | None:
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    return None
-
-
-def as_str(x: Any) -> str | None:
-    if x is None:
-        return None
-    return x if isinstance(x, str) else str(x)
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The model class of a field's annotation (``Model`` or ``Model | None``), else None."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if get_origin(annotation) in (Union, UnionType):
-        for arg in get_args(annotation):
-            if (found := _model_in(arg)) is not None:
-                return found
-    return None
-
-
-def _container(annotation: Any) -> tuple[Any, Any] | None:
-    """(origin, item annotation) of a ``list[X]`` / ``dict[str, X]`` annotation (``| None`` allowed), else None."""
-    if get_origin(annotation) in (Union, UnionType):
-        found = [c for a in get_args(annotation) if (c := _container(a)) is not None]
-        return found[0] if found else None
-    origin = get_origin(annotation)
-    if origin is list:
-        return list, get_args(annotation)[0]
-    if origin is dict:
-        return dict, get_args(annotation)[1]
-    return None
-
-
-_NOT_READ = object()
-
-
-@dataclass(frozen=True)
-class Dropped:
-    """A value a lenient read did not take: ``where`` (its dotted path, e.g. ``tasks.gsm8k.requests``), the
-    ``value`` as read, and ``expected``: the type it does not read as."""
-
-    where: str
-    value: Any
-    expected: str
-
-
-def _admits_none(annotation: Any) -> bool:
-    return (
-        annotation is Any
-        or annotation is None
-        or annotation is type(None)
-        or (get_origin(annotation) in (Union, UnionType) and type(None) in get_args(annotation))
-    )
-
-
-def _expected(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-
-
-def lenient_value(annotation: Any, raw: Any, where: str = "", dropped: list[Dropped] | None = None) -> Any:
-    """``raw`` (JSON as read) as ``annotation``, validated strictly as JSON (no numbers from strings, no bools as
-    numbers): a model is read field by field (:func:`lenient`), a list or mapping keeps the entries that read;
-    ``_NOT_READ`` when it does not read or is null (an entry of a list or mapping may be null where its type
-    allows). Each value that does not read is added to ``dropped`` (with its path from ``where``) when it is
-    given; an absent or null one is not."""
-    if raw is None:
-        return _NOT_READ
-    model = _model_in(annotation)
-    if model is not None:
-        value = lenient(model, raw, where, dropped)
-        if value is None:
-            _drop(dropped, where, raw, annotation)
-        return _NOT_READ if value is None else value
-    container = _container(annotation)
-    if container is not None and container[1] is not Any:
-        origin, item = container
-        if origin is list and isinstance(raw, list):
-            return [v for i, x in enumerate(raw) if (v := _entry(item, x, f"{where}[{i}]", dropped)) is not _NOT_READ]
-        if origin is dict and isinstance(raw, dict):
-            return {
-                str(k): v
-                for k, x in raw.items()
-                if (v := _entry(item, x, f"{where}.{k}" if where else str(k), dropped)) is not _NOT_READ
-            }
-        _drop(dropped, where, raw, annotation)
-        return _NOT_READ
-    try:
-        return _adapter(annotation).validate_json(orjson.dumps(raw), strict=True)
-    except (ValidationError, TypeError, orjson.JSONEncodeError):
-        _drop(dropped, where, raw, annotation)
-        return _NOT_READ
-
-
-def _entry(item: Any, raw: Any, where: str, dropped: list[Dropped] | None) -> Any:
-    """An entry of a list or mapping: null where its type allows it (else dropped, and named in ``dropped``),
-    else :func:`lenient_value`."""
-    if raw is None:
-        if _admits_none(item):
-            return None
-        if dropped is not None:
-            dropped.append(Dropped(where, None, _expected(item)))
-        return _NOT_READ
-    return lenient_value(item, raw, where, dropped)
-
-
-def _drop(dropped: list[Dropped] | None, where: str, raw: Any, annotation: Any) -> None:
-    if dropped is not None and raw is not None:
-        dropped.append(Dropped(where, raw, _expected(annotation)))
-
-
-@functools.cache
-def _adapter(annotation: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(annotation)
-
-
-def lenient(model: type[M], data: Any, where: str = "", dropped: list[Dropped] | None = None) -> M | None:
-    """``data`` (a JSON object as read) as ``model``, each field read on its own (:func:`lenient_value`): a field
-    that does not read falls back to its default; None when ``data`` is not a mapping or a required field is
-    missing or does not read. Keys the model does not know are kept where it allows them. ``where`` and
-    ``dropped``: as for :func:`lenient_value`."""
-    if not isinstance(data, dict):
-        return None
-    try:
-        return model.model_validate_json(orjson.dumps(data), strict=True)
-    except (ValidationError, TypeError, orjson.JSONEncodeError):
-        pass
-    values: dict[str, Any] = {}
-    for name, info in model.model_fields.items():
-        value = lenient_value(info.annotation, data.get(name), f"{where}.{name}" if where else name, dropped)
-        if value is not _NOT_READ:
-            values[name] = value
-        elif name in data and data[name] is None and _admits_none(info.annotation):
-            values[name] = None
-        elif info.is_required():
-            return None
-    if model.model_config.get("extra") == "allow":
-        values.update((k, v) for k, v in data.items() if k not in model.model_fields)
-    try:
-        return model.model_validate(values)
-    except ValidationError:
-        return None
+# the lenient reads are part of the reader's face (report, gate and users' scripts import them from here)
+__all__ = [
+    "Dropped",
+    "ManifestRead",
+    "ManifestTaskRead",
+    "Run",
+    "TaskRead",
+    "as_dict",
+    "as_int",
+    "as_list",
+    "as_num",
+    "as_str",
+    "lenient",
+    "lenient_value",
+    "open_run",
+    "writer_pid",
+]
 
 
 @dataclass(frozen=True)
@@ -247,21 +105,11 @@ class TaskRead:
         """``raw`` (the summary's entry for ``name``) read; each value that does not read is added to ``dropped``
         (its path from ``tasks.<name>``) when it is given."""
         if not isinstance(raw, dict):
+            if dropped is not None and raw is not None:
+                dropped.append(Dropped(f"tasks.{name}", raw, "TaskSummary"))
             return cls(name, listed)
-        values = _read_fields(TaskSummary.model_fields, raw, f"tasks.{name}", [] if dropped is None else dropped)
+        values = read_fields(TaskSummary.model_fields, raw, f"tasks.{name}", [] if dropped is None else dropped)
         return cls(name, listed, bool(raw), **values)
-
-
-def _read_fields(
-    fields: dict[str, FieldInfo], raw: dict[str, Any], where: str, dropped: list[Dropped]
-) -> dict[str, Any]:
-    """The ``fields`` (a model's) in ``raw`` that read (:func:`lenient_value`), by name; the others in ``dropped``."""
-    prefix = f"{where}." if where else ""
-    return {
-        key: value
-        for key, info in fields.items()
-        if (value := lenient_value(info.annotation, raw.get(key), prefix + key, dropped)) is not _NOT_READ
-    }
 
 
 @dataclass(frozen=True)
@@ -290,7 +138,7 @@ class ManifestTaskRead:
             if dropped is not None and raw is not None:
                 dropped.append(Dropped(f"tasks.{name}", raw, "ManifestTask"))
             return cls(name, listed)
-        values = _read_fields(ManifestTask.model_fields, raw, f"tasks.{name}", [] if dropped is None else dropped)
+        values = read_fields(ManifestTask.model_fields, raw, f"tasks.{name}", [] if dropped is None else dropped)
         version = raw.get("version")
         if as_num(version) is not None:  # a version written as a number (lm-eval's task YAML): its text
             values["version"] = str(version)
@@ -334,7 +182,7 @@ class ManifestRead:
             return cls()
         dropped: list[Dropped] = []
         fields = {k: v for k, v in Manifest.model_fields.items() if k != "tasks"}
-        values = _read_fields(fields, raw, "", dropped)
+        values = read_fields(fields, raw, "", dropped)
         tasks_raw = raw.get("tasks")
         if tasks_raw is not None and not isinstance(tasks_raw, dict):
             dropped.append(Dropped("tasks", tasks_raw, "dict[str, ManifestTask]"))
@@ -380,6 +228,21 @@ class Run:
     def tasks(self) -> list[TaskRead]:
         """Every task entry of ``summary.json``, in its order (:meth:`task`)."""
         return [TaskRead.of(str(k), v) for k, v in as_dict(self.summary.get("tasks")).items()]
+
+    def summary_task_names(self, dropped: list[Dropped] | None = None) -> list[str]:
+        """The names ``summary.json``'s ``tasks`` lists, in its order, whatever each entry holds; a ``tasks`` that
+        is not a mapping lists none and is added to ``dropped`` when it is given."""
+        tasks = self.summary.get("tasks")
+        if tasks is not None and not isinstance(tasks, dict) and dropped is not None:
+            dropped.append(Dropped("tasks", tasks, "dict[str, TaskSummary]"))
+        return [str(k) for k in as_dict(tasks)]
+
+    def task_as(self, name: str, model: type[M], dropped: list[Dropped] | None = None) -> M | None:
+        """``summary.json``'s entry for task ``name`` read as ``model`` (:func:`lenient`): the fields a reader
+        declares, with bounds of its own (a partial speed reads too), each read on its own; None when the entry is
+        absent or not a mapping. Each value that does not read is added to ``dropped`` as written (paths from
+        ``tasks.<name>``)."""
+        return lenient(model, as_dict(self.summary.get("tasks")).get(name), f"tasks.{name}", dropped)
 
     def records(self) -> Iterator[SampleRecord]:
         """The samples as validated records (pydantic ValidationError on one that is not)."""
