@@ -35,6 +35,7 @@ from evalkit.gating.inputs import (
     StatusCounts,
     TaskInputs,
 )
+from evalkit.gating.per_doc import per_doc_inputs
 from evalkit.scoring.numerics import split_passes
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
 from evalkit.store.positions import POSITIONS, read_positions
@@ -157,7 +158,7 @@ def _task(
     in_summary = _field(summary, "metrics", dict, notes, f"tasks.{name}.metrics", " (metrics named by their filters)")
     names = _metric_names(name, manifest, list(in_summary or {}))
     counts = _counts(samples)
-    return TaskInputs(
+    inputs = TaskInputs(
         name=name,
         identity=_identity(manifest, typed, samples),
         metrics=_metrics(names, samples),
@@ -166,6 +167,19 @@ def _task(
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
         problems=tuple(_consistency(name, typed[0].counts.get("total"), counts)),
+    )
+    per_doc = per_doc_inputs(name, typed[0].detail, samples, manifest.requests)
+    if per_doc is None:
+        return inputs
+    for where, value in per_doc.ignored:
+        notes.ignored(f"tasks.{name}.{where}", value, "a mapping of doc ids to 0/1", " (that metric not compared)")
+    return replace(
+        inputs,
+        metrics=per_doc.metrics,
+        asked_docs=per_doc.asked,
+        scored_docs=per_doc.scored,
+        problems=(*inputs.problems, *per_doc.problems),
+        not_gated=per_doc.not_gated,
     )
 
 
