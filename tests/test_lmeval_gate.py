@@ -172,3 +172,26 @@ def _gated_run(tmp_path: Path) -> Path:
     with TestServer() as srv:
         _run(srv.url, write_gate_mc(tmp_path / "mc", docs=4), tmp_path / "run")
     return tmp_path / "run"
+
+
+def test_a_watch_rotates_through_a_multiple_choice_tasks_documents(tmp_path: Path) -> None:
+    """Each tick sends every choice of its documents; the window is judged by lm-eval's per-document scores: a
+    pass on the same server, a fail once its logits flip choices."""
+    from evalkit.testing.server import TestServer
+    from evalkit.watch import Watch
+    from tests.test_watch import settings
+
+    folder = write_gate_mc(tmp_path / "tasks")
+    run = {"include_path": [folder]}
+    with TestServer() as srv:
+        _run(srv.url, folder, tmp_path / "base")
+        kw = dict(task=TASK, per_tick=20, window=2, ticks=2, baseline=tmp_path / "base", run=run)
+        history = Watch(settings(srv.url, tmp_path / "same", **kw)).run()  # type: ignore[arg-type]
+        srv.state.behaviour.update(logit_noise=3.0, logit_noise_seed=11)
+        flipped = Watch(settings(srv.url, tmp_path / "flipped", **kw)).run()  # type: ignore[arg-type]
+    for rec in history:
+        assert rec.status == "ok", rec.error
+        lines = (tmp_path / "same" / rec.dir / "samples.jsonl").read_bytes().splitlines()
+        assert rec.status == "ok" and len(rec.docs) == 20 and len(lines) == 80 == rec.counts["total"]
+    assert history[-1].verdict == "pass", history[-1]
+    assert flipped[-1].verdict == "fail", flipped[-1]
