@@ -178,7 +178,7 @@ def test_a_watch_rotates_through_a_multiple_choice_tasks_documents(tmp_path: Pat
     """Each tick sends every choice of its documents; the window is judged by lm-eval's per-document scores: a
     pass on the same server, a fail once its logits flip choices."""
     from evalkit.testing.server import TestServer
-    from evalkit.watch import Watch
+    from evalkit.watch import Watch, read_history
     from tests.test_watch import settings
 
     folder = write_gate_mc(tmp_path / "tasks")
@@ -186,7 +186,12 @@ def test_a_watch_rotates_through_a_multiple_choice_tasks_documents(tmp_path: Pat
     with TestServer() as srv:
         _run(srv.url, folder, tmp_path / "base")
         kw = dict(task=TASK, per_tick=20, window=2, ticks=2, baseline=tmp_path / "base", run=run)
-        history = Watch(settings(srv.url, tmp_path / "same", **kw)).run()  # type: ignore[arg-type]
+        args = ["watch", "--endpoint", srv.url, "--task", TASK, "--every", "0.05s", "--per-tick", "20", "--window",
+                "2", "--ticks", "2", "--baseline", str(tmp_path / "base"), "--include-path", str(folder),
+                "--request-rate", "1000", "--concurrency", "4"]  # fmt: skip
+        res = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "same")])
+        assert res.exit_code == 0, res.output
+        history = read_history(tmp_path / "same")
         srv.state.behaviour.update(logit_noise=3.0, logit_noise_seed=11)
         flipped = Watch(settings(srv.url, tmp_path / "flipped", **kw)).run()  # type: ignore[arg-type]
     for rec in history:
