@@ -1,6 +1,6 @@
 """The test server's language model for scored requests (``prompt_logprobs``, or ``echo`` with ``logprobs``):
 deterministic logprobs of a prompt's positions and a greedy continuation, in vLLM's answer shape, with
-perturbations of known size. A completions prompt may be token ids (each id's text ``" w<id>"``).
+perturbations of known size. An ``echo`` request's prompt may be token ids (each id's text ``" w<id>"``).
 
 Tokens: a prompt is split as ``usage`` counts it (:data:`evalkit.testing.answers.TOKEN_RE`: a run of non-space
 characters with its leading whitespace), each piece's id ``crc32(piece) % VOCAB`` (also what ``POST /tokenize``
@@ -106,14 +106,23 @@ def _entries(ids: np.ndarray, lps: np.ndarray, rest: float, actual: int | None, 
 
 
 def _prompt_ids(body: dict[str, Any], chat: bool, why: str) -> tuple[list[int], list[str]]:
-    """The prompt's token ids and their texts: a completions prompt given as token ids (each id's text
-    :func:`piece_text`), else the prompt's text split as ``/tokenize`` splits it."""
+    """The prompt's token ids and their texts: an ``echo`` request's prompt given as token ids (each id's text
+    :func:`piece_text`; lm-eval's loglikelihood requests), else the prompt's text split as ``/tokenize`` splits
+    it."""
     raw = body.get("prompt")
-    if not chat and isinstance(raw, list) and raw and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+    if (
+        why == "echo"
+        and not chat
+        and isinstance(raw, list)
+        and raw
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in raw)
+    ):
         return list(raw), [piece_text(x) for x in raw]
     text = prompt_text(body, chat)
     if text is None:
-        raise ValueError(f"`{why}` needs a string `prompt`, token ids or `messages` on the evalkit test server")
+        raise ValueError(
+            f"`{why}` needs a string `prompt` or `messages` (token ids with `echo`) on the evalkit test server"
+        )
     pieces = TOKEN_RE.findall(text)
     return [token_id(p) for p in pieces], pieces
 
