@@ -111,6 +111,10 @@ def test_a_multiple_choice_task_on_the_test_server_passes_or_fails_the_gate(tmp_
     summary = json.loads((tmp_path / "base" / "summary.json").read_text())["tasks"][TASK]
     assert summary["metrics"]["acc,none"]["value"] == 1.0 and summary["counts"]["total"] == 160
     assert summary["detail"]["doc_scores"]["acc,none"] == {str(d): 1 for d in range(40)}
+    from evalkit.reporting.run_tables import detail_view
+
+    shown = detail_view(summary["detail"])  # the report's task details leave the per-document scores out
+    assert "doc_scores" not in {kv.key for kv in [*shown.scalars, *shown.nested]}
     base = from_run_dir(tmp_path / "base").tasks[TASK]
     assert base.asked_docs == base.scored_docs == frozenset(range(40))  # documents, not requests
     code, data = _gate(tmp_path / "base", tmp_path / "again")
