@@ -117,6 +117,15 @@ def test_a_multiple_choice_task_on_the_test_server_passes_or_fails_the_gate(tmp_
     assert "doc_scores" not in {kv.key for kv in [*shown.scalars, *shown.nested]}
     base = from_run_dir(tmp_path / "base").tasks[TASK]
     assert base.asked_docs == base.scored_docs == frozenset(range(40))  # documents, not requests
+    import shutil
+
+    shutil.copytree(tmp_path / "base", tmp_path / "edited")  # one document's third choice edited
+    records = [json.loads(x) for x in (tmp_path / "base" / "samples.jsonl").read_bytes().splitlines()]
+    edited = next(r for r in records if r["doc_id"] == 3 and r["sample_index"] == 2)
+    edited["prompt"] += "!"
+    (tmp_path / "edited" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, _ = _gate(tmp_path / "base", tmp_path / "edited")
+    assert code == 2  # the prompts differ on document 3: not comparable
     code, data = _gate(tmp_path / "base", tmp_path / "again")
     assert code == 0 and data["verdict"] == "pass" and not data["reasons"], data
     assert _accuracy(data) == {f"{TASK}: acc,none": "pass", f"{TASK}: acc_norm,none": "pass"}
