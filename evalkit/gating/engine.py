@@ -112,6 +112,7 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
             runs=tuple(t.speed for t in parts),
             problems=(*(p for t in parts for p in t.problems), *lacking),
             numerics=parts[0].numerics,
+            not_gated=parts[0].not_gated,
         )
     notes = [n for r in runs for n in r.notes]
     return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting, notes=notes)
@@ -165,7 +166,12 @@ def _accuracy_rules(
         for m in sorted(only)
         if policy.accuracy.rule(task, m).enabled
     ]
-    if not base.metrics and not cand.metrics:
+    reasons += [
+        f"{task}: metric {m} is not judged by the gate: {why}"
+        for m, why in sorted({**base.not_gated, **cand.not_gated}.items())
+        if m not in base.metrics and m not in cand.metrics and policy.accuracy.rule(task, m).enabled
+    ]
+    if not base.metrics and not cand.metrics and not reasons:
         reasons.append(f"{task}: neither run has a scored accuracy metric")
     notes = [
         f"{task}: the policy names metric {m}, which neither run has"

@@ -147,6 +147,8 @@ class TaskInputs:
     problems: tuple[str, ...] = ()
     # the task's teacher-forced positions (None: the task recorded none); judged by the numerics rules
     numerics: NumericsInputs | None = None
+    # metrics the task scored with no per-document 0/1 score to pair (a perplexity), each with the reason
+    not_gated: dict[str, str] = field(default_factory=dict)
 
     def scored(self) -> frozenset[int]:
         """The documents scored in this run (``scored_docs``, else every item of any metric)."""

@@ -37,6 +37,7 @@ from evalkit.gating.inputs import (
     StatusCounts,
     TaskInputs,
 )
+from evalkit.gating.per_doc import per_doc_inputs
 from evalkit.scoring.numerics import split_passes
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
 from evalkit.store.positions import POSITIONS, read_positions
@@ -187,7 +188,7 @@ def _task(
     notes.dropped(bounded, f"tasks.{name}.metrics", "a mapping", " (metrics named by their filters)")
     names = _metric_names(name, manifest, list(fields.metrics or {}))
     counts = _counts(samples)
-    return TaskInputs(
+    inputs = TaskInputs(
         name=name,
         identity=_identity(manifest, typed, samples),
         metrics=_metrics(names, samples),
@@ -196,6 +197,19 @@ def _task(
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
         problems=tuple(_consistency(name, typed[0].counts.get("total"), counts)),
+    )
+    per_doc = per_doc_inputs(name, typed[0].detail, samples, manifest.requests)
+    if per_doc is None:
+        return inputs
+    for where, value in per_doc.ignored:
+        notes.ignored(f"tasks.{name}.{where}", value, "a mapping of doc ids to 0/1", " (that metric not compared)")
+    return replace(
+        inputs,
+        metrics=per_doc.metrics,
+        asked_docs=per_doc.asked,
+        scored_docs=per_doc.scored,
+        problems=(*inputs.problems, *per_doc.problems),
+        not_gated=per_doc.not_gated,
     )
 
 
@@ -253,15 +267,20 @@ def _identity(
     manifest: ManifestTaskRead, typed: tuple[TaskRead, list[Dropped]], samples: list[dict[str, Any]]
 ) -> Identity:
     """The task's identity; its version from the manifest, else the summary's (as written: one written as a
-    number, which the typed read drops, is its text)."""
+    number, which the typed read drops, is its text). A document's prompt digest covers each distinct prompt of
+    its samples in ``sample_index`` order (an lm-eval multiple-choice document: every choice's text)."""
     settings, (read, dropped) = manifest.settings, typed
     as_written = (d.value for d in dropped if d.where == f"tasks.{read.name}.version")
     version = next((v for v in (manifest.version, read.version) if v is not None), next(as_written, None))
-    digests: dict[int, str] = {}
+    prompts: dict[int, dict[int, Any]] = {}  # doc -> sample_index -> [prompt, messages]
     for s in samples:
-        if s["doc_id"] not in digests:
-            text = orjson.dumps([s.get("prompt"), s.get("messages")])
-            digests[s["doc_id"]] = hashlib.sha256(text).hexdigest()[:16]
+        index = s["sample_index"] if isinstance(s.get("sample_index"), int) else 0
+        prompts.setdefault(s["doc_id"], {}).setdefault(index, [s.get("prompt"), s.get("messages")])
+    digests: dict[int, str] = {}
+    for doc, by_index in prompts.items():  # a document's distinct prompts in sample order (one: that prompt)
+        distinct = list({orjson.dumps(p): p for _, p in sorted(by_index.items())}.values())
+        text = orjson.dumps(distinct[0] if len(distinct) == 1 else distinct)
+        digests[doc] = hashlib.sha256(text).hexdigest()[:16]
     joined = "\n".join(f"{d}:{h}" for d, h in sorted(digests.items())).encode()
     limit, fewshot = settings.get("limit"), settings.get("num_fewshot")
     return Identity(

@@ -68,3 +68,19 @@ def aggregate(task: Any, raw: dict[tuple[str, str], list[Any]]) -> dict[str, Met
             ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
         out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
     return out
+
+
+def doc_scores(per_doc: dict[str, dict[int, Any]]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """The metrics whose per-document values are all 0/1 (``acc``, ``acc_norm``, ``exact_match``), as
+    ``{metric: {doc_id: 0|1}}``; and each other metric with why the gate cannot pair it per document."""
+    scores: dict[str, dict[str, int]] = {}
+    not_gated: dict[str, str] = {}
+    for name, values in per_doc.items():
+        if all(isinstance(v, bool | int | float) and v in (0, 1) for v in values.values()):
+            scores[name] = {str(d): int(v) for d, v in values.items()}
+        else:
+            not_gated[name] = (
+                "its per-document values are not 0/1 scores (lm-eval aggregates them over the corpus, e.g. a "
+                "perplexity from (loglikelihood, length) pairs), so no paired per-document test applies"
+            )
+    return scores, not_gated

@@ -29,7 +29,7 @@ from evalkit.errors import TaskError
 from evalkit.tasks import lmeval_scored as scored
 from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
-from evalkit.tasks.lmeval_results import aggregate, generation_metrics, scored_metrics
+from evalkit.tasks.lmeval_results import aggregate, doc_scores, generation_metrics, scored_metrics
 from evalkit.tasks.lmeval_source import (
     config_hash,
     download_error,
@@ -422,7 +422,9 @@ class LmEvalTask(Task):
         return metrics[0] if metrics else "exact_match"
 
     def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
-        """lm-eval's aggregation and ``stderr_for_metric`` over the docs that got an answer."""
+        """lm-eval's aggregation and ``stderr_for_metric`` over the docs that got an answer; for scored requests
+        also each document's 0/1 scores (``detail.doc_scores``, what the gate pairs) and the metrics without one
+        (``detail.not_gated``, with the reason)."""
         task = self._task()
         raw: dict[tuple[str, str], list[Any]] = {}
         by_doc: dict[int, list[SampleRecord]] = {}
@@ -430,6 +432,7 @@ class LmEvalTask(Task):
             if r.task == self.name:
                 by_doc.setdefault(r.doc_id, []).append(r)
         n_scored = 0
+        per_doc: dict[str, dict[int, Any]] = {}  # "metric,filter" -> doc_id -> lm-eval's per-document value
         for doc_id in sorted(by_doc):
             doc_records = sorted(by_doc[doc_id], key=lambda r: r.sample_index)
             if any(r.status == "api_error" for r in doc_records):
@@ -448,8 +451,10 @@ class LmEvalTask(Task):
                 for metric, value in metrics.items():
                     if metric != "_filtered":
                         raw.setdefault((metric, fname), []).append(value)
+                        per_doc.setdefault(f"{metric},{fname}", {})[doc_id] = value
         out = aggregate(task, raw)
         detail: dict[str, Any] = {"docs_scored": n_scored, "docs_total": len(by_doc)}
-        if self.scored:
+        if self.scored:  # records are per request: the gate pairs documents by these
             detail["prefill"] = scored.PREFILL_NOTE
+            detail["doc_scores"], detail["not_gated"] = doc_scores(per_doc)
         return out, detail

@@ -76,8 +76,8 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
                 prompt_tokens.append([f" {x}" for x in item])
             else:
                 raise ApiError(400, "`prompt` must be a string, a list of strings or token ids")
-        if body.get("echo"):
-            raise ApiError(400, "`echo` is not supported by the evalkit test server")
+        if body.get("echo") and body.get("logprobs") is None:
+            raise ApiError(400, "`echo` without `logprobs` is not supported by the evalkit test server")
     n = body.get("n", 1) or 1
     if not isinstance(n, int) or n < 1:
         raise ApiError(400, "`n` must be a positive integer")

@@ -1,5 +1,6 @@
-"""The test server's language model for scored requests (``prompt_logprobs``): deterministic logprobs of a
-prompt's positions and a greedy continuation, in vLLM's answer shape, with perturbations of known size.
+"""The test server's language model for scored requests (``prompt_logprobs``, or ``echo`` with ``logprobs``):
+deterministic logprobs of a prompt's positions and a greedy continuation, in vLLM's answer shape, with
+perturbations of known size. An ``echo`` request's prompt may be token ids (each id's text ``" w<id>"``).
 
 Tokens: a prompt is split as ``usage`` counts it (:data:`evalkit.testing.answers.TOKEN_RE`: a run of non-space
 characters with its leading whitespace), each piece's id ``crc32(piece) % VOCAB`` (also what ``POST /tokenize``
@@ -104,56 +105,90 @@ def _entries(ids: np.ndarray, lps: np.ndarray, rest: float, actual: int | None, 
     return out
 
 
-def scored_fields(body: dict[str, Any], chat: bool, pert: Perturbation, max_tokens: int) -> dict[str, Any] | None:
-    """For a request with ``prompt_logprobs``: ``prompt_token_ids``, ``prompt_logprobs``, the greedy
-    continuation's ``token_ids`` (``max_tokens`` of them) and its ``text`` (one token longer, so that the answer
-    ends with ``finish_reason`` length as a model that never ends does), and ``logprobs`` (vLLM's completions
-    shape, when the request asks for ``logprobs``); None for other requests."""
-    k = body.get("prompt_logprobs")
-    if k is None:
-        return None
-    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        raise ValueError("`prompt_logprobs` must be a non-negative integer")
+def _prompt_ids(body: dict[str, Any], chat: bool, why: str) -> tuple[list[int], list[str]]:
+    """The prompt's token ids and their texts: an ``echo`` request's prompt given as token ids (each id's text
+    :func:`piece_text`; lm-eval's loglikelihood requests), else the prompt's text split as ``/tokenize`` splits
+    it."""
+    raw = body.get("prompt")
+    if (
+        why == "echo"
+        and not chat
+        and isinstance(raw, list)
+        and raw
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in raw)
+    ):
+        return list(raw), [piece_text(x) for x in raw]
     text = prompt_text(body, chat)
     if text is None:
-        raise ValueError("`prompt_logprobs` needs a string `prompt` or `messages` on the evalkit test server")
+        raise ValueError(
+            f"`{why}` needs a string `prompt` or `messages` (token ids with `echo`) on the evalkit test server"
+        )
     pieces = TOKEN_RE.findall(text)
-    ids = [token_id(p) for p in pieces]
+    return [token_id(p) for p in pieces], pieces
+
+
+def _k(body: dict[str, Any], key: str) -> int | None:
+    k = body.get(key)
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
+        raise ValueError(f"`{key}` must be a non-negative integer")
+    return k
+
+
+def scored_fields(body: dict[str, Any], chat: bool, pert: Perturbation, max_tokens: int) -> dict[str, Any] | None:
+    """For a request with ``prompt_logprobs``, or a completions request with ``echo`` and ``logprobs``:
+    ``prompt_token_ids``, ``prompt_logprobs``, the greedy continuation's ``token_ids`` (``max_tokens`` of them)
+    and its ``text`` (one token longer, so that the answer ends with ``finish_reason`` length as a model that
+    never ends does), and ``logprobs`` (vLLM's completions shape, when the request asks for ``logprobs``; with
+    ``echo`` over the prompt's tokens, the first one's logprob null, then the generated ones); None for other
+    requests."""
+    k, gen_k = _k(body, "prompt_logprobs"), _k(body, "logprobs")
+    echo = not chat and body.get("echo") is True and gen_k is not None
+    if k is None and not echo:
+        return None
+    ids, pieces = _prompt_ids(body, chat, "prompt_logprobs" if k is not None else "echo")
+    k = gen_k if k is None else k  # echo: vLLM answers the prompt's logprobs with the request's logprobs
+    assert k is not None
     h = 0
     positions: list[dict[str, Any] | None] = [None] if ids else []
+    echoed: list[tuple[str, float | None, dict[str, float] | None]] = [(pieces[0], None, None)] if ids else []
     for i, tid in enumerate(ids):
         if i:
             cand, lps, rest = distribution(h, pert)
             positions.append(_entries(cand, lps, rest, tid, k, pieces[i]))
+            if echo:
+                entries = _entries(cand, lps, rest, tid, max(k, 1), pieces[i])
+                actual = entries[str(tid)]["logprob"] if str(tid) in entries else rest
+                top = {e["decoded_token"]: e["logprob"] for e in entries.values()}
+                echoed.append((pieces[i], actual, top))
         h = _step(h, tid)
-    gen_k = body.get("logprobs")
-    gen_k = gen_k if isinstance(gen_k, int) and not isinstance(gen_k, bool) else None
     out_ids: list[int] = []
-    lp_tokens: list[str] = []
-    lp_values: list[float] = []
-    lp_tops: list[dict[str, float]] = []
+    generated: list[tuple[str, float | None, dict[str, float] | None]] = []
     for _ in range(max_tokens + 1):  # one past max_tokens: the plan ends with finish_reason length (no EOS)
         cand, lps, rest = distribution(h, pert)
         best = int(np.argmax(lps))
         tid = int(cand[best])
         out_ids.append(tid)
         if gen_k is not None:
-            lp_tokens.append(piece_text(tid))
-            lp_values.append(float(lps[best]))
             order = np.argsort(-lps, kind="stable")[: max(gen_k, 1)]
-            lp_tops.append({piece_text(int(cand[i])): float(lps[i]) for i in order})
+            generated.append(
+                (piece_text(tid), float(lps[best]), {piece_text(int(cand[i])): float(lps[i]) for i in order})
+            )
         h = _step(h, tid)
     logprobs = None
     if gen_k is not None:
-        offsets = [sum(len(t) for t in lp_tokens[:i]) for i in range(len(lp_tokens))]
+        rows = [*(echoed if echo else []), *generated[:max_tokens]]
+        offsets = [sum(len(t) for t, _, _ in rows[:i]) for i in range(len(rows))]
         logprobs = {
-            "text_offset": offsets[:max_tokens], "token_logprobs": lp_values[:max_tokens],
-            "tokens": lp_tokens[:max_tokens], "top_logprobs": lp_tops[:max_tokens],
+            "text_offset": offsets, "token_logprobs": [lp for _, lp, _ in rows],
+            "tokens": [t for t, _, _ in rows], "top_logprobs": [top for _, _, top in rows],
         }  # fmt: skip
+    text = "".join(piece_text(t) for t in out_ids)
+    if echo and isinstance(body.get("prompt"), str):  # vLLM echoes a text prompt before the generated text
+        text = body["prompt"] + text
     return {
         "prompt_token_ids": ids,
         "prompt_logprobs": positions,
         "token_ids": out_ids[:max_tokens],
-        "text": "".join(piece_text(t) for t in out_ids),
+        "text": text,
         "logprobs": logprobs,
     }

@@ -29,6 +29,7 @@ from evalkit.gating import CannotCompare, GateResult, RunInputs, from_run_dir, l
 from evalkit.gating.policy import Policy
 from evalkit.history import record_tick
 from evalkit.runner import Runner
+from evalkit.runner.plan import lm_eval_expanded
 from evalkit.server.gpu import gpu_info
 from evalkit.store.reader import as_num, open_run
 from evalkit.tasks.registry import Registry
@@ -143,10 +144,15 @@ class Watch:
     def _order(self) -> list[int]:
         """The documents the ticks rotate through: those the baseline scored, or (no baseline) those the first
         ``baseline_ticks`` ticks cover, which later ticks cover again. Refuses a baseline with no scored
-        document and a task that does not keep to a document selection (each tick would send all of it)."""
+        document and a task that does not keep to a document selection (each tick would send all of it); a task of
+        several requests per document (lm-eval's multiple-choice) rotates through its documents."""
         s = self.s
-        task = Registry(self.tick_config(1, [0]).tasks_dir).get(s.task)
-        if task.count_requests(TaskSettings(num_samples=1, max_tokens=1, docs=(0,))) > 1:
+        cfg = lm_eval_expanded(self.tick_config(1, [0]))
+        task = Registry(cfg.tasks_dir).get(s.task)
+        task.use_endpoint(s.endpoint, cfg.resolved_api_key())  # a loglikelihood task tokenises at the endpoint
+        one = task.count_requests(TaskSettings(num_samples=1, max_tokens=1, docs=(0,)))
+        several = one > 1  # several requests per document (a multiple-choice task's choices) or all of them
+        if several and task.count_requests(TaskSettings(num_samples=1, max_tokens=1, docs=(0, 1))) <= one:
             raise ConfigError(
                 f"task {s.task} does not keep to a document selection (each tick would send all of it); "
                 "evalkit watch cannot run it: build only the documents TaskSettings.docs names"
@@ -163,7 +169,8 @@ class Watch:
                     f"{base.counts.total} requests api_error); pass a baseline run that got answers"
                 )
             return rotation(sorted(docs), s.seed)
-        n = task.count_requests(TaskSettings(num_samples=1, max_tokens=1))
+        every = TaskSettings(num_samples=1, max_tokens=1)
+        n = len({r.doc_id for r in task.build_requests(every)}) if several else task.count_requests(every)
         return rotation(rotation(list(range(n)), s.seed)[: s.baseline_ticks * s.per_tick], s.seed)
 
     # -- the loop --------------------------------------------------------------------------------------------
@@ -215,7 +222,7 @@ class Watch:
         )
         try:
             if self._worker is None:
-                self._worker = Worker(self.tick_config(tick, docs).tasks_dir)
+                self._worker = Worker(lm_eval_expanded(self.tick_config(tick, docs)).tasks_dir)  # lm-eval:NAME
             Runner(
                 self.tick_config(tick, docs), argv=["evalkit", "watch", "tick", str(tick)], scoring=self._worker
             ).run()

@@ -114,6 +114,7 @@ def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = No
         scored_docs=frozenset().union(*(t.scored() for t in ticks)),
         problems=tuple(p for t in ticks for p in t.problems),
         numerics=_merge_numerics(ticks),
+        not_gated={k: v for t in ticks for k, v in t.not_gated.items()},
     )
     return RunInputs(label=label, tasks={task: merged}, concurrency_setting=None)
 
