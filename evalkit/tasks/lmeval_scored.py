@@ -37,11 +37,16 @@ class ServerTokenizer:
     """lm-eval's ``remote`` tokenizer interface over a vLLM server's ``/tokenize`` (``add_special_tokens: false``,
     as lm-eval's RemoteTokenizer sends), each text asked once."""
 
+    WORKERS = 16  # texts asked at once by prefetch (the session keeps as many connections)
+
     def __init__(self, root: str, headers: dict[str, str]) -> None:
         import requests
+        from requests.adapters import HTTPAdapter
 
         self.root = root.rstrip("/")
         self.session = requests.Session()
+        for scheme in ("http://", "https://"):
+            self.session.mount(scheme, HTTPAdapter(pool_connections=1, pool_maxsize=self.WORKERS))
         self.session.headers.update({"Content-Type": "application/json", **headers})
         self.cache: dict[str, list[int]] = {}
         self._info: dict[str, Any] | None = None
@@ -50,7 +55,7 @@ class ServerTokenizer:
         import requests
 
         try:
-            r = self.session.post(self.root + path, data=orjson.dumps(body), timeout=60)
+            r = self.session.post(self.root + path, data=orjson.dumps(body), timeout=60, allow_redirects=False)
         except requests.RequestException as e:
             raise TaskError(f"{self.root}{path}: {e}; is the server up? (or pass --tokenizer PATH)") from None
         if r.status_code != 200:
@@ -69,15 +74,15 @@ class ServerTokenizer:
             ids = self.cache[text] = tokens
         return ids
 
-    def prefetch(self, texts: Sequence[str], workers: int = 16) -> None:
-        """Ask the server for every text not yet known, ``workers`` at a time."""
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Ask the server for every text not yet known, ``WORKERS`` at a time."""
         todo = list(dict.fromkeys(t for t in texts if t not in self.cache))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with ThreadPoolExecutor(max_workers=self.WORKERS) as pool:
             list(pool.map(self.encode, todo))
 
     def _special(self, key: str) -> int | None:
         if self._info is None:
-            r = self.session.get(self.root + "/tokenizer_info", timeout=60)
+            r = self.session.get(self.root + "/tokenizer_info", timeout=60, allow_redirects=False)
             if r.status_code != 200:
                 raise TaskError(
                     f"{self.root}/tokenizer_info answered HTTP {r.status_code}: this task needs the model's BOS/EOS "
