@@ -13,10 +13,12 @@ import pytest
 from pydantic import ValidationError
 
 from evalkit.config.server import ServerConfig
-from evalkit.server.launch import cpu_threads_bind
+from evalkit.server.launch import cpu_threads_bind, launch_env
 from evalkit.server.vllm_process import VLLMServer
+from evalkit.sweep import load_spec, plan
 
-FAKE = str(Path(__file__).resolve().parents[1] / "evalkit" / "testing" / "fake_vllm_process.py")
+REPO = Path(__file__).resolve().parents[1]
+FAKE = str(REPO / "evalkit" / "testing" / "fake_vllm_process.py")
 
 
 def cfg(**kw: Any) -> ServerConfig:
@@ -88,3 +90,13 @@ def test_binding_reaches_the_server_process(tmp_path: Path, monkeypatch: pytest.
         prov = srv.provenance()
     assert json.loads(record.read_text())["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "2-3|4-5"
     assert prov["env_overrides"]["VLLM_CPU_OMP_THREADS_BIND"] == "2-3|4-5"
+
+
+def test_cpu_sweep_example_plans_three_layouts_bound_per_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    combos = plan(load_spec(REPO / "examples" / "sweeps" / "cpu-layouts.yaml"))
+    assert [c.name for c in combos] == ["tp1__default__c4", "tp3__default__c4", "dp2__default__c4"]
+    assert len({c.server_key() for c in combos}) == 3  # one server per layout
+    binds = {c.config: launch_env(c.server, {})["VLLM_CPU_OMP_THREADS_BIND"] for c in combos if c.server}
+    assert binds == {"tp1": "0-1", "tp3": "0|1|0", "dp2": "0|1"}
+    assert all(c.settings["tasks"] == ["gsm8k", "numerics"] for c in combos)
