@@ -16,27 +16,32 @@ from pathlib import Path
 
 import yaml
 
-from evalkit.server.launch import MODULE
-from tests.test_vllm_e2e import _cmdline, cli_env, launched_port, vllm_pids
+from tests.test_vllm_e2e import cli_env, launched_port, vllm_pids
 from tests.vllm_env import MODEL_DIR, REPO, VLLM_MARKS
 
 pytestmark = VLLM_MARKS
 LAYOUTS = ("tp1", "tp3", "dp2")
 
 
-def evalkit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def evalkit(*args: str, mark: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "evalkit.cli", *args]
-    return subprocess.run(argv, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=timeout)
+    env = {**cli_env(), "EVALKIT_TEST_MARK": mark}
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def vllm_processes() -> set[int]:
-    """Live vLLM processes on this machine: API servers and their children (``VLLM::EngineCore_DP0``,
-    ``VLLM::Worker``, ``VLLM::DPCoordinator`` ...)."""
+def processes_marked(mark: str) -> set[int]:
+    """Live processes whose environment holds ``EVALKIT_TEST_MARK=mark``: what this test's evalkit started and
+    everything those started (vLLM's API server, ``VLLM::EngineCore_DP0``, ``VLLM::Worker`` ... inherit it),
+    whatever process group they are in, and nothing else on the machine."""
+    needle = f"EVALKIT_TEST_MARK={mark}".encode()
     found = set()
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            args = _cmdline(int(entry))
-            if args and (args[0].startswith("VLLM::") or MODULE in args):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
                 found.add(int(entry))
     return found
 
@@ -46,9 +51,9 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
     spec["server"]["model"] = str(MODEL_DIR)
     sweep_file, out = tmp_path / "cpu-layouts.yaml", tmp_path / "sweep"
     sweep_file.write_text(yaml.safe_dump(spec, sort_keys=False))  # the file's order: tp1 is "first"
-    before = vllm_processes()
+    mark = str(tmp_path)
     t0 = time.monotonic()
-    p = evalkit("sweep", str(sweep_file), "-o", str(out))
+    p = evalkit("sweep", str(sweep_file), "-o", str(out), mark=mark)
     wall = time.monotonic() - t0
     assert p.returncode == 0, p.stderr[-3000:]
 
@@ -56,7 +61,7 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
         port = launched_port(out / "servers" / layout / "server.log")
         assert port is not None and vllm_pids(port) == [], layout
     time.sleep(1)  # the last server's group was signalled before evalkit exited; give the kernel a moment to reap
-    assert vllm_processes() - before == set(), "vLLM processes the sweep started outlived it"
+    assert processes_marked(mark) == set(), "processes the sweep started (vLLM engines, workers) outlived it"
     rows = {r["config"]: r for r in csv.DictReader((out / "sweep.csv").open())}
     assert tuple(rows) == LAYOUTS
     assert all(not r.get("error") for r in rows.values()), rows
@@ -79,7 +84,9 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
 
     verdicts, rules = {}, {}
     for layout in ("tp3", "dp2"):
-        g = evalkit("gate", str(runs["tp1"]), str(runs[layout]), "-o", str(tmp_path / f"gate-{layout}"), timeout=120)
+        g = evalkit(
+            "gate", str(runs["tp1"]), str(runs[layout]), "-o", str(tmp_path / f"gate-{layout}"), mark=mark, timeout=120
+        )
         gate = json.loads((tmp_path / f"gate-{layout}" / "gate.json").read_text())
         assert g.returncode == {"pass": 0, "fail": 1, "cannot_decide": 2}[gate["verdict"]], g.stderr
         verdicts[layout] = gate["verdict"]
