@@ -76,6 +76,12 @@ SERVER_OPTIONS: tuple[ServerOption, ...] = (
         ("--batch-invariant",),
         "VLLM_BATCH_INVARIANT=1: answers independent of batching (for gate runs).",
     ),
+    ServerOption(
+        "cpu_threads_bind",
+        str,
+        help="CPU vLLM: VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1|0' (one CPU list per rank) or 'spread' (this "
+        "process's CPUs shared over the ranks).",
+    ),
     ServerOption("gpus", str, help="CUDA_VISIBLE_DEVICES for the server, e.g. 0,1."),
     ServerOption("port", int, help="Server port (default: a free one)."),
     ServerOption(

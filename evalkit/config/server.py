@@ -93,6 +93,12 @@ class ServerConfig(BaseModel):
         description="vLLM's batch-invariant mode (env VLLM_BATCH_INVARIANT=1): the same answer "
         "for a request whatever else is in its batch",
     )
+    cpu_threads_bind: str | None = Field(
+        default=None,
+        description="CPU build of vLLM: VLLM_CPU_OMP_THREADS_BIND, the CPUs of each rank ('0-3|4-7', one entry "
+        "per local rank, order DP, PP, TP; 'nobind'; 'auto': vLLM's NUMA binding), or 'spread': the CPUs this "
+        "process may use, spread over the local ranks (shared round-robin when ranks outnumber CPUs)",
+    )
     extra_args: list[str] = Field(default_factory=list, description='free-form flags, e.g. "--kv-cache-dtype=fp8"')
     env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. VLLM_USE_DEEP_GEMM=0")
     gpus: str | None = Field(default=None, description='CUDA_VISIBLE_DEVICES for the server, e.g. "0,1"')
@@ -131,6 +137,7 @@ class ServerConfig(BaseModel):
                 "enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without it), e.g. hermes"
             )
         check_layout(self)
+        check_cpu_threads_bind(self)
         return self
 
     @property
@@ -300,6 +307,30 @@ def _check_gpus(cfg: ServerConfig) -> None:
         f"gpus {cfg.gpus!r} names {named} GPU(s) but {sizes} needs {needed} on this node; "
         "name that many GPUs or change the parallel sizes"
     )
+
+
+def check_cpu_threads_bind(cfg: ServerConfig) -> None:
+    """Raise ValueError (one line) when ``cpu_threads_bind`` is given twice or names CPUs for another number of
+    local ranks than the layout has."""
+    bind = cfg.cpu_threads_bind
+    if bind is None:
+        return
+    if "VLLM_CPU_OMP_THREADS_BIND" in cfg.env:
+        raise ValueError("VLLM_CPU_OMP_THREADS_BIND is given both in env and as cpu_threads_bind; give it once")
+    if bind in ("spread", "auto", "nobind"):
+        return
+    entries, ranks = bind.split("|"), local_gpus(cfg)
+    for entry in entries:
+        if not entry or not all(part.replace("-", "", 1).isdigit() for part in entry.split(",")):
+            raise ValueError(
+                f"cpu_threads_bind {bind!r}: {entry!r} is not a CPU list; give e.g. '0-3|4-7' (one list per rank), "
+                "'spread', 'auto' or 'nobind'"
+            )
+    if ranks is not None and len(entries) != ranks:
+        raise ValueError(
+            f"cpu_threads_bind {bind!r} names CPUs for {len(entries)} rank(s) but the layout has {ranks} on this "
+            "node (data x pipeline x tensor parallel); give one CPU list per rank or 'spread'"
+        )
 
 
 def layout_warnings(cfg: ServerConfig) -> list[str]:

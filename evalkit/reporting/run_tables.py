@@ -236,6 +236,20 @@ def _prefix_cache_str(server: dict[str, Any]) -> str | None:
     return fmt_pct(rate)
 
 
+def _engines_str(server: dict[str, Any]) -> str | None:
+    engines = as_dict(server.get("engines"))
+    if not engines:
+        return None
+    parts = []
+    for name, counts in engines.items():
+        c = as_dict(counts)
+        parts.append(
+            f"engine {name}: {fmt_int(c.get('requests'))} requests, {fmt_int(c.get('prompt_tokens'))} prompt + "
+            f"{fmt_int(c.get('generation_tokens'))} generation tokens"
+        )
+    return " · ".join(parts)
+
+
 def _peaks_str(server: dict[str, Any]) -> str | None:
     running, waiting = server.get("num_requests_running_peak"), server.get("num_requests_waiting_peak")
     if as_num(running) is None and as_num(waiting) is None:
@@ -258,6 +272,7 @@ SERVER_KNOWN = {
     "num_requests_waiting_peak",
     "absent",
     "warnings",
+    "engines",
     *(m[1] for m in LATENCY_METRICS),
 }
 
@@ -281,6 +296,7 @@ def server_counters(server: dict[str, Any]) -> list[KV]:
         ),
         KV("Requests in the engine, peak", _peaks_str(server)),
         KV("Preemptions", fmt_int(server.get("preemptions")) if server.get("preemptions") is not None else None),
+        KV("Per engine", _engines_str(server), "data-parallel engines; the rows above are their sums"),
         KV("Measured over", f"{interval:,.1f} s" if interval is not None else None, "between the /metrics scrapes"),
         KV("Served model", as_str(server.get("model_name"))),
     ]

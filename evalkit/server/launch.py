@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import itertools
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from evalkit.config.server import ServerConfig, flag_values, spans_gpus
+from evalkit.config.server import ServerConfig, flag_values, local_gpus, spans_gpus
 
 Launcher = Literal["serve", "module"]
 MODULE = "vllm.entrypoints.openai.api_server"
@@ -107,11 +108,44 @@ def launch_env(cfg: ServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
     env = multicast_env(cfg, environ) | cfg.env
     if cfg.batch_invariant:
         env["VLLM_BATCH_INVARIANT"] = "1"
+    if cfg.cpu_threads_bind is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(cfg, sorted(os.sched_getaffinity(0)))
     if cfg.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
     if cfg.api_key is not None:
         env["VLLM_API_KEY"] = cfg.api_key.get_secret_value()
     return env
+
+
+def cpu_threads_bind(cfg: ServerConfig, cpus: list[int]) -> str:
+    """The ``VLLM_CPU_OMP_THREADS_BIND`` value for ``cfg.cpu_threads_bind``: given lists verbatim; for "spread",
+    ``cpus`` split into one contiguous share per local rank, or one CPU each in turn when ranks outnumber them.
+
+    >>> cpu_threads_bind(ServerConfig(model="m", tensor_parallel_size=3, cpu_threads_bind="spread"), [0, 1])
+    '0|1|0'
+    >>> cpu_threads_bind(ServerConfig(model="m", data_parallel_size=2, cpu_threads_bind="spread"), [0, 1, 2, 3, 5])
+    '0-1|2-3,5'
+    """
+    if cfg.cpu_threads_bind != "spread":
+        return str(cfg.cpu_threads_bind)
+    if not cpus:
+        raise ValueError("cpu_threads_bind 'spread' found no CPU this process may use; give the CPU lists instead")
+    ranks = local_gpus(cfg) or 1
+    if ranks >= len(cpus):
+        return "|".join(str(cpus[r % len(cpus)]) for r in range(ranks))
+    bounds = [len(cpus) * r // ranks for r in range(ranks + 1)]
+    return "|".join(_cpu_list(cpus[a:b]) for a, b in itertools.pairwise(bounds))
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``'0-2,5'``."""
+    runs: list[list[int]] = []
+    for c in cpus:
+        if runs and c == runs[-1][-1] + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 # --------------------------------------------------------------------------------------------- version

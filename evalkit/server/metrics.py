@@ -324,7 +324,9 @@ def delta(
     """The run's ``server`` section: what vLLM counted between two scrapes.
 
     ``gauges``: :meth:`MetricsSampler.summary` (peaks of KV-cache usage and queue lengths); without it those
-    peaks are reported as absent. Histogram entries are ``{"mean", "p50", "p90", "p99", "n"}`` in seconds,
+    peaks are reported as absent. Counters and histograms are summed over the server's engines (one series per
+    data-parallel engine, label ``engine``); with more than one engine, ``engines`` gives each engine's
+    counters by engine label. Histogram entries are ``{"mean", "p50", "p90", "p99", "n"}`` in seconds,
     estimated from bucket deltas (interpolated inside a bucket to agree with the exact mean).
 
     >>> delta(None, None)
@@ -362,8 +364,32 @@ def delta(
             warnings.append(f"{key} went down between scrapes (server restarted?); value is not meaningful")
             out[key] = None
     out["absent"] = sorted(absent)
+    if len(engines := _engines(after)) > 1:
+        out["engines"] = {e: _engine_counts(_of_engine(before, e), _of_engine(after, e), model_name) for e in engines}
     if warnings:
         out["warnings"] = warnings
+    return out
+
+
+def _engines(snap: Snapshot) -> list[str]:
+    """The ``engine`` label values of the request counters (one per data-parallel engine), in numeric order."""
+    found = {labels["engine"] for name in REQUESTS for labels, _ in snap.samples.get(name, []) if "engine" in labels}
+    return sorted(found, key=lambda e: (len(e), e))
+
+
+def _of_engine(snap: Snapshot, engine: str) -> Snapshot:
+    samples = {
+        name: mine for name, rows in snap.samples.items() if (mine := [r for r in rows if r[0].get("engine") == engine])
+    }
+    return Snapshot(samples=samples, types=snap.types, t=snap.t, wall=snap.wall)
+
+
+def _engine_counts(before: Snapshot, after: Snapshot, model_name: str | None) -> dict[str, Any]:
+    """One engine's share of the section's counters (the section's totals are their sums)."""
+    out: dict[str, Any] = {"requests": (_requests(before, after, model_name) or {}).get("total")}
+    for key, names in {**COUNTERS, "prefix_cache_hits": PREFIX_HITS, "prefix_cache_queries": PREFIX_QUERIES}.items():
+        value, _ = _counter_delta(before, after, names, model_name)
+        out[key] = None if value is None else round(value)
     return out
 
 
