@@ -151,13 +151,34 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(alembic_config(conn), revision)
 
 
+def _locked(exc: BaseException) -> bool:
+    """A SQLite "database is locked": another process holds the file (switching it to WAL, migrating it) longer
+    than the busy timeout lets this one wait, or in a state SQLite does not wait on (the journal mode switch)."""
+    return isinstance(exc, sa.exc.OperationalError) and "database is locked" in str(exc)
+
+
+def _upgrade_waiting(engine: Engine) -> None:
+    """:func:`upgrade`, tried again while a SQLite file is locked by another writer opening it (up to
+    ``BUSY_TIMEOUT_S`` × 3 in all)."""
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+    for attempt in Retrying(
+        retry=retry_if_exception(_locked),
+        stop=stop_after_delay(BUSY_TIMEOUT_S * 3),
+        wait=wait_random_exponential(multiplier=0.05, max=1.0),
+        reraise=True,
+    ):
+        with attempt:
+            upgrade(engine)
+
+
 def open_engine(url: str) -> Engine:
     """An engine on ``url`` whose schema is at the newest migration (made and upgraded once per process and URL)."""
     if url in _engines:
         return _engines[url]
     engine = make_engine(url)
     try:
-        upgrade(engine)
+        _upgrade_waiting(engine)
     except HistoryError:
         raise
     except Exception as e:
