@@ -3,6 +3,7 @@ one way a command fails on bad input (one line on stderr, the error's exit code)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -23,6 +24,21 @@ history_app = typer.Typer(
 app.add_typer(history_app, name="history")
 config_app = typer.Typer(no_args_is_help=True, help="The effective configuration of a run.")
 app.add_typer(config_app, name="config")
+
+
+# the options of lm-eval:NAME tasks, the same for `evalkit run` and `evalkit watch`
+IncludePathOption = Annotated[
+    list[Path] | None,
+    typer.Option(help="lm-eval:NAME tasks: a folder of lm-eval task YAMLs (lm-eval's --include_path)."),
+]
+TokenizerOption = Annotated[
+    str | None,
+    typer.Option(help="lm-eval loglikelihood tasks: a local HF tokenizer folder (default: the server's /tokenize)."),
+]
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(help="lm-eval:NAME tasks: local data, DIR/<task>/<split>.jsonl, instead of a download."),
+]
 
 
 def _version(value: bool) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from evalkit.cli import server_options
-from evalkit.cli.common import app, fail
+from evalkit.cli.common import DataDirOption, IncludePathOption, TokenizerOption, app, fail
 from evalkit.cli.server_options import PANEL as _OPT
 from evalkit.cli.server_options import add_server_options
 from evalkit.errors import EvalkitError, RunError
@@ -68,20 +68,9 @@ def run(
         Path | None, typer.Option("--output-dir", "-o", help="Run directory (default reports/<tasks>-<model>-<time>).")
     ] = None,
     tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files (repeatable).")] = None,
-    include_path: Annotated[
-        list[Path] | None,
-        typer.Option(help="lm-eval:NAME tasks: a folder of lm-eval task YAMLs (lm-eval's --include_path)."),
-    ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="lm-eval loglikelihood tasks: a local HF tokenizer folder (default: the server's /tokenize)."
-        ),
-    ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(help="lm-eval:NAME tasks: local data, DIR/<task>/<split>.jsonl, instead of a download."),
-    ] = None,
+    include_path: IncludePathOption = None,
+    tokenizer: TokenizerOption = None,
+    data_dir: DataDirOption = None,
     fresh: Annotated[bool, typer.Option(help="Discard what the output dir holds instead of resuming.")] = False,
     max_error_rate: Annotated[
         float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from evalkit.cli.common import fail, watch_app
+from evalkit.cli.common import DataDirOption, IncludePathOption, TokenizerOption, fail, watch_app
 from evalkit.errors import EvalkitError
 
 
@@ -81,20 +81,9 @@ def watch(
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
     tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files (repeatable).")] = None,
-    include_path: Annotated[
-        list[Path] | None,
-        typer.Option(help="lm-eval:NAME tasks: a folder of lm-eval task YAMLs (lm-eval's --include_path)."),
-    ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="lm-eval loglikelihood tasks: a local HF tokenizer folder (default: the server's /tokenize)."
-        ),
-    ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(help="lm-eval:NAME tasks: local data, DIR/<task>/<split>.jsonl, instead of a download."),
-    ] = None,
+    include_path: IncludePathOption = None,
+    tokenizer: TokenizerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run a slice of TASK against ENDPOINT every interval and judge the last ticks against a baseline. Exit
     status of the last tick: 0 pass, 1 fail, 2 cannot decide (the tick failed, no usable baseline, no tick
