@@ -1,0 +1,95 @@
+#!/bin/bash
+# On the lent H200 after ../shared/gpu's receive.sh printed READY: the H200 figures of issues 26, 28, 29 and 30
+# in three calls, the machine kept warm between them.
+#   speed     a dev-mode bf16 vLLM on :8000 (the flags of every earlier lease: max-num-seqs 256, 0.3 of the
+#             GPU's memory), alone on the GPU: benchmarks/bench_gsm8k.py, raw sweep against evalkit's whole
+#             command, ROUNDS (3) rounds -> $OUT/bench.json (issue 26). Then a second bf16 server (:8001, same
+#             flags, another process) and an online-FP8 one (:8002, --quantization fp8) start in their own
+#             sessions and compile while the next call is prepared.
+#   numerics  `evalkit run numerics` on :8000 twice, on :8001 and :8002, `numerics-chat` on :8000 and :8002;
+#             `evalkit gate` for each pair (issue 28); benchmarks/bench_loglikelihood.py on :8000 (issue 29);
+#             GSM8K with --goodput/--cost-per-gpu-hour/--gpus-billed on :8000 and :8002 and their gate (issue 30).
+#             examples/sweeps/h200-recommend.yaml over the three servers (the recommendation).
+#             Run dirs -> $OUT/numerics-runs.tgz, $OUT/cost-runs.tgz (with the sweep); gates -> $OUT/gates.tgz.
+#   serve     every server stopped; `evalkit run gsm8k --serve` with --goodput and --cost-per-gpu-hour (GPU count
+#             from the server evalkit started) -> $OUT/serve-run.tgz (issue 30).
+set -uo pipefail
+. /root/stash/s/env.sh
+export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
+export EVALKIT_CACHE_DIR=/root/evalkit-cache
+M=/root/models/smollm2-135m; W=/root/work; mkdir -p $W
+ek() { python3 -m evalkit.cli "$@"; }
+start_server() {  # port, extra flags...
+  local port=$1; shift
+  VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M \
+    --served-model-name smollm2-135m --port "$port" --max-num-seqs 256 --gpu-memory-utilization 0.3 "$@" \
+    > /root/srv-$port.log 2>&1 < /dev/null &
+}
+wait_healthy() {
+  for _ in $(seq 1 400); do curl -sf http://127.0.0.1:$1/health >/dev/null && return 0; sleep 1; done
+  tail -30 /root/srv-$1.log; return 3
+}
+timed() {  # label, command... : prints the command's exit code and wall seconds
+  local label=$1 t0=$SECONDS; shift
+  "$@"; local rc=$?
+  echo "== $label: exit $rc, $((SECONDS - t0)) s"
+}
+case "${1:?speed|numerics|serve}" in
+speed)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import vllm, lm_eval, evalkit, pynvml; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
+  start_server 8000
+  wait_healthy 8000 || exit 3
+  echo "vLLM :8000 ready after ${SECONDS} s"
+  python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency 64,128,256,512 \
+    --rounds ${ROUNDS:-3} --lm-eval none --out $OUT/bench.json 2>&1 | grep -v Warning
+  start_server 8001
+  start_server 8002 --quantization fp8
+  echo "servers :8001 (bf16) and :8002 (fp8) starting at ${SECONDS} s"
+  ;;
+numerics)
+  for p in 8000 8001 8002; do wait_healthy $p || exit 3; echo ":$p healthy at ${SECONDS} s"; done
+  grep -h "KV cache size" /root/srv-800[012].log | tail -3
+  N=$W/numerics
+  timed "numerics bf16 :8000 run 1" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a1 --fresh -q
+  timed "numerics bf16 :8000 run 2" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a2 --fresh -q
+  timed "numerics bf16 :8001" ek run numerics --endpoint http://127.0.0.1:8001/v1 -o $N/bf16-b --fresh -q
+  timed "numerics fp8 :8002" ek run numerics --endpoint http://127.0.0.1:8002/v1 -o $N/fp8 --fresh -q
+  timed "numerics-chat bf16 :8000" ek run numerics-chat --endpoint http://127.0.0.1:8000/v1 -o $N/chat-bf16-a --fresh -q
+  timed "numerics-chat fp8 :8002" ek run numerics-chat --endpoint http://127.0.0.1:8002/v1 -o $N/chat-fp8 --fresh -q
+  G=$W/gates
+  for pair in "bf16-a1 bf16-a2" "bf16-a1 bf16-b" "bf16-a1 fp8" "chat-bf16-a chat-fp8"; do
+    set -- $pair
+    ek gate $N/$1 $N/$2 -o $G/$1--$2 > $G-$1--$2.txt 2>&1; echo "== gate $1 vs $2: exit $?"
+    grep -E "numerics|PASS|FAIL|CANNOT|verdict" $G-$1--$2.txt | head -12
+  done
+  python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
+    --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
+  C=$W/cost
+  for spec in "bf16:8000" "fp8:8002"; do
+    name=${spec%%:*}; port=${spec#*:}
+    timed "gsm8k $name with goodput and cost" ek run gsm8k --endpoint http://127.0.0.1:$port/v1 \
+      --goodput ttft:200 --goodput tpot:20 --cost-per-gpu-hour 3.5 --gpus-billed 1 -o $C/$name --fresh -q
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['tasks']['gsm8k']['speed']; print({k: v for k, v in s.items() if any(w in k for w in ('goodput', 'cost', 'joule', 'power', 'energy', 'output_tokens_per_s'))})" $C/$name/summary.json
+  done
+  printf 'speed:\n  min_goodput_share: 0.9\n  max_goodput_drop: 0.10\n  max_cost_per_million_output_tokens: 1.0\n' > $W/cost-policy.yaml
+  ek gate $C/bf16 $C/fp8 -p $W/cost-policy.yaml -o $G/cost-bf16--fp8 > $G-cost.txt 2>&1; echo "== gate cost bf16 vs fp8: exit $?"
+  head -40 $G-cost.txt
+  ek sweep examples/sweeps/h200-recommend.yaml -o $W/recommend > $W/recommend-stdout.txt 2>&1; echo "== sweep recommend: exit $?"
+  tail -25 $W/recommend/sweep.md
+  tar czf $OUT/numerics-runs.tgz -C $W numerics
+  tar czf $OUT/cost-runs.tgz -C $W cost recommend recommend-stdout.txt
+  tar czf $OUT/gates.tgz -C $W gates cost-policy.yaml $(cd $W && ls gates-*.txt)
+  for p in 8000 8001 8002; do cp /root/srv-$p.log $OUT/server-$p.log; done
+  ls -la $OUT
+  ;;
+serve)
+  pkill -f vllm.entrypoints.openai.api_server; sleep 10
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader
+  timed "gsm8k --serve with goodput and cost" ek run gsm8k --serve $M --served-model-name smollm2-135m \
+    --gpu-memory-utilization 0.3 --max-num-seqs 256 --goodput ttft:200 --goodput tpot:20 \
+    --cost-per-gpu-hour 3.5 --gpus 0 -o $W/serve --fresh -q
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['tasks']['gsm8k']['speed']; print({k: v for k, v in s.items() if any(w in k for w in ('goodput', 'cost', 'joule', 'power', 'energy', 'output_tokens_per_s'))})" $W/serve/summary.json
+  tar czf $OUT/serve-run.tgz -C $W serve
+  ;;
+esac
