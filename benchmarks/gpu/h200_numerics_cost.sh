@@ -1,16 +1,18 @@
 #!/bin/bash
 # On the lent H200 after ../shared/gpu's receive.sh printed READY: the H200 figures of issues 26, 28, 29 and 30
-# in three calls, the machine kept warm between them.
-#   speed     a dev-mode bf16 vLLM on :8000 (the flags of every earlier lease: max-num-seqs 256, 0.3 of the
-#             GPU's memory), alone on the GPU: benchmarks/bench_gsm8k.py, raw sweep against evalkit's whole
-#             command, ROUNDS (3) rounds -> $OUT/bench.json (issue 26). Then a second bf16 server (:8001, same
-#             flags, another process) and an online-FP8 one (:8002, --quantization fp8) start in their own
-#             sessions and compile while the next call is prepared.
-#   numerics  `evalkit run numerics` on :8000 twice, on :8001 and :8002, `numerics-chat` on :8000 and :8002;
-#             `evalkit gate` for each pair (issue 28); benchmarks/bench_loglikelihood.py on :8000 (issue 29);
-#             GSM8K with --goodput/--cost-per-gpu-hour/--gpus-billed on :8000 and :8002 and their gate (issue 30).
-#             examples/sweeps/h200-recommend.yaml over the three servers (the recommendation).
-#             Run dirs -> $OUT/numerics-runs.tgz, $OUT/cost-runs.tgz (with the sweep); gates -> $OUT/gates.tgz.
+# in three calls (numerics, speed, serve), the machine kept warm between them.
+#   numerics  three servers of SmolLM2-135M started at once, each in its own session, 0.3 of the GPU's memory and
+#             max-num-seqs 256 (the flags of every earlier lease): bf16 on :8000 (dev mode), a second bf16 server
+#             (another process, the same flags) on :8001, online FP8 (--quantization fp8) on :8002.
+#             `evalkit run numerics` on :8000 twice, on :8001 and :8002, `numerics-chat` on :8000 and :8002;
+#             `evalkit gate` for each pair (issue 28). GSM8K with --goodput/--cost-per-gpu-hour/--gpus-billed on
+#             :8000 and :8002 and their gate under a goodput/cost policy; examples/sweeps/h200-recommend.yaml over
+#             the three servers (issue 30). Run dirs -> $OUT/numerics-runs.tgz, $OUT/cost-runs.tgz (with the
+#             sweep); gates -> $OUT/gates.tgz.
+#   speed     :8001 and :8002 stopped, :8000 alone on the GPU: benchmarks/bench_loglikelihood.py (1,000 4-choice
+#             questions, concurrency 64, 5 rounds; issue 29) -> $OUT/loglikelihood.jsonl, then
+#             benchmarks/bench_gsm8k.py, the raw sweep against evalkit's whole command, ROUNDS (3) rounds ->
+#             $OUT/bench.json (issue 26).
 #   serve     every server stopped; `evalkit run gsm8k --serve` with --goodput and --cost-per-gpu-hour (GPU count
 #             from the server evalkit started) -> $OUT/serve-run.tgz (issue 30).
 set -uo pipefail
@@ -34,20 +36,13 @@ timed() {  # label, command... : prints the command's exit code and wall seconds
   "$@"; local rc=$?
   echo "== $label: exit $rc, $((SECONDS - t0)) s"
 }
-case "${1:?speed|numerics|serve}" in
-speed)
+case "${1:?numerics|speed|serve}" in
+numerics)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import vllm, lm_eval, evalkit, pynvml; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
   start_server 8000
-  wait_healthy 8000 || exit 3
-  echo "vLLM :8000 ready after ${SECONDS} s"
-  python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency 64,128,256,512 \
-    --rounds ${ROUNDS:-3} --lm-eval none --out $OUT/bench.json 2>&1 | grep -v Warning
   start_server 8001
   start_server 8002 --quantization fp8
-  echo "servers :8001 (bf16) and :8002 (fp8) starting at ${SECONDS} s"
-  ;;
-numerics)
   for p in 8000 8001 8002; do wait_healthy $p || exit 3; echo ":$p healthy at ${SECONDS} s"; done
   grep -h "KV cache size" /root/srv-800[012].log | tail -3
   N=$W/numerics
@@ -63,8 +58,6 @@ numerics)
     ek gate $N/$1 $N/$2 -o $G/$1--$2 > $G-$1--$2.txt 2>&1; echo "== gate $1 vs $2: exit $?"
     grep -E "numerics|PASS|FAIL|CANNOT|verdict" $G-$1--$2.txt | head -12
   done
-  python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
-    --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
   C=$W/cost
   for spec in "bf16:8000" "fp8:8002"; do
     name=${spec%%:*}; port=${spec#*:}
@@ -82,6 +75,14 @@ numerics)
   tar czf $OUT/gates.tgz -C $W gates cost-policy.yaml $(cd $W && ls gates-*.txt)
   for p in 8000 8001 8002; do cp /root/srv-$p.log $OUT/server-$p.log; done
   ls -la $OUT
+  ;;
+speed)
+  pkill -f -- "--port 800[12]"; sleep 5
+  wait_healthy 8000 || exit 3
+  python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
+    --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
+  python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency 64,128,256,512 \
+    --rounds ${ROUNDS:-3} --lm-eval none --out $OUT/bench.json 2>&1 | grep -v Warning
   ;;
 serve)
   pkill -f vllm.entrypoints.openai.api_server; sleep 10
