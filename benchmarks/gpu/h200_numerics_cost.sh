@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the lent H200 after ../shared/gpu's receive.sh printed READY: the H200 figures of issues 26, 28, 29 and 30
 # in three calls (numerics, speed, serve), the machine kept warm between them.
-#   numerics  three servers of SmolLM2-135M started at once, each in its own session, 0.3 of the GPU's memory and
+#   numerics  three servers of SmolLM2-135M started one after another (three at once fail their engine start), each in its own session, 0.3 of the GPU's memory and
 #             max-num-seqs 256 (the flags of every earlier lease): bf16 on :8000 (dev mode), a second bf16 server
 #             (another process, the same flags) on :8001, online FP8 (--quantization fp8) on :8002.
 #             `evalkit run numerics` on :8000 twice, on :8001 and :8002, `numerics-chat` on :8000 and :8002;
@@ -40,8 +40,8 @@ case "${1:?numerics|speed|serve}" in
 numerics)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import vllm, lm_eval, evalkit, pynvml; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
-  start_server 8000
-  start_server 8001
+  start_server 8000; wait_healthy 8000 || exit 3
+  start_server 8001; wait_healthy 8001 || exit 3
   start_server 8002 --quantization fp8
   for p in 8000 8001 8002; do wait_healthy $p || exit 3; echo ":$p healthy at ${SECONDS} s"; done
   grep -h "KV cache size" /root/srv-800[012].log | tail -3
