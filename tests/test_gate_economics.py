@@ -90,3 +90,4 @@ def test_the_gate_reads_each_runs_slos_from_its_manifest(tmp_path) -> None:
     assert "baseline ttft ≤ 200 ms, tpot ≤ 20 ms; candidate ttft ≤ 500 ms, tpot ≤ 20 ms" in reason
     md = (tmp_path / "gate" / "gate.md").read_text()
     assert "≤ $1,000,000.00 |" in md and "| ➖ skip |" in md
+    assert "≤ $1,000,000.00" in (tmp_path / "gate" / "compare.html").read_text()  # the HTML verdict view
