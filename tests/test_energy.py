@@ -1,5 +1,6 @@
 """Energy per output token from NVML's energy counters (nvmlDeviceGetTotalEnergyConsumption, millijoules), read
-before and after the timed phase: checked with a fake ``pynvml`` module, and absent (never zero) without one."""
+before and after the timed phase for the GPUs the measured server uses: checked with a fake ``pynvml`` module, and
+absent (never zero) without one."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import types
 import pytest
 
 import evalkit
-from evalkit.server.gpu import GpuSampler
+from evalkit.config.server import ServerConfig
+from evalkit.server.gpu import EnergyDevices, GpuSampler, energy_devices
 
 
 def fake_nvml(step_mj: dict[int, int], supported: set[int] | None = None) -> types.ModuleType:
-    """A ``pynvml`` whose GPU i's counter starts at 10**9 mJ and rises by ``step_mj[i]`` at every read."""
+    """A ``pynvml`` whose GPU i's counter starts at 10**9 mJ and rises by ``step_mj[i]`` at every read; GPU i's
+    UUID is ``GPU-i000<i>-...`` (as bytes, as older bindings give it)."""
     counters = {i: 10**9 for i in step_mj}
     mod = types.ModuleType("pynvml")
     mod.nvmlInit = lambda: None  # type: ignore[attr-defined]
@@ -29,7 +32,52 @@ def fake_nvml(step_mj: dict[int, int], supported: set[int] | None = None) -> typ
         return counters[handle]
 
     mod.nvmlDeviceGetTotalEnergyConsumption = energy  # type: ignore[attr-defined]
+    mod.nvmlDeviceGetUUID = lambda h: f"GPU-i000{h}-5f2c-11ee-8c99-0242ac120002".encode()  # type: ignore[attr-defined]
     return mod
+
+
+FOUR = {0: 100_000, 1: 200_000, 2: 300_000, 3: 400_000}  # mJ per read: 100, 200, 300, 400 J between two reads
+
+
+def _counted(monkeypatch, devices: EnergyDevices) -> dict:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(FOUR))
+    with GpuSampler(interval_s=60, devices=devices) as sampler:
+        pass
+    return sampler.summary().get("energy") or {}
+
+
+@pytest.mark.parametrize(
+    ("visible", "devices", "source"),
+    [
+        (None, [0, 1, 2, 3], "all"),
+        ("2,0", [0, 2], "CUDA_VISIBLE_DEVICES"),
+        ("GPU-i0001", [1], "CUDA_VISIBLE_DEVICES"),  # a UUID prefix, as CUDA takes it
+        ("GPU-i0003-5f2c-11ee-8c99-0242ac120002,1", [1, 3], "CUDA_VISIBLE_DEVICES"),
+        ("3,7,1", [3], "CUDA_VISIBLE_DEVICES"),  # CUDA ignores the first item it cannot map and every later one
+        ("MIG-4b1a,2", [2], "CUDA_VISIBLE_DEVICES"),  # a MIG instance has no counter of its own
+    ],
+)
+def test_against_an_endpoint_the_gpus_visible_to_evalkit_count(monkeypatch, visible, devices, source) -> None:
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    energy = _counted(monkeypatch, energy_devices(None, environ))
+    assert energy["devices"] == devices and energy["devices_from"] == source
+    assert [g["index"] for g in energy["gpus"]] == devices
+    assert energy["joules"] == sum(100.0 * (i + 1) for i in devices)
+
+
+@pytest.mark.parametrize(
+    ("server", "environ", "devices"),
+    [
+        (ServerConfig(model="m", tensor_parallel_size=2, gpus="1,3"), {"CUDA_VISIBLE_DEVICES": "0"}, [1, 3]),
+        (ServerConfig(model="m", data_parallel_size=2, env={"CUDA_VISIBLE_DEVICES": "0,2"}), {}, [0, 2]),
+        (ServerConfig(model="m", tensor_parallel_size=2), {"CUDA_VISIBLE_DEVICES": "3,2,1"}, [2, 3]),  # the first 2
+        (ServerConfig(model="m"), {}, [0]),  # one GPU: vLLM takes the first it sees
+    ],
+)
+def test_a_started_server_counts_the_gpus_it_was_given(monkeypatch, server, environ, devices) -> None:
+    energy = _counted(monkeypatch, energy_devices(server, environ))
+    assert energy["devices"] == devices and energy["devices_from"] == "server"
+    assert energy["joules"] == sum(100.0 * (i + 1) for i in devices)
 
 
 def test_the_sampler_reports_each_gpus_joules_between_start_and_stop(monkeypatch) -> None:
@@ -52,6 +100,7 @@ def test_without_nvml_there_is_no_energy(monkeypatch) -> None:
 def test_a_run_gives_joules_per_output_token_and_watts_per_gpu_where_nvml_reads(monkeypatch, tmp_path, nvml) -> None:
     from evalkit.testing.server import Behaviour, TestServer
 
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # an endpoint: every GPU evalkit sees counts
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml({0: 3_000_000, 1: 1_000_000}) if nvml else None)
     with TestServer(Behaviour(itl_s=0.001)) as srv:
         result = evalkit.run("gsm8k", endpoint=srv.url, limit=8, concurrency=4, output_dir=tmp_path)
@@ -68,3 +117,17 @@ def test_a_run_gives_joules_per_output_token_and_watts_per_gpu_where_nvml_reads(
     tokens = sum(r.output_tokens or 0 for r in result.open().records())
     assert speed["joules_per_output_token"] == pytest.approx(4000.0 / tokens)
     assert speed["avg_power_w_per_gpu"] == pytest.approx(4000.0 / energy["seconds"] / 2)
+
+
+def test_a_run_against_an_endpoint_counts_the_gpus_in_its_cuda_visible_devices(monkeypatch, tmp_path) -> None:
+    from evalkit.testing.server import Behaviour, TestServer
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml({0: 3_000_000, 1: 1_000_000}))
+    with TestServer(Behaviour(itl_s=0.001)) as srv:
+        evalkit.run("gsm8k", endpoint=srv.url, limit=4, concurrency=2, output_dir=tmp_path, report=False)
+    summary = json.loads((tmp_path / "summary.json").read_text())["tasks"]["gsm8k"]
+    energy = summary["gpu"]["energy"]
+    assert energy["devices"] == [1] and energy["devices_from"] == "CUDA_VISIBLE_DEVICES"
+    assert energy["joules"] == 1000.0  # GPU 0's 3,000 J are another process's
+    assert summary["speed"]["avg_power_w_per_gpu"] == pytest.approx(1000.0 / energy["seconds"])

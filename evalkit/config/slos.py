@@ -38,3 +38,8 @@ def parse_slos(items: Sequence[str] | Mapping[str, object]) -> dict[str, float]:
             raise ValueError(f"SLO {k}: {value!r} must be a finite number of milliseconds >= 0")
         out[k] = ms
     return out
+
+
+def slos_text(slos: Mapping[str, float]) -> str:
+    """The SLOs as the report, the sweep and the gate show them: ``ttft ≤ 500 ms, tpot ≤ 20 ms``."""
+    return ", ".join(f"{k} ≤ {v:g} ms" for k, v in slos.items())

@@ -78,8 +78,8 @@ class Speed(BaseModel):
     cost_per_million_total_tokens: float | None = Field(default=None, exclude_if=_is_none)
     cost_per_1k_requests: float | None = Field(default=None, exclude_if=_is_none)
     gpus_billed: int | None = Field(default=None, exclude_if=_is_none)
-    # where NVML's energy counters were read (absent elsewhere, never zero): joules the machine's GPUs used over
-    # the timed phase per output token of it, and their average power per GPU (the summary's gpu.energy)
+    # where NVML's energy counters were read (absent elsewhere, never zero): joules the measured server's GPUs used
+    # over the timed phase per output token of it, and their average power per GPU (the summary's gpu.energy)
     joules_per_output_token: float | None = Field(default=None, exclude_if=_is_none)
     avg_power_w_per_gpu: float | None = Field(default=None, exclude_if=_is_none)
 

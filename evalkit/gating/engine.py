@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from evalkit.gating.economics import goodput_change_rule, limit_rules, missing_figure_reasons
+from evalkit.gating.economics import goodput_change_rule, limit_rules, undecided_reasons
 from evalkit.gating.errors import CannotCompare, PolicyError
 from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
 from evalkit.gating.matching import Unmatched, match_runs
@@ -257,7 +257,7 @@ def evaluate(
             )
     notes += [f"{t}: only in the candidate, not compared" for t in candidate.tasks if t not in baseline.tasks]
     rules += _candidate_rules(candidate, policy)
-    reasons += missing_figure_reasons(rules)
+    reasons += undecided_reasons(rules)
     verdict = overall(rules, reasons)
     return GateResult(
         verdict=verdict,
@@ -275,7 +275,7 @@ def evaluate_expected(candidate: RunInputs, policy: Policy) -> GateResult:
     if not policy.expected:
         raise PolicyError("the policy lists no expected scores; add an 'expected:' list or compare with a baseline")
     rules = _candidate_rules(candidate, policy)
-    reasons = missing_figure_reasons(rules) + [
+    reasons = undecided_reasons(rules) + [
         why
         for task in sorted({e.task for e in policy.expected} & candidate.tasks.keys())
         for why in coverage_reasons(task, None, candidate.tasks[task], policy.min_coverage)

@@ -79,6 +79,8 @@ class SpeedRecords:
     steady: tuple[float, float] | None = None
     # the summary's goodput and cost figures (evalkit.gating.economics.FIGURES) that it has, as numbers
     figures: dict[str, float] = field(default_factory=dict)
+    # the SLOs (key -> milliseconds) the run's goodput was counted under: its manifest's goodput_slos (None: none)
+    goodput_slos: dict[str, float] | None = None
 
     def __len__(self) -> int:
         return len(self.e2e_ms)

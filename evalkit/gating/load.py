@@ -106,7 +106,7 @@ def from_run_dir(path: str | Path) -> RunInputs:
     in_summary = run.summary_task_names(top)
     notes.dropped(top, "tasks", "a mapping", "")
     names = [*manifest.tasks, *(n for n in in_summary if n not in manifest.tasks)]
-    rate = manifest.request_rate
+    rate, slos = manifest.request_rate, manifest.goodput_slos
     tasks: dict[str, TaskInputs] = {}
     for name in names:
         dropped: list[Dropped] = []  # what the summary's typed read of the task did not take
@@ -115,7 +115,7 @@ def from_run_dir(path: str | Path) -> RunInputs:
         bounded: list[Dropped] = []  # what the read of the gate's own fields did not take
         fields = run.task_as(name, _TaskFields, bounded) or _TaskFields()
         typed = ((read, dropped), (fields, bounded))
-        task = _task(name, manifest.task(name), typed, samples.get(name, []), notes, rate)
+        task = _task(name, manifest.task(name), typed, samples.get(name, []), notes, (rate, slos))
         numerics = numerics_inputs(run_dir, name, samples.get(name, []))
         if numerics is not None:  # the noise-floor pass re-sends documents: its requests ask for none
             again = sum(1 for s in samples.get(name, []) if s.get("sample_index") == 1)
@@ -182,7 +182,7 @@ def _task(
     reads: tuple[tuple[TaskRead, list[Dropped]], tuple[_TaskFields, list[Dropped]]],
     samples: list[dict[str, Any]],
     notes: _Notes,
-    rate: float | None,
+    load: tuple[float | None, dict[str, float] | None],
 ) -> TaskInputs:
     typed, (fields, bounded) = reads
     notes.dropped(bounded, f"tasks.{name}.metrics", "a mapping", " (metrics named by their filters)")
@@ -192,7 +192,7 @@ def _task(
         name=name,
         identity=_identity(manifest, typed, samples),
         metrics=_metrics(names, samples),
-        speed=_speed(name, (fields, bounded), typed, samples, notes, rate),
+        speed=_speed(name, (fields, bounded), typed, samples, notes, load),
         counts=counts,
         asked_docs=asked_docs(manifest),
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
@@ -330,8 +330,9 @@ def _speed(
     typed: tuple[TaskRead, list[Dropped]],
     samples: list[dict[str, Any]],
     notes: _Notes,
-    rate: float | None,
+    load: tuple[float | None, dict[str, float] | None],
 ) -> SpeedRecords:
+    """The task's speed records; ``load``: the run's --request-rate and the SLOs its goodput was counted under."""
     done = sorted((s for s in samples if s.get("status") != "api_error"), key=lambda s: _num(s.get("start_s")) or 0.0)
     where = f"tasks.{name}"
     fields, bounded = read
@@ -349,9 +350,10 @@ def _speed(
         concurrency=speed.concurrency,
         trace=_trace(fields.concurrency_trace, bounded, f"{where}.concurrency_trace", notes.path),
         levels=_levels(*typed, notes),
-        request_rate=rate,
+        request_rate=load[0],
         steady=_steady(speed.steady_state),
         figures={k: x for k in FIGURES if (x := _num(getattr(speed, k))) is not None},
+        goodput_slos=load[1],
     )
 
 

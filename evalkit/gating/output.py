@@ -9,7 +9,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
 
+from evalkit.contracts import speed_metric
 from evalkit.errors import warn
+from evalkit.gating import economics
 from evalkit.gating.numerics_rules import figure_text
 from evalkit.gating.result import GateResult, Rule
 from evalkit.scoring.numerics import FIGURE_LABELS
@@ -35,8 +37,11 @@ def observed_text(r: Rule) -> str:
         return f"{r.observed * 100:+.2f} pts ({r.baseline:.2%} → {r.candidate:.2%})"
     if r.kind == "expected":
         return f"{r.observed:.2%} (expected {r.baseline:.2%})" if r.baseline is not None else f"{r.observed:.2%}"
+    if r.kind == "speed" and r.figure is not None and r.mode is None:  # a limit: the candidate's own figure
+        return economics.figure_text(r.figure, r.observed)
     if r.kind == "speed":
-        figures = f" ({r.baseline:.4g} → {r.candidate:.4g})" if r.baseline and r.candidate else ""
+        unit = f" {speed_metric(r.figure).unit}" if r.figure is not None else ""
+        figures = f" ({r.baseline:.4g} → {r.candidate:.4g}{unit})" if r.baseline and r.candidate else ""
         return _pct(r.observed) + figures
     if r.kind == "numerics":
         figure = _numerics_figure(r)
@@ -54,6 +59,8 @@ def budget_text(r: Rule) -> str:
         return "–"
     if r.kind in ("accuracy", "expected"):
         return f"drop ≤ {r.budget * 100:.2f} pts ({r.mode})"
+    if r.kind == "speed" and r.figure is not None and r.mode is None:
+        return economics.limit_text(r.figure, r.budget)
     if r.kind == "speed":
         return f"worse by ≤ {r.budget:.0%}"
     if r.kind == "numerics":

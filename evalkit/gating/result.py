@@ -17,7 +17,10 @@ class Rule(BaseModel):
     """One check. ``observed``: the change (candidate - baseline; relative for speed), the score (expected) or
     the rate; ``budget``: the allowed drop, change or rate; ``ci``: two-sided interval at ``ci_level`` of the
     observed value; ``p_value``: one-sided against "no worsening"; ``decided_by``: what settled the verdict;
-    ``mde``: the smallest worsening the data could have detected (alpha of the rule, 80% power)."""
+    ``mde``: the smallest worsening the data could have detected (alpha of the rule, 80% power); ``figure``: the
+    speed catalogue's key of the figure a goodput or cost rule judges (:mod:`evalkit.gating.economics`; absent
+    from every other rule): a limit rule (no ``mode``) has the candidate's figure in ``observed`` and the policy's
+    floor or ceiling in ``budget``."""
 
     name: str
     task: str
@@ -36,6 +39,7 @@ class Rule(BaseModel):
     decided_by: Literal["p_value", "ci", "threshold"] | None = None
     method: str | None = None
     note: str = ""
+    figure: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 Verdict = Literal["pass", "fail", "cannot_decide"]

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.config.slos import slos_text
 from evalkit.contracts import LATENCIES, QUANTILES, Percentiles, Speed, SteadyState, speed_metric
 from evalkit.reporting.common import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
 from evalkit.scoring.estimators import wilson_interval
@@ -93,7 +94,7 @@ def economics_rows(speed: Speed | None, slos: dict[str, float] | None, pricing: 
     (--cost-per-gpu-hour), with the SLOs and the price they were counted against, or whose GPUs' energy was read."""
     rows: list[KV] = []
     if slos:
-        shown = ", ".join(f"{k} ≤ {v:g} ms" for k, v in slos.items())
+        shown = slos_text(slos)
         good = f"{fmt_num(speed and speed.goodput_requests_per_s, 3)} req/s"
         share = f"{fmt_pct(speed and speed.goodput_share)} of requests ({as_str(speed and speed.good_requests)})"
         rows.append(KV(f"Goodput ({shown})", f"{good} · {share}"))

@@ -10,7 +10,7 @@ from typing import Any
 
 from evalkit.config.endpoint import credentials, server_root
 from evalkit.server import metrics
-from evalkit.server.gpu import GpuSampler
+from evalkit.server.gpu import EnergyDevices, GpuSampler
 from evalkit.server.metrics import MetricsSampler, Snapshot, scrape
 from evalkit.worker import Worker
 
@@ -24,10 +24,12 @@ def preload(worker: Worker) -> None:
 
 class ServerObserver:
     """One task's observation of the endpoints ``urls`` serving ``model``: :meth:`snapshot` before the timed
-    phase, ``with`` around it (the samplers), :meth:`server_deltas` and :meth:`gpu_summary` after it."""
+    phase, ``with`` around it (the samplers), :meth:`server_deltas` and :meth:`gpu_summary` after it. ``devices``:
+    the GPUs whose energy counts (:func:`~evalkit.server.gpu.energy_devices`; default every GPU NVML lists)."""
 
-    def __init__(self, urls: list[str], api_key: str | None, model: str) -> None:
+    def __init__(self, urls: list[str], api_key: str | None, model: str, devices: EnergyDevices | None = None) -> None:
         self.model = model
+        self._devices = devices
         self._roots = [server_root(u) for u in urls]
         self._auths = [credentials(u, api_key)[1] for u in urls]
         self._before: list[Snapshot | None] = []
@@ -47,7 +49,7 @@ class ServerObserver:
         self._gauges = [
             stack.enter_context(MetricsSampler(r, interval_s=1.0, model_name=self.model)) for r in self._roots
         ]
-        self._gpu = stack.enter_context(GpuSampler(1.0))
+        self._gpu = stack.enter_context(GpuSampler(1.0, devices=self._devices))
         return self
 
     def __exit__(self, *exc: Any) -> bool | None:

@@ -5,6 +5,7 @@ Only the sending is inside the timed phase (``TASK.requests`` in the summary's `
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,6 +24,7 @@ from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
 from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
 from evalkit.scoring.summary import endpoint_summaries, task_summary
+from evalkit.server.gpu import energy_devices
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.positions import PositionsWriter
 from evalkit.store.writer import RunStore, load_for_summary
@@ -139,7 +141,7 @@ class RequestPhase:
                 if seen >= total:  # with --limit, lm-eval goes on building the rest (for the cache): not waited for
                     return
 
-        observer = ServerObserver(self.urls, api_key, model)
+        observer = ServerObserver(self.urls, api_key, model, energy_devices(self.cfg.server, os.environ))
         observer.snapshot()
         self.lap(f"{task.name}.before_requests")
         try:

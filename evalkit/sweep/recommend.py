@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalkit.config.slos import slos_text
 from evalkit.contracts import speed_metric
 from evalkit.sweep.plan import Combination
 from evalkit.sweep.spec import Recommend
@@ -109,7 +110,7 @@ def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) ->
             lost[c.combo.name] = why
         else:
             ok.append(c)
-    shown = ", ".join(f"{k} ≤ {v:g} ms" for k, v in slos.items())
+    shown = slos_text(slos)
     rule = (
         f"accuracy not worse than config {rec.reference} (the gate's paired rules) and at least "
         f"{rec.min_goodput_share:.0%} of requests within the SLOs ({shown})"

@@ -1,0 +1,93 @@
+"""The gate's goodput and cost rules as the console, gate.md, junit.xml and the HTML verdict view show them: a
+limit rule shows the candidate's figure and the policy's limit with their units (never as a change), and the
+goodput change rule compares only goodput counted under the same SLOs."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalkit.gating.economics import goodput_change_rule, limit_rules, undecided_reasons
+from evalkit.gating.inputs import SpeedRecords
+from evalkit.gating.output import budget_text, observed_text, to_markdown
+from evalkit.gating.policy import SpeedPolicy
+from evalkit.gating.result import GateResult
+
+FIGURES = {"goodput_requests_per_s": 1060.4, "goodput_share": 0.99623, "cost_per_million_output_tokens": 0.017}
+POLICY = SpeedPolicy(min_goodput=500, min_goodput_share=0.9, max_cost_per_million_output_tokens=0.5)
+
+
+def _shown(figures: dict[str, float]) -> dict[str, tuple[str, str, str]]:
+    rules = limit_rules("gsm8k", SpeedRecords(figures=figures), POLICY)
+    return {r.name.split(": ", 1)[1]: (r.verdict, observed_text(r), budget_text(r)) for r in rules}
+
+
+def test_limit_rules_show_the_figure_and_the_limit_with_units_not_a_change() -> None:
+    shown = _shown(FIGURES)
+    assert shown["goodput (requests/s within the SLOs)"] == ("pass", "1060 req/s", "≥ 500 req/s")
+    assert shown["share of requests within the SLOs"] == ("pass", "99.62%", "≥ 90%")
+    assert shown["cost per million output tokens"] == ("pass", "$0.0170", "≤ $0.50")
+    failing = _shown({"goodput_requests_per_s": 12.5, "goodput_share": 0.5, "cost_per_million_output_tokens": 2.0})
+    assert failing["goodput (requests/s within the SLOs)"] == ("fail", "12.5 req/s", "≥ 500 req/s")
+    assert failing["share of requests within the SLOs"] == ("fail", "50%", "≥ 90%")
+    assert failing["cost per million output tokens"] == ("fail", "$2.00", "≤ $0.50")
+
+
+def test_a_skipped_limit_rule_still_shows_its_limit_and_gate_md_shows_no_change() -> None:
+    shown = _shown({})
+    assert shown["share of requests within the SLOs"] == ("skip", "–", "≥ 90%")
+    rules = limit_rules("gsm8k", SpeedRecords(figures=FIGURES), POLICY)
+    md = to_markdown(GateResult(verdict="pass", candidate="B", rules=rules))
+    assert "| 99.62% | ≥ 90% |" in md and "| $0.0170 | ≤ $0.50 |" in md
+    assert "worse by" not in md and "+99.62%" not in md
+    assert "99.62%; the policy asks for at least 90%" in md
+
+
+def _speed(goodput: float, slos: dict[str, float] | None) -> SpeedRecords:
+    return SpeedRecords(figures={"goodput_requests_per_s": goodput}, goodput_slos=slos)
+
+
+SLOS = {"ttft": 200.0, "tpot": 20.0}
+
+
+@pytest.mark.parametrize(
+    ("base", "cand", "named"),
+    [
+        (SLOS, {"ttft": 500.0, "tpot": 20.0}, "baseline ttft ≤ 200 ms, tpot ≤ 20 ms; candidate ttft ≤ 500 ms"),
+        (SLOS, {"ttft": 200.0}, "candidate ttft ≤ 200 ms)"),
+        (None, SLOS, "baseline none recorded; candidate ttft ≤ 200 ms, tpot ≤ 20 ms"),
+    ],
+)
+def test_goodput_counted_under_different_slos_is_not_compared(base, cand, named) -> None:
+    rule = goodput_change_rule("gsm8k", _speed(100.0, base), _speed(10.0, cand), 0.1)
+    assert rule.verdict == "skip" and rule.observed is None
+    assert named in rule.note and "run both with the same --goodput" in rule.note
+    (reason,) = undecided_reasons([rule])  # the gate cannot decide (exit 2), with this one line
+    assert reason.startswith("gsm8k: goodput change: ") and "\n" not in reason
+
+
+def test_goodput_counted_under_the_same_slos_is_compared() -> None:
+    rule = goodput_change_rule("gsm8k", _speed(100.0, dict(SLOS)), _speed(80.0, {"tpot": 20.0, "ttft": 200.0}), 0.1)
+    assert rule.verdict == "fail" and rule.observed == pytest.approx(-0.2)
+    assert undecided_reasons([rule]) == []
+    assert observed_text(rule) == "-20.00% (100 → 80 req/s)" and budget_text(rule) == "worse by ≤ 10%"
+
+
+def test_the_gate_reads_each_runs_slos_from_its_manifest(tmp_path) -> None:
+    import json
+
+    import evalkit
+    from evalkit.testing.server import Behaviour, TestServer
+
+    priced = {"cost_per_gpu_hour": 3.5, "gpus_billed": 1, "limit": 8, "concurrency": 4, "report": False}
+    with TestServer(Behaviour(itl_s=0.001)) as srv:
+        a = evalkit.run("gsm8k", endpoint=srv.url, goodput=["ttft:200", "tpot:20"], output_dir=tmp_path / "A", **priced)
+        b = evalkit.run("gsm8k", endpoint=srv.url, goodput=["ttft:500", "tpot:20"], output_dir=tmp_path / "B", **priced)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(json.dumps({"speed": {"max_goodput_drop": 0.1, "max_cost_per_million_output_tokens": 1e6}}))
+    outcome = evalkit.gate(a.run_dir, b.run_dir, policy=policy, output=tmp_path / "gate")
+    assert outcome.result.verdict == "cannot_decide" and outcome.exit_code == 2
+    (reason,) = outcome.result.reasons
+    assert "baseline ttft ≤ 200 ms, tpot ≤ 20 ms; candidate ttft ≤ 500 ms, tpot ≤ 20 ms" in reason
+    md = (tmp_path / "gate" / "gate.md").read_text()
+    assert "≤ $1,000,000.00 |" in md and "| ➖ skip |" in md
+    assert "≤ $1,000,000.00" in (tmp_path / "gate" / "compare.html").read_text()  # the HTML verdict view
