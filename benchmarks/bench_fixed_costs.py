@@ -16,7 +16,12 @@ absorbs the rest of the build (the cold "fixed" figure shrinks accordingly: comp
 warm, for what a cold cache costs). ``--code DIR`` runs the same cases, interleaved, with the evalkit of another
 checkout (e.g. ``git worktree add /tmp/old COMMIT``) for a before/after in one run; ``--rounds`` repeats every
 case and reports medians. Against a live vLLM started with ``VLLM_SERVER_DEV_MODE=1`` the prefix cache is reset
-before every run. ``--cases warm`` (or ``cold``, ``report``) runs only those cases.
+before every run. ``--cases warm`` (or ``cold``, ``report``, ``render``) runs only those cases.
+
+The report's own cost, two ways: the ``report`` case (a warm run that writes report.html) gives the run's
+``report`` phase, and the ``render`` case times the whole ``evalkit report RUN_DIR`` command on the full-set run
+dir the round's runs left (one uncounted ``--no-report`` run makes it when no other case did). With ``--code``
+both are printed as ratios, the other checkout's median over this one's.
 
 Each run's phases come from its summary's ``timings_s`` (``startup``: interpreter, imports and settings, then
 ``setup``, ``prompts``, the warm-up, the request phase's lap and ``TASK.scoring_summary``, the tail after the last
@@ -103,6 +108,35 @@ def run_evalkit(url: str, out: Path, cache: Path, report: bool, code: Path | Non
     }
 
 
+def run_report_command(run_dir: Path, out: Path, code: Path | None) -> dict[str, Any]:
+    """``evalkit report run_dir -o out``, timed as a whole command."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "evalkit.cli", "report", str(run_dir), "-o", str(out)]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, capture_output=True, cwd=code)
+    return {"wall_s": time.perf_counter() - t0, "report_bytes": out.stat().st_size}
+
+
+def report_medians(rows: list[dict[str, Any]], codes: list[str]) -> dict[str, dict[str, float | None]]:
+    """Per code: the median ``evalkit report`` command and the median ``report`` phase of runs that wrote one;
+    with a second code, its medians over this checkout's as ``ratio_*``."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name in codes:
+        phase = [
+            {"s": r["timings_s"].get("report")} for r in rows if r["code"] == name and r["case"] == "warm + report"
+        ]
+        command = [r for r in rows if r["code"] == name and r["case"] == "report command"]
+        out[name] = {"report_command_s": _median(command, "wall_s"), "report_phase_s": _median(phase, "s")}
+    if len(codes) == 2:
+        this, other = out[codes[0]], out[codes[1]]
+        for key in ("report_command_s", "report_phase_s"):
+            a, b = this[key], other[key]
+            out[codes[1]][f"ratio_{key}"] = round(b / a, 2) if a and b else None
+    return out
+
+
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in rows if r.get(key) is not None]
     return round(statistics.median(values), 3) if values else None
@@ -114,7 +148,9 @@ def main() -> None:
     ap.add_argument("--endpoint", default=None, help="a live server (http://host:port/v1) instead of the test server")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every case; medians are reported")
     ap.add_argument("--code", default=None, help="also run each case with the evalkit of this checkout")
-    ap.add_argument("--cases", nargs="+", choices=("cold", "warm", "report"), default=["cold", "warm", "report"])
+    ap.add_argument(
+        "--cases", nargs="+", choices=("cold", "warm", "report", "render"), default=["cold", "warm", "report", "render"]
+    )
     a = ap.parse_args()
     codes: list[tuple[str, Path | None]] = [("this", None)]
     if a.code:
@@ -150,6 +186,14 @@ def main() -> None:
                         f"{'-' if first is None else f'{first:5.2f}'} s  streamed {row['prompts_streamed']}",
                         flush=True,
                     )
+                if "render" in a.cases:
+                    run_dir = Path(tmp) / "run"
+                    if not (run_dir / "summary.json").is_file():
+                        run_evalkit(url, run_dir, cache, False, code)
+                    row = {"code": name, "round": rnd, "case": "report command"}
+                    row.update(run_report_command(run_dir, Path(tmp) / "report.html", code))
+                    rows.append(row)
+                    print(f"evalkit[{name}] report command whole {row['wall_s']:6.2f} s", flush=True)
         index_s = build_s = 0.0  # the yardstick of the cold case
         if cold_case:
             p = subprocess.run(
@@ -185,6 +229,7 @@ def main() -> None:
     res: dict[str, Any] = {
         "rows": rows,
         "medians": medians,
+        "report": report_medians(rows, [n for n, _ in codes]),
         "phases_warm": phases,
         "lm_eval_index_s": index_s if cold_case else None,
         "lm_eval_build_s": build_s if cold_case else None,
@@ -202,6 +247,8 @@ def main() -> None:
     for name, medians_by_phase in phases.items():
         shown = ", ".join(f"{k} {v:.3f}" for k, v in medians_by_phase.items())
         print(f"median phases of {name}'s warm runs: {shown}")
+    for name, m in res["report"].items():
+        print(f"report of {name}: " + ", ".join(f"{k} {v}" for k, v in m.items()))
     if warm is not None:
         print(f"warm fixed costs {warm['fixed_s']:.2f} s (< 3 s: {'PASS' if res['pass_warm'] else 'FAIL'})")
     if cold is not None and warm is not None:

@@ -23,10 +23,9 @@ from typing import Any
 import orjson
 import pytest
 
-from evalkit.config import ServerConfig
 from evalkit.server.vllm_process import VLLMServer
 from tests.lmeval_tasks import PAGES, QA, write_tasks
-from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
+from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS, smollm2_server
 
 pytestmark = VLLM_MARKS
 CONCURRENCY = 4
@@ -35,19 +34,7 @@ TASKS = ("tiny_gen", "tiny_mc", "tiny_roll")
 
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    cfg = ServerConfig.model_validate(
-        {
-            "model": str(MODEL_DIR),
-            "served_model_name": NAME,
-            "launcher": "module",
-            "enforce_eager": True,
-            "max_model_len": 2048,
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
-            "extra_args": ["--no-enable-prefix-caching", "--enable-tokenizer-info-endpoint"],
-            "startup_timeout_s": 600,
-            "stop_grace_s": 30,
-        }
-    )
+    cfg = smollm2_server(extra_args=["--enable-tokenizer-info-endpoint"])
     srv = VLLMServer(cfg, tmp_path_factory.mktemp("live-vllm"))
     with srv:
         yield srv

@@ -13,31 +13,17 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.config import ServerConfig
 from evalkit.gating import from_run_dir
 from evalkit.scoring.numerics import FIGURES, compare_runs, texts_to_separate
 from evalkit.server.vllm_process import VLLMServer
-from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
+from tests.vllm_env import VLLM_MARKS, smollm2_server
 
 pytestmark = VLLM_MARKS
 TEXTS = 8
 
 
 def _server(dtype: str, log_dir: Path) -> VLLMServer:
-    cfg = ServerConfig.model_validate(
-        {
-            "model": str(MODEL_DIR),
-            "served_model_name": NAME,
-            "launcher": "module",
-            "enforce_eager": True,
-            "dtype": dtype,
-            "max_model_len": 2048,
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
-            "extra_args": ["--no-enable-prefix-caching"],
-            "startup_timeout_s": 600,
-            "stop_grace_s": 30,
-        }
-    )
+    cfg = smollm2_server(dtype=dtype)
     return VLLMServer(cfg, log_dir)
 
 

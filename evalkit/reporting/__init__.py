@@ -13,17 +13,17 @@ Reports read only the result store (``manifest.json``, ``summary.json``, ``sampl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalkit.gating import GateResult, RunInputs
 from evalkit.reporting.analysis import Flips, compute_flips, pareto_front
-from evalkit.reporting.compare_view import build_compare_view
 from evalkit.reporting.html import render_template
-from evalkit.reporting.numerics_view import numerics_css
 from evalkit.reporting.run_view import build_run_view
-from evalkit.reporting.verdict_view import Verdict, build_verdict_view, gate_verdict
 from evalkit.store.files import write_text_atomic
 from evalkit.store.reader import Run, open_run
+
+if TYPE_CHECKING:  # the comparison, the gate's verdict and the numerics sections (gate, scipy) load when used
+    from evalkit.gating import GateResult, RunInputs
+    from evalkit.reporting.verdict_view import Verdict
 
 __all__ = [
     "Flips",
@@ -40,11 +40,25 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    if name == "Verdict":
+        from evalkit.reporting.verdict_view import Verdict
+
+        return Verdict
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _numerics_css() -> str:
+    from evalkit.reporting.numerics_view import numerics_css
+
+    return numerics_css()
+
+
 def render_run_html(run_dir: Path) -> str:
     """The single-run report of ``run_dir`` as an HTML string."""
     run = open_run(Path(run_dir))
     view = build_run_view(run)
-    return render_template("run.html.j2", numerics_css() if view.numerics else "", v=view)
+    return render_template("run.html.j2", _numerics_css() if view.numerics else "", v=view)
 
 
 def render_run(run_dir: Path, out: Path | None = None) -> Path:
@@ -65,6 +79,9 @@ def render_compare_html(
     flips are listed (indices into ``run_dirs``; default the first two). Two runs get the release gate's
     verdict (``verdict``, else the default policy's). ``charts``: extra line charts (ids ``sweep-*``) drawn
     above the tasks, e.g. a sweep's speed against concurrency."""
+    from evalkit.reporting.compare_view import build_compare_view
+    from evalkit.reporting.verdict_view import build_verdict_view, gate_verdict
+
     if not run_dirs:
         raise ValueError("render_compare needs at least one run directory")
     n = len(run_dirs)
@@ -80,7 +97,7 @@ def render_compare_html(
     view.verdict = build_verdict_view(verdict) if verdict is not None else None
     view.charts += charts or []
     view.chart_ids |= {c["id"] for c in charts or []}
-    return render_template("compare.html.j2", numerics_css() if view.numerics else "", v=view)
+    return render_template("compare.html.j2", _numerics_css() if view.numerics else "", v=view)
 
 
 def write_gate_compare(
@@ -88,6 +105,8 @@ def write_gate_compare(
 ) -> Path:
     """The gate's compare.html: the comparison of the runs gated, with the gate's own verdict (what
     :func:`evalkit.gating.command.run_gate` takes as ``write_compare``)."""
+    from evalkit.reporting.verdict_view import Verdict
+
     return render_compare(run_dirs, out, verdict=Verdict(result, baseline, candidate))
 
 

@@ -26,6 +26,16 @@ SHORT_LIMIT = 300  # extracted answers, targets, errors in the row header
 # Formatting (also registered as Jinja filters)
 
 
+def letter(i: int) -> str:
+    """The label of the ``i``-th run of a comparison: A, B, ... Z, AA, AB, ..."""
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(65 + r) + s
+    return s
+
+
 def fmt_num(v: Any, nd: int = 1) -> str:
     x = as_num(v)
     if x is None:

@@ -18,6 +18,7 @@ from evalkit.reporting.common import (
     compact_json,
     fmt_ms,
     fmt_num,
+    letter,
     metric_label,
     metric_views,
     now_iso,
@@ -108,15 +109,6 @@ class CompareView:
     chart_ids: set[str]
     verdict: VerdictView | None = None  # the release gate's rules, for two runs
     numerics: list[NumericsCompare] = field(default_factory=list)  # teacher-forced divergence of the pair
-
-
-def letter(i: int) -> str:
-    s = ""
-    i += 1
-    while i:
-        i, r = divmod(i - 1, 26)
-        s = chr(65 + r) + s
-    return s
 
 
 def unique_labels(runs: list[Run]) -> list[str]:

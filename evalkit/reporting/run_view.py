@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.contracts import LATENCIES, STATUSES, EndpointSummary, Percentiles, Speed, speed_metric
 from evalkit.reporting.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
@@ -21,7 +21,6 @@ from evalkit.reporting.common import (
     metric_views,
     now_iso,
 )
-from evalkit.reporting.numerics_view import NumericsFloor, build_numerics_floors
 from evalkit.reporting.provenance import TaskProvenance, provenance
 from evalkit.reporting.run_tables import (
     DetailView,
@@ -41,7 +40,11 @@ from evalkit.reporting.run_tables import (
 from evalkit.reporting.sample_data import SampleSection, sample_section
 from evalkit.reporting.timecourse import timeline, timeline_chart
 from evalkit.scoring.estimators import wilson_interval
+from evalkit.store.positions import POSITIONS
 from evalkit.store.reader import Run, TaskRead, as_dict, as_int, as_list, as_num, as_str
+
+if TYPE_CHECKING:
+    from evalkit.reporting.numerics_view import NumericsFloor
 
 # ----------------------------------------------------------------------------------------------------------
 # Single-run report
@@ -330,6 +333,16 @@ class RunView:
     numerics: list[NumericsFloor] = field(default_factory=list)  # each numerics task's noise floor
 
 
+def numerics_floors(run: Run) -> list[NumericsFloor]:
+    """The noise floors of ``run``'s tasks holding teacher-forced positions; the numerics view (gate, scipy) is
+    imported only for a run that has a positions file."""
+    if not (run.path / POSITIONS).exists():
+        return []
+    from evalkit.reporting.numerics_view import build_numerics_floors
+
+    return build_numerics_floors(run)
+
+
 def build_run_view(run: Run) -> RunView:
     names = run.task_names()
     model = run.manifest_read().model
@@ -347,5 +360,5 @@ def build_run_view(run: Run) -> RunView:
         samples=sample_section(run),
         charts=charts,
         chart_ids={c["id"] for c in charts},
-        numerics=build_numerics_floors(run),
+        numerics=numerics_floors(run),
     )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import gzip
+import struct
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,7 @@ MAX_ROWS = 2000  # samples listed; failures and wrong answers are kept first
 TEXT_MAX_CHARS = 20_000  # one text is cut (head + tail) above this
 TEXT_BUDGET_BYTES = 4_000_000  # all texts of the rows together, before compression
 DATA_TARGET_BYTES = 1_000_000  # the encoded block, few-shot examples included only if it stays under this
+GZIP_LEVEL = 9
 FEWSHOT_DELIMITER = "\n\n"
 
 
@@ -180,7 +183,52 @@ def _row(s: dict[str, Any], ti: int, table: TextTable, fewshot: list[int], long_
 
 
 def _encode(obj: Any) -> str:
-    return base64.b64encode(gzip.compress(orjson.dumps(obj), compresslevel=9, mtime=0)).decode("ascii")
+    return base64.b64encode(gzip.compress(orjson.dumps(obj), compresslevel=GZIP_LEVEL, mtime=0)).decode("ascii")
+
+
+def _b64_len(n: int) -> int:
+    return 4 * ((n + 2) // 3)
+
+
+def _gzip_member(deflated: bytes, crc: int, size: int) -> bytes:
+    """A gzip file around raw ``deflated`` data, with the header :func:`gzip.compress` writes (mtime 0)."""
+    header = gzip.compress(b"", compresslevel=GZIP_LEVEL, mtime=0)[:10]
+    return header + deflated + struct.pack("<LL", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
+
+
+def _finish_within(deflate: Any, out: bytes, crc: int, size: int, body: bytes, target: int) -> str | None:
+    """The encoded block of the data compressed so far (``out``, checksum ``crc`` and length ``size`` of its
+    input) followed by ``body``, or None as soon as its base64 passes ``target`` characters."""
+    got, step = [out], 1 << 18
+    for i in range(0, len(body), step):
+        got.append(deflate.compress(body[i : i + step]))
+        if _b64_len(sum(map(len, got))) > target:
+            return None
+    got.append(deflate.flush())
+    encoded = _gzip_member(b"".join(got), zlib.crc32(body, crc), size + len(body))
+    return base64.b64encode(encoded).decode("ascii") if _b64_len(len(encoded)) <= target else None
+
+
+def encode_with_optional_tail(head: dict[str, Any], key: str, tail: Any, target: int) -> tuple[str, bool]:
+    """``head`` with ``key`` set to ``tail`` (the last key), encoded as :func:`_encode` does, if that fits
+    ``target`` characters; else ``head`` with ``key`` set to None. Returns (encoded, tail kept). The JSON
+    before ``key``'s value is serialised and compressed once for both; compressing the tail stops as soon as
+    its output alone passes ``target`` (compressed output only grows), so the block is byte-identical to
+    ``_encode`` of the chosen object."""
+    if key in head:
+        raise ValueError(f"{key!r} must be left out of head: it is encoded last")
+    without = orjson.dumps({**head, key: None})
+    end = b"null}"
+    prefix = without[: -len(end)]
+    deflate = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS, zlib.DEF_MEM_LEVEL, 0)
+    out = deflate.compress(prefix)
+    crc = zlib.crc32(prefix)
+    kept = _finish_within(deflate.copy(), out, crc, len(prefix), orjson.dumps(tail) + b"}", target)
+    if kept is not None:
+        return kept, True
+    whole = out + deflate.compress(end) + deflate.flush()
+    encoded = _gzip_member(whole, zlib.crc32(end, crc), len(without))
+    return base64.b64encode(encoded).decode("ascii"), False
 
 
 def sample_section(run: Run) -> SampleSection:
@@ -209,14 +257,15 @@ def sample_section(run: Run) -> SampleSection:
         "tasks": tasks,
         "texts": [_cut_json(cut_text(t, limit, 0.6)) for t in table.texts],
         "rows": rows,
-        "fewshot": [_cut_json(cut_text(t, limit)) for t in fewshot_table.texts],
     }
-    encoded = _encode(data)
+    fewshot = [_cut_json(cut_text(t, limit)) for t in fewshot_table.texts]
     left_out: list[str] = []
-    if fewshot_table.texts and len(encoded) > DATA_TARGET_BYTES:
-        left_out = sorted({tasks[r["t"]] for r in rows if r.get("fs")})
-        data["fewshot"] = None
-        encoded = _encode(data)
+    if fewshot:
+        encoded, kept = encode_with_optional_tail(data, "fewshot", fewshot, DATA_TARGET_BYTES)
+        if not kept:
+            left_out = sorted({tasks[r["t"]] for r in rows if r.get("fs")})
+    else:
+        encoded = _encode({**data, "fewshot": fewshot})
     statuses = Counter(str(r["s"]) for r in rows)
     verdicts = Counter(str(r["v"]) for r in rows)
     return SampleSection(
