@@ -35,7 +35,7 @@ def observed_text(r: Rule) -> str:
         return f"{r.observed * 100:+.2f} pts ({r.baseline:.2%} → {r.candidate:.2%})"
     if r.kind == "expected":
         return f"{r.observed:.2%} (expected {r.baseline:.2%})" if r.baseline is not None else f"{r.observed:.2%}"
-    if r.kind == "speed":
+    if r.kind in ("speed", "perplexity"):
         figures = f" ({r.baseline:.4g} → {r.candidate:.4g})" if r.baseline and r.candidate else ""
         return _pct(r.observed) + figures
     if r.kind == "numerics":
@@ -56,6 +56,8 @@ def budget_text(r: Rule) -> str:
         return f"drop ≤ {r.budget * 100:.2f} pts ({r.mode})"
     if r.kind == "speed":
         return f"worse by ≤ {r.budget:.0%}"
+    if r.kind == "perplexity":
+        return f"increase ≤ {r.budget:.2%} ({r.mode})"
     if r.kind == "numerics":
         figure = _numerics_figure(r)
         return f"{'≥' if figure == 'top1' else '≤'} {figure_text(figure, r.budget)}"
