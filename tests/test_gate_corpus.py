@@ -162,3 +162,18 @@ def test_a_summarys_doc_pairs_are_read_and_malformed_ones_noted() -> None:
     assert inputs.corpus[WPPL].items == {0: (-10.5, 3.0), 1: (-4.0, 2.0)}
     assert inputs.corpus[WPPL].value == pytest.approx(math.exp(14.5 / 5))
     assert {w for w, _ in inputs.ignored} == {f"detail.doc_pairs.{BPB}", "detail.doc_pairs.other,none"}
+
+
+def test_a_watch_window_keeps_each_documents_latest_pair() -> None:
+    from evalkit.watch.window import merge
+
+    ll, w, b = _docs(30)
+    first, second = (
+        _task(ll[:20], w[:20], b[:20], list(range(20))),
+        _task(ll[10:] - 1, w[10:], b[10:], list(range(10, 30))),
+    )
+    window = merge("window", TASK, [first, second]).tasks[TASK]
+    assert set(window.corpus[WPPL].items) == set(range(30)) == window.scored()
+    assert (
+        window.corpus[WPPL].items[12] == (float(ll[12] - 1), float(w[12])) and window.corpus[BPB].items[0][0] == ll[0]
+    )

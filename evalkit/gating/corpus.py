@@ -21,6 +21,7 @@ import numpy as np
 from evalkit.gating.inputs import CorpusMetric
 from evalkit.gating.policy import AccuracyRule, BootstrapSettings
 from evalkit.gating.result import Rule, decide
+from evalkit.gating.rules import verdict_note
 from evalkit.gating.stats import corpus_bootstrap
 
 MIN_CORPUS_DOCS = 20
@@ -60,9 +61,7 @@ def corpus_rule(
     verdict, decided_by = decide(est.value, est.ci[1], est.p_value, budget, rule.alpha, rule.mode)
     b_value = CorpusMetric(base.name, base.aggregation, {d: base.items[d] for d in common}).value
     c_value = CorpusMetric(cand.name, cand.aggregation, {d: cand.items[d] for d in common}).value
-    note = _note(est.value, budget, est.p_value, rule.alpha, verdict, rule.mode)
-    if est.mde is not None and est.mde > budget:
-        note += f"; this sample detects only increases of ≥{est.mde:.2%} (MDE)"
+    note = verdict_note(est.value, est, budget, rule.alpha, verdict, rule.mode, "%")
     if len(common) < max(len(base.items), len(cand.items)):
         note += (
             f"; compared on the {len(common)} documents scored in both runs "
@@ -92,15 +91,3 @@ def corpus_rule(
 
 def _skip(name: str, task: str, why: str) -> Rule:
     return Rule(name=name, task=task, kind="perplexity", verdict="skip", note=why)
-
-
-def _note(change: float, budget: float, p: float, alpha: float, verdict: str, mode: str) -> str:
-    what = f"worse by {change:.2%}" if change > 0 else f"no worse (better by {-change:.2%})"
-    if mode == "non-inferiority":
-        shown = "shown within" if verdict == "pass" else "not shown within"
-        return f"{what}; {shown} the budget of {budget:.2%} at {1 - alpha:.0%} confidence"
-    if verdict == "fail":
-        return f"{what}: beyond the budget of {budget:.2%}, significantly (p={p:.3g} < {alpha} of within budget)"
-    if change > budget:
-        return f"{what}: beyond the budget of {budget:.2%} but within noise (p={p:.3g} ≥ {alpha})"
-    return f"{what}: within the budget of {budget:.2%}"
