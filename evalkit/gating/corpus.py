@@ -5,7 +5,7 @@ Rule ``<task>: <metric> change``: the candidate's corpus metric, aggregated as l
 documents scored in both runs, against the baseline's; the observed value is the relative change (candidate /
 baseline - 1, lower is better, so an increase is a worsening). It fails when the increase is beyond the policy's
 ``max_increase`` (``accuracy.default.max_increase``, or per task and metric) and a one-sided test says so at the
-rule's ``alpha``: a paired percentile bootstrap of the corpus ratio over documents
+rule's ``alpha``: a paired bootstrap of the corpus ratio over documents with an expanded percentile interval
 (:func:`evalkit.gating.stats.corpus_bootstrap`; p of "within the budget"). The bootstrap is chosen over a Wilcoxon
 signed-rank test of per-document bits-per-byte differences because the corpus metric weights each document by
 its length while Wilcoxon weights documents equally and tests a pseudo-median: with documents of unequal length
@@ -25,8 +25,9 @@ from evalkit.gating.rules import verdict_note
 from evalkit.gating.stats import corpus_bootstrap
 
 MIN_CORPUS_DOCS = 20
-"""The fewest documents scored in both runs a corpus rule decides on: a percentile bootstrap over fewer documents
-has few distinct resamples and intervals that are too narrow."""
+"""The fewest documents scored in both runs a corpus rule decides on: a bootstrap over fewer documents has few
+distinct resamples, and its false-alarm rate at the budget's edge rises (BENCHMARKS.md, "The gate's perplexity
+rule")."""
 
 
 def corpus_rule(
