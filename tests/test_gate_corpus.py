@@ -177,3 +177,21 @@ def test_a_watch_window_keeps_each_documents_latest_pair() -> None:
     assert (
         window.corpus[WPPL].items[12] == (float(ll[12] - 1), float(w[12])) and window.corpus[BPB].items[0][0] == ll[0]
     )
+
+
+def test_a_sweep_recommendation_counts_a_perplexity_fail_as_a_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import evalkit.gating as gating
+    from evalkit.sweep.recommend import Candidate, _accuracy_loss
+
+    ll, w, b = _docs(60)
+    runs = {"ref": _run("ref", _task(ll, w, b)), "worse": _run("worse", _task(ll - w * math.log(1.05), w, b))}
+    monkeypatch.setattr(gating, "from_run_dir", lambda p: runs[Path(p).name])
+
+    def cand(name: str) -> Candidate:
+        return Candidate(SimpleNamespace(config=name, name=name), {}, Path(name))  # type: ignore[arg-type]
+
+    loss = _accuracy_loss(cand("worse"), cand("ref"), "ref")
+    assert loss is not None and loss.startswith(f"accuracy: {TASK}: ") and "change is worse than ref's" in loss
