@@ -6,6 +6,7 @@ task version exits 2), and a loglikelihood_rolling task's perplexities named as 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from evalkit.contracts import SampleRecord
 from evalkit.gating import evaluate, from_run_dir
 from evalkit.testing.answers import TOKEN_RE
 from evalkit.testing.scored import Perturbation, scored_fields, token_id
-from tests.lmeval_tasks import METRICS_MC, write_tasks
+from tests.lmeval_tasks import METRICS_MC, PAGES, write_tasks
 
 TASK = "lm-eval:gate_mc"
 WORDS = ["red", "blue", "green", "black", "white", "small", "large", "old", "new", "fast", "slow", "warm"]
@@ -152,7 +153,9 @@ def _rolling(doc: int, ll: float) -> SampleRecord:
                         status="ok", extracted=extracted)  # type: ignore[arg-type]  # fmt: skip
 
 
-def test_a_rolling_tasks_perplexities_are_named_as_not_judged(tmp_path: Path) -> None:
+def test_a_rolling_tasks_per_document_pairs_are_recorded_and_other_metrics_named_as_not_judged(
+    tmp_path: Path,
+) -> None:
     from dataclasses import replace
 
     from evalkit.gating.per_doc import per_doc_inputs
@@ -163,20 +166,30 @@ def test_a_rolling_tasks_perplexities_are_named_as_not_judged(tmp_path: Path) ->
     assert generated is not None
     task = Registry([generated]).get(tasks[0])
     metrics, detail = task.summarize([_rolling(d, -10.0 - d) for d in range(4)])
-    assert detail["doc_scores"] == {} and set(detail["not_gated"]) == set(metrics)
-    assert "word_perplexity,none" in detail["not_gated"]
+    assert detail["doc_scores"] == {} and detail["not_gated"] == {} and set(detail["doc_pairs"]) == set(metrics)
+    words = [len(re.split(r"\s+", p)) for p in PAGES]  # lm-eval's word count of each page
+    assert detail["doc_pairs"]["word_perplexity,none"] == {
+        "aggregation": "weighted_perplexity",
+        "docs": {str(d): [-10.0 - d, float(words[d])] for d in range(4)},
+    }
+    nbytes = [float(len(p.encode())) for p in PAGES]
+    assert detail["doc_pairs"]["bits_per_byte,none"]["aggregation"] == "bits_per_byte"
+    assert [v[1] for v in detail["doc_pairs"]["byte_perplexity,none"]["docs"].values()] == nbytes
     samples = [{"doc_id": d} for d in range(4)]
     inputs = per_doc_inputs(tasks[0], detail, samples, 4)
-    assert inputs is not None and inputs.asked == frozenset(range(4)) and not inputs.metrics
+    assert inputs is not None and inputs.asked == inputs.scored == frozenset(range(4)) and not inputs.metrics
+    for name, m in inputs.corpus.items():  # the gate's corpus value is lm-eval's aggregate
+        assert m.value == pytest.approx(metrics[name].value)
     # a cut samples file, and a malformed score, are said
     cut = per_doc_inputs(tasks[0], {"doc_scores": {"acc,none": {"0": 2}}}, samples[:3], 4)
     assert cut is not None and cut.problems and cut.ignored and not cut.metrics
-    # the gate cannot decide on the rolling task, with the reason
+    # a metric with neither 0/1 scores nor pairs: the gate cannot decide on it, with the reason
     mc = from_run_dir(_gated_run(tmp_path))
-    side = replace(mc, tasks={"roll": replace(mc.tasks[TASK], name="roll", metrics={}, not_gated=inputs.not_gated)})
+    why = {"f1,none": "its per-document values are neither 0/1 scores nor (loglikelihood, length) pairs"}
+    side = replace(mc, tasks={"roll": replace(mc.tasks[TASK], name="roll", metrics={}, not_gated=why)})
     result = evaluate(side, side)
     assert result.verdict == "cannot_decide"
-    assert any("metric word_perplexity,none is not judged by the gate" in r for r in result.reasons)
+    assert any("metric f1,none is not judged by the gate" in r for r in result.reasons)
 
 
 def _gated_run(tmp_path: Path) -> Path:

@@ -59,6 +59,11 @@ BASE_STATUSES: tuple[Status, ...] = STATUSES[:5]
 EndpointKind = Literal["completions", "chat"]
 
 
+CORPUS_AGGREGATIONS = ("weighted_perplexity", "bits_per_byte")
+"""lm-eval's aggregations of per-document (loglikelihood, length) pairs over a corpus (``word_perplexity``,
+``byte_perplexity``, ``bits_per_byte``): a summary's ``detail.doc_pairs`` records each such metric's pairs, which
+the gate compares document by document."""
+
 UNRECORDED = "unrecorded"  # a sharded run's per-endpoint key for samples stored without an endpoint
 
 

@@ -9,6 +9,7 @@ gate.md and junit.xml.
 from evalkit.gating.engine import evaluate, evaluate_expected
 from evalkit.gating.errors import CannotCompare, CannotDecide, GateInputError, PolicyError
 from evalkit.gating.inputs import (
+    CorpusMetric,
     Identity,
     MetricSamples,
     NumericsInputs,
@@ -25,6 +26,7 @@ from evalkit.gating.result import GateResult, Rule
 __all__ = [
     "CannotCompare",
     "CannotDecide",
+    "CorpusMetric",
     "GateInputError",
     "GateResult",
     "Identity",

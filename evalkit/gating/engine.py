@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from evalkit.gating.corpus import corpus_rule
 from evalkit.gating.economics import goodput_change_rule, limit_rules, undecided_reasons
 from evalkit.gating.errors import CannotCompare, PolicyError
-from evalkit.gating.inputs import Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
+from evalkit.gating.inputs import CorpusMetric, Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
 from evalkit.gating.matching import Unmatched, match_runs
 from evalkit.gating.numerics_rules import numerics_rules
 from evalkit.gating.policy import GATED_SPEED, Policy, default_policy
@@ -98,6 +99,15 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
                 for doc, v in t.metrics[m].items.items():
                     items[doc] = items.get(doc, ()) + v
             metrics[m] = MetricSamples(m, parts[0].metrics[m].filter, items)
+        lacking += [
+            f"{name}: metric {m} is missing from the {side} run {r.label}"
+            for m in sorted({m for t in parts for m in t.corpus})
+            for r, t in zip(runs, parts, strict=True)
+            if m not in t.corpus
+        ]
+        corpus = {
+            m: _pooled([t.corpus[m] for t in parts]) for m in parts[0].corpus if all(m in t.corpus for t in parts)
+        }
         asked = [t.asked_docs for t in parts]
         tasks[name] = TaskInputs(
             name=name,
@@ -113,9 +123,19 @@ def combine_runs(label: str, runs: list[RunInputs], side: str = "baseline") -> R
             problems=(*(p for t in parts for p in t.problems), *lacking),
             numerics=parts[0].numerics,
             not_gated=parts[0].not_gated,
+            corpus=corpus,
         )
     notes = [n for r in runs for n in r.notes]
     return RunInputs(label=label, tasks=tasks, concurrency_setting=runs[0].concurrency_setting, notes=notes)
+
+
+def _pooled(parts: list[CorpusMetric]) -> CorpusMetric:
+    """A corpus metric of several runs as one: per document the runs' mean loglikelihood and the first run's
+    length (the runs scored the same texts: their identities match), for the documents every run scored; its
+    value is the metric of all the runs' texts together."""
+    docs = frozenset.intersection(*(frozenset(p.items) for p in parts))
+    items = {d: (sum(p.items[d][0] for p in parts) / len(parts), parts[0].items[d][1]) for d in sorted(docs)}
+    return CorpusMetric(parts[0].name, parts[0].aggregation, items)
 
 
 def _share(part: int, whole: int) -> str:
@@ -157,26 +177,29 @@ def _accuracy_rules(
         for m in base.metrics
         if m in cand.metrics
     ]
-    reasons = [
+    reasons: list[str] = []
+    for m in [m for m in base.corpus if m in cand.corpus]:
+        rule, why = corpus_rule(task, base.corpus[m], cand.corpus[m], policy.accuracy.rule(task, m), policy.bootstrap)
+        rules.append(rule)
+        reasons += why
+    judged = {*base.metrics, *cand.metrics, *base.corpus, *cand.corpus}
+    reasons += [
         f"{task}: metric {m} has scores only in the {side}, so it was not compared"
-        for side, only in (
-            ("baseline", base.metrics.keys() - cand.metrics.keys()),
-            ("candidate", cand.metrics.keys() - base.metrics.keys()),
-        )
-        for m in sorted(only)
+        for side, a, b in (("baseline", base, cand), ("candidate", cand, base))
+        for m in sorted((a.metrics.keys() - b.metrics.keys()) | (a.corpus.keys() - b.corpus.keys()))
         if policy.accuracy.rule(task, m).enabled
     ]
     reasons += [
         f"{task}: metric {m} is not judged by the gate: {why}"
         for m, why in sorted({**base.not_gated, **cand.not_gated}.items())
-        if m not in base.metrics and m not in cand.metrics and policy.accuracy.rule(task, m).enabled
+        if m not in judged and policy.accuracy.rule(task, m).enabled
     ]
-    if not base.metrics and not cand.metrics and not reasons:
+    if not judged and not reasons:
         reasons.append(f"{task}: neither run has a scored accuracy metric")
     notes = [
         f"{task}: the policy names metric {m}, which neither run has"
         for m in sorted(policy.accuracy.tasks.get(task, {}))
-        if m not in base.metrics and m not in cand.metrics
+        if m not in judged
     ]
     return rules, notes, reasons
 
@@ -233,7 +256,7 @@ def evaluate(
             rules += r
             notes += n
             reasons += why
-        if not numerics or base.metrics or cand.metrics:
+        if not numerics or base.metrics or cand.metrics or base.corpus or cand.corpus:
             r, n, why = _accuracy_rules(task, base, cand, policy)
             rules += r
             notes += n

@@ -6,6 +6,7 @@ directly. Everything the gate decides is computed from these records alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -54,6 +55,27 @@ class MetricSamples:
     def samples_per_item(self) -> int:
         """The largest number of scored samples any item has (1 for greedy single-sample tasks)."""
         return max((len(v) for v in self.items.values()), default=0)
+
+
+@dataclass(frozen=True)
+class CorpusMetric:
+    """One corpus metric of lm-eval's (``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``): ``items`` maps
+    doc_id -> (its total loglikelihood, its length in words or bytes), as lm-eval's ``process_results`` returns
+    them; ``aggregation``: ``weighted_perplexity`` (exp of minus loglikelihood per unit) or ``bits_per_byte``
+    (minus loglikelihood per byte, in bits). Lower is better."""
+
+    name: str
+    aggregation: str
+    items: dict[int, tuple[float, float]]
+
+    @property
+    def value(self) -> float | None:
+        """The metric over all its documents, as lm-eval aggregates it."""
+        if not self.items:
+            return None
+        ll = sum(v[0] for v in self.items.values())
+        units = sum(v[1] for v in self.items.values())
+        return math.exp(-ll / units) if self.aggregation == "weighted_perplexity" else -ll / units / math.log(2)
 
 
 @dataclass(frozen=True)
@@ -149,14 +171,17 @@ class TaskInputs:
     problems: tuple[str, ...] = ()
     # the task's teacher-forced positions (None: the task recorded none); judged by the numerics rules
     numerics: NumericsInputs | None = None
-    # metrics the task scored with no per-document 0/1 score to pair (a perplexity), each with the reason
+    # metrics the task scored with no per-document value the gate can pair, each with the reason
     not_gated: dict[str, str] = field(default_factory=dict)
+    # lm-eval's corpus metrics (perplexities, bits per byte) as per-document (loglikelihood, length) pairs
+    corpus: dict[str, CorpusMetric] = field(default_factory=dict)
 
     def scored(self) -> frozenset[int]:
         """The documents scored in this run (``scored_docs``, else every item of any metric)."""
         if self.scored_docs is not None:
             return self.scored_docs
-        return frozenset(d for m in self.metrics.values() for d in m.items)
+        docs = {d for m in self.metrics.values() for d in m.items}
+        return frozenset(docs | {d for c in self.corpus.values() for d in c.items})
 
 
 @dataclass(frozen=True)

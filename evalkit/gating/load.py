@@ -202,7 +202,7 @@ def _task(
     if per_doc is None:
         return inputs
     for where, value in per_doc.ignored:
-        notes.ignored(f"tasks.{name}.{where}", value, "a mapping of doc ids to 0/1", " (that metric not compared)")
+        notes.ignored(f"tasks.{name}.{where}", value, _per_doc_shape(where), " (that metric not compared)")
     return replace(
         inputs,
         metrics=per_doc.metrics,
@@ -210,7 +210,15 @@ def _task(
         scored_docs=per_doc.scored,
         problems=(*inputs.problems, *per_doc.problems),
         not_gated=per_doc.not_gated,
+        corpus=per_doc.corpus,
     )
+
+
+def _per_doc_shape(where: str) -> str:
+    """What a per-document field of ``detail`` should hold (``where``: its path in ``detail``)."""
+    if where.startswith("detail.doc_pairs"):
+        return "an aggregation and a mapping of doc ids to [loglikelihood, length]"
+    return "a mapping of doc ids to 0/1"
 
 
 def _metric_names(task: str, manifest: ManifestTaskRead, in_summary: list[str]) -> list[str]:

@@ -39,8 +39,8 @@ def observed_text(r: Rule) -> str:
         return f"{r.observed:.2%} (expected {r.baseline:.2%})" if r.baseline is not None else f"{r.observed:.2%}"
     if r.kind == "speed" and r.figure is not None and r.mode is None:  # a limit: the candidate's own figure
         return economics.figure_text(r.figure, r.observed)
-    if r.kind == "speed":
-        unit = f" {speed_metric(r.figure).unit}" if r.figure is not None else ""
+    if r.kind in ("speed", "perplexity"):
+        unit = f" {speed_metric(r.figure).unit}" if r.kind == "speed" and r.figure is not None else ""
         figures = f" ({r.baseline:.4g} → {r.candidate:.4g}{unit})" if r.baseline and r.candidate else ""
         return _pct(r.observed) + figures
     if r.kind == "numerics":
@@ -63,6 +63,8 @@ def budget_text(r: Rule) -> str:
         return economics.limit_text(r.figure, r.budget)
     if r.kind == "speed":
         return f"worse by ≤ {r.budget:.0%}"
+    if r.kind == "perplexity":
+        return f"increase ≤ {r.budget:.2%} ({r.mode})"
     if r.kind == "numerics":
         figure = _numerics_figure(r)
         return f"{'≥' if figure == 'top1' else '≤'} {figure_text(figure, r.budget)}"

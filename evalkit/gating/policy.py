@@ -2,17 +2,19 @@
 typed strictly: ``true`` is not a number, nor ``"0.1"``; non-finite numbers are refused; an int is a valid float).
 
 With no file the default policy applies: an accuracy drop of more than 1 point that is significant at alpha 0.05
-(one-sided) fails; output tokens/s dropping, or TTFT p50 or TPOT p50 rising, by more than 10% fails when several
-runs per side show it significant, or, with one run per side, by more than the metric's run-to-run noise budget
-(:data:`NOISE_BUDGETS`); speed at different load is not judged; any failed request (api_error) in the candidate
-fails; a task holding teacher-forced positions (``numerics``) is judged by :class:`NumericsPolicy`'s budgets
-instead of accuracy and speed. Example file::
+(one-sided) fails, and so does a perplexity or bits-per-byte increase significantly beyond 1%; output tokens/s
+dropping, or TTFT p50 or TPOT p50 rising, by more than 10% fails when several runs per side show it significant,
+or, with one run per side, by more than the metric's run-to-run noise budget (:data:`NOISE_BUDGETS`); speed at
+different load is not judged; any failed request (api_error) in the candidate fails; a task holding teacher-forced
+positions (``numerics``) is judged by :class:`NumericsPolicy`'s budgets instead of accuracy and speed. Example file::
 
     accuracy:
       default: {max_drop: 0.01, alpha: 0.05, mode: regression}
       tasks:
         gsm8k:
           "exact_match,strict-match": {max_drop: 0.02, mode: non-inferiority}
+        wikitext:
+          "word_perplexity,none": {max_increase: 0.02}
     speed:
       ttft_p50_ms: {max_change: 0.15, noise: 1.0, min_abs_ms: 5}
       e2e_p50_ms: {max_change: 0.10}
@@ -52,10 +54,13 @@ class _Strict(BaseModel):
 
 class AccuracyRule(_Strict):
     """Allowed drop of one accuracy metric. ``max_drop`` is absolute (0.01 = 1 point), ``max_drop_rel`` a
-    fraction of the baseline's value; with both set the smaller one is the budget."""
+    fraction of the baseline's value; with both set the smaller one is the budget. ``max_increase``: the allowed
+    relative increase of a corpus metric of lm-eval's (perplexity, bits per byte: lower is better; 0.01 = 1%),
+    judged by :mod:`evalkit.gating.corpus`."""
 
     max_drop: float | None = Field(default=0.01, ge=0, le=1)
     max_drop_rel: float | None = Field(default=None, ge=0, le=1)
+    max_increase: float = Field(default=0.01, ge=0)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
     mode: Mode = "regression"
     enabled: bool = True
@@ -75,6 +80,7 @@ class AccuracyOverride(_Strict):
 
     max_drop: float | None = Field(default=None, ge=0, le=1)
     max_drop_rel: float | None = Field(default=None, ge=0, le=1)
+    max_increase: float | None = Field(default=None, ge=0)
     alpha: float | None = Field(default=None, gt=0, lt=0.5)
     mode: Mode | None = None
     enabled: bool | None = None

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from evalkit.gating.policy import Mode
 
 RuleVerdict = Literal["pass", "fail", "skip"]
-Kind = Literal["accuracy", "expected", "speed", "rate", "coverage", "numerics"]
+Kind = Literal["accuracy", "perplexity", "expected", "speed", "rate", "coverage", "numerics"]
 EPS = 1e-12  # float slack when an observed value equals its budget
 
 

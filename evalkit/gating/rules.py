@@ -44,7 +44,7 @@ def sums(items: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter(map(sum, items), float, len(items)), np.fromiter(map(len, items), float, len(items))
 
 
-def _verdict_note(
+def verdict_note(
     worsening: float, est: Estimate, budget: float, alpha: float, verdict: str, mode: str, unit: str
 ) -> str:
     """Why a rule passed or failed, and whether its sample could detect a worsening of the budget's size.
@@ -88,7 +88,7 @@ def accuracy_rule(
     base_value = float(sb.sum() / nb.sum())
     budget = rule.budget(base_value)
     verdict, decided_by = decide(-est.value, -est.ci[0], est.p_value, budget, rule.alpha, rule.mode)
-    note = _verdict_note(-est.value, est, budget, rule.alpha, verdict, rule.mode, " points")
+    note = verdict_note(-est.value, est, budget, rule.alpha, verdict, rule.mode, " points")
     if len(common) < max(len(base.items), len(cand.items)):
         note += (
             f"; compared on the {len(common)} items scored in both runs "
@@ -153,7 +153,7 @@ def expected_rule(task: str, cand: MetricSamples | None, exp: ExpectedScore, boo
         mde=est.mde,
         decided_by=decided_by,
         method=est.method,
-        note=_verdict_note(drop, est, exp.max_drop, exp.alpha, verdict, exp.mode, " points"),
+        note=verdict_note(drop, est, exp.max_drop, exp.alpha, verdict, exp.mode, " points"),
     )
 
 
@@ -239,7 +239,7 @@ def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_reque
         worse = est.value if lower_is_better else -est.value
         failed = worse > rule.max_change + EPS and est.p_value < rule.alpha
         verdict: RuleVerdict = "fail" if failed else "pass"
-        note = _verdict_note(worse, est, rule.max_change, rule.alpha, verdict, "regression", "%")
+        note = verdict_note(worse, est, rule.max_change, rule.alpha, verdict, "regression", "%")
         fields: dict[str, Any] = dict(
             observed=est.value, budget=rule.max_change, alpha=rule.alpha, p_value=est.p_value, ci=est.ci,
             ci_level=est.ci_level, mde=est.mde, decided_by="p_value", method=est.method,

@@ -412,7 +412,7 @@ def detail_view(detail: Any) -> DetailView:
         )
     scalars, nested = [], []
     for k, v in d.items():
-        if k in ("per_problem", "doc_scores"):  # doc_scores: each document's 0/1 scores, for the gate
+        if k in ("per_problem", "doc_scores", "doc_pairs"):  # per-document scores and pairs, for the gate
             continue
         if isinstance(v, dict | list):
             text = json.dumps(v, indent=1, ensure_ascii=False, default=str)

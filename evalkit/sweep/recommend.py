@@ -76,7 +76,7 @@ def _accuracy_loss(c: Candidate, ref: Candidate | None, reference: str) -> str |
         result = evaluate(from_run_dir(ref.run_dir), from_run_dir(c.run_dir), default_policy())
     except EvalkitError as e:
         return f"accuracy: cannot be compared with {ref.combo.name} ({' '.join(str(e).split())})"
-    failed = [r for r in result.rules if r.kind == "accuracy" and r.verdict == "fail"]
+    failed = [r for r in result.rules if r.kind in ("accuracy", "perplexity") and r.verdict == "fail"]
     if failed:
         return f"accuracy: {failed[0].name} is worse than {ref.combo.name}'s ({failed[0].note})"
     if result.reasons:  # coverage too low, a metric on one side only, no task shared: not shown to be no worse

@@ -4,10 +4,11 @@ the task's own filters and ``process_results``; over documents, the task's aggre
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from evalkit.contracts import MetricValue
+from evalkit.contracts import CORPUS_AGGREGATIONS, MetricValue
 from evalkit.tasks.lmeval_scored import doc_results
 
 
@@ -70,17 +71,42 @@ def aggregate(task: Any, raw: dict[tuple[str, str], list[Any]]) -> dict[str, Met
     return out
 
 
-def doc_scores(per_doc: dict[str, dict[int, Any]]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+def aggregation_names(task: Any) -> dict[str, str]:
+    """Each metric's aggregation as lm-eval registered it (``weighted_perplexity``, ``mean``, ...)."""
+    return {m: getattr(fn, "__name__", "") for m, fn in task.aggregation().items()}
+
+
+def doc_scores(
+    per_doc: dict[str, dict[int, Any]], aggregations: dict[str, str] | None = None
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, Any]], dict[str, str]]:
     """The metrics whose per-document values are all 0/1 (``acc``, ``acc_norm``, ``exact_match``), as
-    ``{metric: {doc_id: 0|1}}``; and each other metric with why the gate cannot pair it per document."""
+    ``{metric: {doc_id: 0|1}}``; the corpus metrics (an aggregation in :data:`CORPUS_AGGREGATIONS` of
+    per-document (loglikelihood, length) pairs: ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``), as
+    ``{metric: {"aggregation": name, "docs": {doc_id: [loglikelihood, length]}}}``; and each other metric with why
+    the gate cannot pair it per document. ``aggregations``: "metric,filter"'s metric -> its aggregation's name."""
     scores: dict[str, dict[str, int]] = {}
+    pairs: dict[str, dict[str, Any]] = {}
     not_gated: dict[str, str] = {}
     for name, values in per_doc.items():
+        aggregation = (aggregations or {}).get(name.split(",", 1)[0], "")
         if all(isinstance(v, bool | int | float) and v in (0, 1) for v in values.values()):
             scores[name] = {str(d): int(v) for d, v in values.items()}
+        elif aggregation in CORPUS_AGGREGATIONS and all(_is_pair(v) for v in values.values()):
+            docs = {str(d): [float(v[0]), float(v[1])] for d, v in values.items()}
+            pairs[name] = {"aggregation": aggregation, "docs": docs}
         else:
             not_gated[name] = (
-                "its per-document values are not 0/1 scores (lm-eval aggregates them over the corpus, e.g. a "
-                "perplexity from (loglikelihood, length) pairs), so no paired per-document test applies"
+                "its per-document values are neither 0/1 scores nor (loglikelihood, length) pairs of a "
+                "perplexity or bits-per-byte aggregation, so no paired per-document test applies"
             )
-    return scores, not_gated
+    return scores, pairs, not_gated
+
+
+def _is_pair(value: Any) -> bool:
+    """A (loglikelihood, length) pair: two finite numbers, the length positive."""
+    return (
+        isinstance(value, tuple | list)
+        and len(value) == 2
+        and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in value)
+        and value[1] > 0
+    )

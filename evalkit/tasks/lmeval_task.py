@@ -29,7 +29,7 @@ from evalkit.errors import TaskError
 from evalkit.tasks import lmeval_scored as scored
 from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
-from evalkit.tasks.lmeval_results import aggregate, doc_scores, generation_metrics, scored_metrics
+from evalkit.tasks.lmeval_results import aggregate, aggregation_names, doc_scores, generation_metrics, scored_metrics
 from evalkit.tasks.lmeval_source import (
     config_hash,
     download_error,
@@ -423,8 +423,9 @@ class LmEvalTask(Task):
 
     def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         """lm-eval's aggregation and ``stderr_for_metric`` over the docs that got an answer; for scored requests
-        also each document's 0/1 scores (``detail.doc_scores``, what the gate pairs) and the metrics without one
-        (``detail.not_gated``, with the reason)."""
+        also each document's 0/1 scores (``detail.doc_scores``) and (loglikelihood, length) pairs
+        (``detail.doc_pairs``), what the gate pairs, and the metrics with neither (``detail.not_gated``, with the
+        reason)."""
         task = self._task()
         raw: dict[tuple[str, str], list[Any]] = {}
         by_doc: dict[int, list[SampleRecord]] = {}
@@ -456,5 +457,7 @@ class LmEvalTask(Task):
         detail: dict[str, Any] = {"docs_scored": n_scored, "docs_total": len(by_doc)}
         if self.scored:  # records are per request: the gate pairs documents by these
             detail["prefill"] = scored.PREFILL_NOTE
-            detail["doc_scores"], detail["not_gated"] = doc_scores(per_doc)
+            detail["doc_scores"], detail["doc_pairs"], detail["not_gated"] = doc_scores(
+                per_doc, aggregation_names(task)
+            )
         return out, detail

@@ -443,6 +443,23 @@ async def _models(request: web.Request) -> web.Response:
     return _json({"object": "list", "data": data})
 
 
+SPECIAL_TOKEN = "<|endoftext|>"  # the test model's BOS and EOS token (its id is that text's, as /tokenize gives it)
+
+
+async def _tokenizer_info(request: web.Request) -> web.Response:
+    """vLLM's ``GET /tokenizer_info`` (``--enable-tokenizer-info-endpoint``): the tokenizer's special tokens, which
+    lm-eval's rolling requests need as their prefix token."""
+    state = request.app[STATE_KEY]
+    return _json(
+        {
+            "tokenizer_class": "TestServerTokenizer",
+            "bos_token": SPECIAL_TOKEN,
+            "eos_token": SPECIAL_TOKEN,
+            "model_max_length": state.behaviour.max_model_len,
+        }
+    )
+
+
 async def _tokenize(request: web.Request) -> web.Response:
     """vLLM's ``POST /tokenize`` (unguarded by the API key, as in vLLM): same counting as ``usage``."""
     state = request.app[STATE_KEY]
@@ -543,6 +560,7 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/metrics", _metrics)
     app.router.add_post("/tokenize", _tokenize)
+    app.router.add_get("/tokenizer_info", _tokenizer_info)
     app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
     app.router.add_get("/_test/requests", _test_requests)
     app.router.add_route("*", "/_test/faults", _test_faults)

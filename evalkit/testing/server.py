@@ -64,8 +64,9 @@ HTTP Basic auth; ``redirect={"status": 307, "to": other.base_url, "paths": ["/me
 ``gzip_bomb={"paths": ["/v1/models"], "bytes": N}`` answers those paths with a small gzip body that decompresses
 to N bytes. ``srv.seen`` lists every request received (method, path, headers), test endpoints included.
 
-Test endpoints: ``GET /_test/requests``, ``GET|POST /_test/faults``, ``GET|POST /_test/behaviour`` (JSON
-object of Behaviour fields), ``POST /_test/reset``, ``GET /_test/stats``.
+Besides ``/v1``: vLLM's ``POST /tokenize`` and ``GET /tokenizer_info`` (BOS and EOS ``<|endoftext|>``), for lm-eval's
+loglikelihood requests. Test endpoints: ``GET /_test/requests``, ``GET|POST /_test/faults``,
+``GET|POST /_test/behaviour`` (JSON object of Behaviour fields), ``POST /_test/reset``, ``GET /_test/stats``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.gating import (
+    CorpusMetric,
     GateResult,
     MetricSamples,
     NumericsInputs,
@@ -58,6 +59,15 @@ def _merge_metrics(ticks: list[TaskInputs]) -> dict[str, MetricSamples]:
         for name, m in t.metrics.items():
             old = out.get(name)
             out[name] = MetricSamples(name, m.filter, {**(old.items if old else {}), **m.items})
+    return out
+
+
+def _merge_corpus(ticks: list[TaskInputs]) -> dict[str, CorpusMetric]:
+    out: dict[str, CorpusMetric] = {}
+    for t in ticks:  # in tick order: a document seen again in a later tick takes that tick's pair
+        for name, m in t.corpus.items():
+            old = out.get(name)
+            out[name] = CorpusMetric(name, m.aggregation, {**(old.items if old else {}), **m.items})
     return out
 
 
@@ -115,6 +125,7 @@ def merge(label: str, task: str, ticks: list[TaskInputs], limit: int | None = No
         problems=tuple(p for t in ticks for p in t.problems),
         numerics=_merge_numerics(ticks),
         not_gated={k: v for t in ticks for k, v in t.not_gated.items()},
+        corpus=_merge_corpus(ticks),
     )
     return RunInputs(label=label, tasks={task: merged}, concurrency_setting=None)
 
