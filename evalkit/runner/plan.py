@@ -111,7 +111,8 @@ def settings_record(settings: TaskSettings) -> dict[str, Any]:
 
 def lm_eval_expanded(cfg: RunConfig) -> RunConfig:
     """``cfg`` with its ``lm-eval:NAME`` groups expanded into their tasks and the folder of task files that carry
-    ``include_path``, ``tokenizer`` and ``data_dir`` added to its task folders (unchanged without such tasks)."""
+    ``include_path``, ``tokenizer``, ``data_dir`` and the prompts' chat formatting added to its task folders
+    (unchanged without such tasks)."""
     chat = chat_options(cfg.apply_chat_template, cfg.fewshot_as_multiturn, cfg.system_instruction)
     tasks, folder = expand_lm_eval_tasks(cfg.tasks, cfg.include_path, cfg.tokenizer, cfg.data_dir, chat)
     if folder is None:
