@@ -123,3 +123,15 @@ def test_version_endpoint_and_the_one_line_errors(tasks: Path) -> None:
     res = CliRunner().invoke(app, ["run", "lm-eval:tiny_mc", "--include-path", str(tasks), "--endpoint",
                                    "http://127.0.0.1:9/v1", "--apply-chat-template", "-q"])  # fmt: skip
     assert res.exit_code != 0 and "is for generate_until tasks" in res.output
+
+
+def test_runs_with_and_without_the_chat_template_are_never_mixed(tmp_path: Path, tasks: Path) -> None:
+    """Another formatting is another task version: its run dir is not resumed, and the gate refuses the pair."""
+    with TestServer() as srv:
+        _evalkit(srv, tasks, tmp_path / "chat", "--apply-chat-template")
+        _evalkit(srv, tasks, tmp_path / "plain", "--endpoint-kind", "chat")
+        args = ["run", "lm-eval:tiny_chat", "--include-path", str(tasks), "--endpoint", srv.url, "--no-warmup", "-q"]
+        res = CliRunner().invoke(app, [*args, "--endpoint-kind", "chat", "-o", str(tmp_path / "chat")])
+    assert res.exit_code != 0 and "holds a run with a different config" in res.output
+    res = CliRunner().invoke(app, ["gate", "-b", str(tmp_path / "plain"), "-c", str(tmp_path / "chat")])
+    assert res.exit_code == 2 and "+chat-multiturn" in res.output, res.output
