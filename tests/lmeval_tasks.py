@@ -1,7 +1,8 @@
 """Small lm-eval tasks the tests write into a folder (lm-eval YAMLs reading JSONL files beside them through
-``datasets``' ``json`` builder), passed to evalkit and to lm-eval by ``--include-path``: one generation
-(``tiny_gen``), one multiple-choice (``tiny_mc``), one loglikelihood_rolling (``tiny_roll``) task and a group of
-the last two (``tiny_group``). The texts are written here for the tests (no licence beyond this repository's)."""
+``datasets``' ``json`` builder), passed to evalkit and to lm-eval by ``--include-path``: two generation tasks
+(``tiny_gen``; ``tiny_chat``, two-shot with a description, for chat prompts), one multiple-choice (``tiny_mc``),
+one loglikelihood_rolling (``tiny_roll``) task and a group of the last two (``tiny_group``). The texts are
+written here for the tests (no licence beyond this repository's)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ METRICS_MC = """metric_list:
 
 
 def write_tasks(folder: Path, version: str = "1.0", gen_prompt: str = "Question: {{question}}\\nAnswer:") -> Path:
-    """The four task files and their data under ``folder`` (returned); ``version`` and ``gen_prompt`` change
+    """The five task files and their data under ``folder`` (returned); ``version`` and ``gen_prompt`` change
     tiny_gen's metadata version and prompt."""
     data = folder / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -60,6 +61,13 @@ def write_tasks(folder: Path, version: str = "1.0", gen_prompt: str = "Question:
         f'task: tiny_roll\n{common}{pages}output_type: loglikelihood_rolling\ndoc_to_text: ""\n'
         'doc_to_target: "{{page}}"\nmetric_list:\n  - metric: word_perplexity\n  - metric: byte_perplexity\n'
         "  - metric: bits_per_byte\nmetadata:\n  version: 1.0\n"
+    )
+    (folder / "tiny_chat.yaml").write_text(  # few-shot from its own documents, five stop strings
+        f"task: tiny_chat\n{common}fewshot_split: test\n{qa}output_type: generate_until\nnum_fewshot: 2\n"
+        'description: "Answer with one word."\ndoc_to_text: "Question: {{question}}"\ndoc_to_target: "{{answer}}"\n'
+        'generation_kwargs:\n  until: ["\\n\\n", ".", "Question:", "<|im_end|>", "</s>"]\n  max_gen_toks: 6\n'
+        "  do_sample: false\n  temperature: 0.0\nmetric_list:\n  - metric: exact_match\n    aggregation: mean\n"
+        "    higher_is_better: true\n    ignore_case: true\n    ignore_punctuation: true\nmetadata:\n  version: 1.0\n"
     )
     (folder / "tiny_group.yaml").write_text(
         "group: tiny_group\ntask:\n  - tiny_mc\n  - tiny_roll\nmetadata:\n  version: 1.0\n"

@@ -39,6 +39,25 @@ DataDirOption = Annotated[
     Path | None,
     typer.Option(help="lm-eval:NAME tasks: local data, DIR/<task>/<split>.jsonl, instead of a download."),
 ]
+ApplyChatTemplateOption = Annotated[
+    bool,
+    typer.Option(
+        "--apply-chat-template",
+        help="lm-eval:NAME generate_until tasks: lm-eval's chat messages, sent to the chat endpoint "
+        "(lm-eval's --apply_chat_template).",
+    ),
+]
+FewshotAsMultiturnOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--fewshot-as-multiturn/--no-fewshot-as-multiturn",
+        help="With --apply-chat-template: few-shot examples as separate turns (default: yes, as lm-eval).",
+    ),
+]
+SystemInstructionOption = Annotated[
+    str | None,
+    typer.Option(help="lm-eval:NAME tasks: a system instruction before the prompt (lm-eval's --system_instruction)."),
+]
 
 
 def _version(value: bool) -> None:

@@ -10,7 +10,16 @@ from typing import Annotated, Any
 import typer
 
 from evalkit.cli import server_options
-from evalkit.cli.common import DataDirOption, IncludePathOption, TokenizerOption, app, fail
+from evalkit.cli.common import (
+    ApplyChatTemplateOption,
+    DataDirOption,
+    FewshotAsMultiturnOption,
+    IncludePathOption,
+    SystemInstructionOption,
+    TokenizerOption,
+    app,
+    fail,
+)
 from evalkit.cli.server_options import PANEL as _OPT
 from evalkit.cli.server_options import add_server_options
 from evalkit.errors import EvalkitError, RunError
@@ -71,6 +80,9 @@ def run(
     include_path: IncludePathOption = None,
     tokenizer: TokenizerOption = None,
     data_dir: DataDirOption = None,
+    apply_chat_template: ApplyChatTemplateOption = False,
+    fewshot_as_multiturn: FewshotAsMultiturnOption = None,
+    system_instruction: SystemInstructionOption = None,
     fresh: Annotated[bool, typer.Option(help="Discard what the output dir holds instead of resuming.")] = False,
     max_error_rate: Annotated[
         float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")
@@ -198,6 +210,9 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         include_path=take("include_path") or None,
         tokenizer=take("tokenizer"),
         data_dir=take("data_dir"),
+        apply_chat_template=take("apply_chat_template") or None,
+        fewshot_as_multiturn=take("fewshot_as_multiturn"),
+        system_instruction=take("system_instruction"),
         fresh=take("fresh") or None,
         max_error_rate=take("max_error_rate"),
         report=False if take("no_report") else None,

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from evalkit.cli.common import DataDirOption, IncludePathOption, TokenizerOption, fail, watch_app
+from evalkit.cli.common import (
+    ApplyChatTemplateOption,
+    DataDirOption,
+    FewshotAsMultiturnOption,
+    IncludePathOption,
+    SystemInstructionOption,
+    TokenizerOption,
+    fail,
+    watch_app,
+)
 from evalkit.errors import EvalkitError
 
 
@@ -84,6 +93,9 @@ def watch(
     include_path: IncludePathOption = None,
     tokenizer: TokenizerOption = None,
     data_dir: DataDirOption = None,
+    apply_chat_template: ApplyChatTemplateOption = False,
+    fewshot_as_multiturn: FewshotAsMultiturnOption = None,
+    system_instruction: SystemInstructionOption = None,
 ) -> None:
     """Run a slice of TASK against ENDPOINT every interval and judge the last ticks against a baseline. Exit
     status of the last tick: 0 pass, 1 fail, 2 cannot decide (the tick failed, no usable baseline, no tick
@@ -108,6 +120,9 @@ def watch(
             include_path=include_path or None,
             tokenizer=tokenizer,
             data_dir=data_dir,
+            apply_chat_template=apply_chat_template,
+            fewshot_as_multiturn=fewshot_as_multiturn,
+            system_instruction=system_instruction,
         )
         settings = WatchSettings(
             task=task,

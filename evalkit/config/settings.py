@@ -76,6 +76,11 @@ class RunConfig(BaseSettings):
     include_path: list[Path] = Field(default_factory=list)
     tokenizer: str | None = None
     data_dir: Path | None = None
+    # lm-eval:NAME tasks: lm-eval's --apply_chat_template, --fewshot_as_multiturn (None: on with the chat template)
+    # and --system_instruction (evalkit/tasks/lmeval_chat.py)
+    apply_chat_template: bool = False
+    fewshot_as_multiturn: bool | None = None
+    system_instruction: str | None = None
     fresh: bool = False
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
     report: bool = True

@@ -20,6 +20,7 @@ from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.store.manifest import package_versions
 from evalkit.tasks.base import Task
+from evalkit.tasks.lmeval_chat import chat_options
 from evalkit.tasks.lmeval_source import expand_lm_eval_tasks
 from evalkit.tasks.prompt_stream import PromptBuilder, RequestStream
 from evalkit.tasks.spec import TaskSettings
@@ -110,8 +111,10 @@ def settings_record(settings: TaskSettings) -> dict[str, Any]:
 
 def lm_eval_expanded(cfg: RunConfig) -> RunConfig:
     """``cfg`` with its ``lm-eval:NAME`` groups expanded into their tasks and the folder of task files that carry
-    ``include_path``, ``tokenizer`` and ``data_dir`` added to its task folders (unchanged without such tasks)."""
-    tasks, folder = expand_lm_eval_tasks(cfg.tasks, cfg.include_path, cfg.tokenizer, cfg.data_dir)
+    ``include_path``, ``tokenizer``, ``data_dir`` and the prompts' chat formatting added to its task folders
+    (unchanged without such tasks)."""
+    chat = chat_options(cfg.apply_chat_template, cfg.fewshot_as_multiturn, cfg.system_instruction)
+    tasks, folder = expand_lm_eval_tasks(cfg.tasks, cfg.include_path, cfg.tokenizer, cfg.data_dir, chat)
     if folder is None:
         return cfg
     dirs = cfg.tasks_dir if folder in cfg.tasks_dir else [*cfg.tasks_dir, folder]  # expanded once already

@@ -210,13 +210,17 @@ def expand_lm_eval_tasks(
     include_path: Sequence[Path] = (),
     tokenizer: str | None = None,
     data_dir: Path | None = None,
+    chat: dict[str, Any] | None = None,
 ) -> tuple[list[str], Path | None]:
     """The run's task names with each ``lm-eval:NAME`` group expanded into its tasks, and the folder of the task
-    files that carry the lm-eval options (None when no task is an lm-eval one)."""
+    files that carry the lm-eval options (None when no task is an lm-eval one); ``chat`` is the prompts' chat
+    formatting (evalkit/tasks/lmeval_chat.py's ``chat_options``)."""
     from evalkit.store.files import write_text_atomic
 
     names = [t for t in tasks if t.startswith(PREFIX)]
     if not names:
+        if chat is not None:
+            raise TaskError("--apply-chat-template and --system-instruction apply to lm-eval:NAME tasks only; name one")
         return list(tasks), None
     inc = tuple(str(Path(p).resolve()) for p in include_path)
     out: list[str] = []
@@ -236,6 +240,8 @@ def expand_lm_eval_tasks(
                 options["tokenizer"] = tokenizer
             if data_dir is not None:
                 options["data_dir"] = str(Path(data_dir).resolve())
+            if chat is not None:
+                options["chat"] = chat
             files[name] = {"name": name, "kind": "lm-eval", "version": None, "lm_eval": options}
     digest = hashlib.sha256(orjson.dumps(files, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:16]
     folder = generated_dir() / digest

@@ -24,8 +24,9 @@ import orjson
 import yaml
 
 from evalkit.config.endpoint import credentials, server_root
-from evalkit.contracts import GenParams, MetricValue, Request, Response, SampleRecord, Score, Status
+from evalkit.contracts import EndpointKind, GenParams, MetricValue, Request, Response, SampleRecord, Score, Status
 from evalkit.errors import TaskError
+from evalkit.tasks import lmeval_chat as chat
 from evalkit.tasks import lmeval_scored as scored
 from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
@@ -55,7 +56,7 @@ class LmEvalTask(Task):
         reqs = task.build_requests(TaskSettings(limit=5))
     """
 
-    endpoint_kind = "completions"
+    endpoint_kind: EndpointKind = "completions"
     summary_needs_text = True
 
     def __init__(self, spec: TaskSpec) -> None:
@@ -78,6 +79,9 @@ class LmEvalTask(Task):
             if not self.base_yaml.is_file():
                 raise TaskError(f"task {self.name}: lm-eval has no task file {base} (looked in {lm_eval_tasks_dir()})")
         self.overrides = dict(lm_spec.get("overrides") or {})
+        self.chat = chat.ChatPrompts.from_options(lm_spec.get("chat"), self.name)
+        if self.chat.apply_chat_template:
+            self.endpoint_kind = "chat"
         self._config: dict[str, Any] | None = None
         self.data_files = dict(spec.data)
         if lm_spec.get("data_dir") and not self.data_files:
@@ -97,10 +101,13 @@ class LmEvalTask(Task):
         if self.output_type not in ("generate_until", *scored.SCORED_TYPES):
             raise TaskError(f"task {self.name}: lm-eval output_type {self.output_type!r} is not supported")
         self.scored = self.output_type != "generate_until"
+        self.chat.check_output_type(self.name, self.output_type)
         meta_version = str((self._base_config().get("metadata") or {}).get("version", "0"))
         # a task by name records lm-eval's version and a hash of its config: the gate compares only equal ones
-        self.version = spec.version or (
-            f"{meta_version}+cfg.{config_hash(self._base_config())}" if self.lm_name else meta_version
+        self.version = (
+            spec.version
+            or (f"{meta_version}+cfg.{config_hash(self._base_config())}" if self.lm_name else meta_version)
+            + self.chat.version_suffix()
         )
 
     # -- lm-eval objects ---------------------------------------------------------------------------------
@@ -186,6 +193,7 @@ class LmEvalTask(Task):
                     num_fewshot,
                     _lm_eval_version(),
                     PROMPT_CACHE_FORMAT,
+                    *([] if self.chat.plain else [self.chat.record()]),
                 ],
                 option=orjson.OPT_SORT_KEYS,
                 default=str,
@@ -262,7 +270,7 @@ class LmEvalTask(Task):
             for inst in out if isinstance(out, list) else [out]:
                 if (inst.request_type == "generate_until") == self.scored:
                     raise TaskError(f"task {self.name}: a {inst.request_type} request in a {self.output_type} task")
-                entry: dict[str, Any] = {"doc_id": int(inst.doc_id), "context": inst.args[0]}
+                entry: dict[str, Any] = {"doc_id": int(inst.doc_id), "context": chat.context_text(inst.args[0])}
                 if self.scored:  # lm-eval's request index within the document, and what is scored
                     entry.update(idx=int(inst.idx), type=inst.request_type, continuation="".join(inst.args[1:]))
                 else:
@@ -275,10 +283,10 @@ class LmEvalTask(Task):
 
         task.construct_requests = watched
         try:
-            task.build_all_requests(limit=None, rank=0, world_size=1)
+            task.build_all_requests(limit=None, rank=0, world_size=1, **self.chat.build_kwargs())
         finally:
             del task.construct_requests  # the class's own again
-        final = [(int(inst.doc_id), inst.args[0]) for inst in task.instances]
+        final = [(int(inst.doc_id), chat.context_text(inst.args[0])) for inst in task.instances]
         if final != [(b["doc_id"], b["context"]) for b in built]:
             raise TaskError(
                 f"task {self.name}: lm-eval's final requests differ from those it constructed one by one "
@@ -332,6 +340,10 @@ class LmEvalTask(Task):
             entries = [b for b in built if b["doc_id"] in chosen]
             with self._lock:
                 return scored.scored_requests(self.name, self._splitter(settings), entries)
+        if self.chat.apply_chat_template and settings.endpoint_kind == "completions":
+            raise TaskError(
+                f"task {self.name}: --apply-chat-template sends chat messages; drop --endpoint-kind completions"
+            )
         built = [b for b in self._built(settings.num_fewshot) if settings.wants(b["doc_id"])]
         if settings.limit is not None:
             built = built[: settings.limit]
@@ -358,6 +370,13 @@ class LmEvalTask(Task):
         return built[0]["context"] + built[0]["continuation"] if built else ""
 
     def _request(self, b: dict[str, Any], settings: TaskSettings) -> Request:
+        if self.chat.apply_chat_template:  # lm-eval's messages and request body of its chat API model
+            msgs = chat.messages(b["context"])
+            body = chat.chat_body(b["gen_kwargs"])
+            gen_kwargs = {"until": body["stop"], "max_tokens": body["max_tokens"], "top_p": body.get("top_p")}
+            gen = self._gen_params(gen_kwargs | {"temperature": body["temperature"]}, settings)
+            prompt = chat.last_user_text(msgs)
+            return Request(self.name, b["doc_id"], 0, prompt, gen, target=b["target"], messages=msgs)
         return Request(
             task=self.name,
             doc_id=b["doc_id"],
