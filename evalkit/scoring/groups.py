@@ -35,6 +35,11 @@ def _lm_eval_task_metrics(name: str, task: TaskSummary) -> dict[str, Any]:
     return out
 
 
+def _proportion(m: MetricValue | None) -> bool:
+    """Whether a task's metric reads as a proportion: its value and 95% interval within [0, 1]."""
+    return m is not None and m.ci95 is not None and m.ci95[0] >= 0 and m.ci95[1] <= 1 and 0 <= (m.value or 0) <= 1
+
+
 def _why_not(group: GroupSummary, tasks: Mapping[str, TaskSummary]) -> str | None:
     if not group.aggregate_metric_list:
         return "its lm-eval config has no aggregate_metric_list (lm-eval shows no score for it)"
@@ -75,6 +80,10 @@ def group_result(name: str, group: GroupSummary, tasks: Mapping[str, TaskSummary
         se = results.get(f"{metric}_stderr,{filt}", NA)
         stderr = None if se == NA else float(se)
         ci = (value - 1.96 * stderr, value + 1.96 * stderr) if stderr is not None else None
+        if ci is not None and all(
+            _proportion(tasks[t].metrics.get(key)) for t in group.tasks if key in tasks[t].metrics
+        ):
+            ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1], as its tasks'
         metrics[key] = MetricValue(value=value, stderr=stderr, ci95=ci, n=n)
     reason = None if metrics else "none of its tasks has a metric its aggregate_metric_list names"
     return group.model_copy(update={"sizes": sizes, "metrics": metrics, "reason": reason})
