@@ -134,3 +134,16 @@ def test_a_group_whose_tasks_did_not_all_complete_has_a_reason_not_a_score() -> 
     done = group_result("g", group, {"t1": _task(0.5, 4), "t2": _task(0.25, 8)})
     assert done.reason is None and done.metrics["acc,none"].value == pytest.approx((2 + 2) / 12)
     assert done.sizes == {"t1": 4, "t2": 8}
+
+
+def test_the_reader_reads_groups_leniently(tmp_path: Path) -> None:
+    from evalkit.store.reader import Dropped, open_run
+
+    good = {"members": ["t1"], "tasks": ["t1"], "aggregate_metric_list": [], "reason": "no aggregate_metric_list"}
+    (tmp_path / "summary.json").write_text(json.dumps({"tasks": {}, "groups": {"g": good, "bad": {"members": 3}}}))
+    dropped: list[Dropped] = []
+    groups = open_run(tmp_path).groups(dropped)
+    assert list(groups) == ["g"] and groups["g"].reason == "no aggregate_metric_list" and groups["g"].metrics == {}
+    assert [d.where for d in dropped if d.where.startswith("groups.bad")]
+    (tmp_path / "summary.json").write_text(json.dumps({"tasks": {}}))
+    assert open_run(tmp_path).groups() == {}
