@@ -226,7 +226,10 @@ def test_a_sweep_runs_a_group_and_tabulates_its_tasks(
 
     extra = tmp_path / "groups"
     extra.mkdir()
-    (extra / "gen_group.yaml").write_text("group: gen_group\ntask:\n  - tiny_gen\nmetadata:\n  version: 1.0\n")
+    (extra / "gen_group.yaml").write_text(
+        "group: gen_group\ntask:\n  - tiny_gen\naggregate_metric_list:\n  - metric: exact_match\n"
+        "metadata:\n  version: 1.0\n"
+    )
     monkeypatch.setenv("EVALKIT_INCLUDE_PATH", json.dumps([str(tasks), str(extra)]))
     spec = tmp_path / "sweep.yaml"
     url = test_server.url  # type: ignore[attr-defined]
@@ -235,3 +238,7 @@ def test_a_sweep_runs_a_group_and_tabulates_its_tasks(
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader((tmp_path / "out" / "sweep.csv").open()))
     assert len(rows) == 1 and rows[0]["lm-eval:tiny_gen exact_match,none"] and float(rows[0]["requests_s"]) > 0
+    (summary,) = [json.loads(p.read_text()) for p in (tmp_path / "out").rglob("summary.json")]
+    group = summary["groups"]["lm-eval:gen_group"]  # the sweep's run records the group's aggregate too
+    task = summary["tasks"]["lm-eval:tiny_gen"]["metrics"]["exact_match,none"]
+    assert group["metrics"]["exact_match,none"]["value"] == task["value"] and group["sizes"] == {"lm-eval:tiny_gen": 6}

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evalkit.contracts import SampleRecord, speed_metric
+from evalkit.contracts import GroupSummary, SampleRecord, speed_metric
 
 console = Console(stderr=True)
 
@@ -85,6 +85,11 @@ SPEED_COLUMNS = (
 )
 
 
+def _groups(summary: dict[str, Any]) -> dict[str, GroupSummary]:
+    """The summary's lm-eval groups, typed (none when it has no ``groups``)."""
+    return {str(k): GroupSummary.model_validate(v) for k, v in (summary.get("groups") or {}).items()}
+
+
 def print_summary(summary: dict[str, Any], run_dir: str) -> None:
     acc = Table(title="accuracy", title_justify="left")
     for col in ("task", "metric", "value", "± stderr", "95% CI", "n"):
@@ -110,9 +115,20 @@ def print_summary(summary: dict[str, Any], run_dir: str) -> None:
             _fmt(s.get("concurrency")),
             f"{c['api_error']}/{c['total']}",
         )
+    for name, g in _groups(summary).items():  # lm-eval groups: their aggregate, after their tasks
+        label = f"{name} (group of {len(g.tasks)} tasks)"
+        if not g.metrics:
+            acc.add_row(label, "-", "-", "-", "-", "-")
+        for metric, gm in g.metrics.items():
+            ci = gm.ci95
+            acc.add_row(label, metric, _fmt(gm.value, 4), _fmt(gm.stderr, 4),
+                        f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", str(gm.n))  # fmt: skip
     out = Console()
     out.print(acc)
     out.print(speed)
+    for name, g in _groups(summary).items():
+        if not g.metrics:
+            out.print(f"{name}: no group score: {g.reason}")
     for name, t in summary["tasks"].items():
         if (t.get("detail") or {}).get("prefill"):  # scored requests (lm-eval loglikelihood): answered whole
             s = t["speed"]

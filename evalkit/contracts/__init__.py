@@ -316,6 +316,23 @@ class WarmupSummary(BaseModel):
     prefix_cache_note: str | None = Field(default=None, exclude_if=_is_none)
 
 
+class GroupSummary(BaseModel):
+    """One lm-eval group's entry in ``summary.json``'s ``groups``: its aggregate metrics as lm-eval computes them
+    from its tasks' values, stderrs and sizes (its config's ``aggregate_metric_list``), or why it has none."""
+
+    model_config = ConfigDict(extra="allow")
+
+    members: list[str]  # its direct members, tasks and groups, as the run names them (``lm-eval:mmlu_stem``)
+    tasks: list[str]  # the tasks its aggregate is over (nested groups' tasks too, as lm-eval aggregates them)
+    # the group config's aggregate_metric_list (lm-eval's AggMetricConfig fields); [] for a group lm-eval shows no
+    # score for
+    aggregate_metric_list: list[dict[str, Any]]
+    sizes: dict[str, int] = Field(default_factory=dict)  # per task of ``tasks`` that completed: its documents
+    # keyed as lm-eval's results (``acc,none``); ``stderr`` None where lm-eval prints N/A
+    metrics: dict[str, MetricValue] = Field(default_factory=dict)
+    reason: str | None = Field(default=None, exclude_if=_is_none)  # why there is no aggregate
+
+
 class RunSummary(BaseModel):
     """``summary.json``: one :class:`TaskSummary` per task, and where the command's time went."""
 
@@ -324,6 +341,8 @@ class RunSummary(BaseModel):
     schema_version: int = SCHEMA_VERSION
     tasks: dict[str, TaskSummary] = Field(default_factory=dict)
     timings_s: dict[str, float | None] = Field(default_factory=dict)  # phase -> seconds
+    # lm-eval groups the run's lm-eval:NAME tasks name (nested ones too); absent without groups
+    groups: dict[str, GroupSummary] | None = Field(default=None, exclude_if=_is_none)
     warmup: WarmupSummary | None = Field(default=None, exclude_if=_is_none)
 
 

@@ -316,6 +316,37 @@ def run_charts(run: Run, tasks: list[str]) -> list[dict[str, Any]]:
 
 
 @dataclass
+class GroupView:
+    """An lm-eval group in the headline: its aggregate metrics as rows (metric, value, stderr, 95% CI, n), its
+    members and sizes, or why it has no score."""
+
+    name: str
+    label: str  # "lm-eval:mmlu (group of 57 tasks)"
+    members: str
+    rows: list[tuple[str, str, str, str, str]]
+    reason: str | None
+
+
+def group_views(run: Run) -> list[GroupView]:
+    """The summary's lm-eval groups (through the store's reader), children before parents as lm-eval aggregates."""
+    out: list[GroupView] = []
+    for name, g in run.groups().items():
+        rows = [
+            (
+                key,
+                f"{m.value:.4f}" if m.value is not None else "-",
+                f"{m.stderr:.4f}" if m.stderr is not None else "N/A",
+                f"[{m.ci95[0]:.4f}, {m.ci95[1]:.4f}]" if m.ci95 else "-",
+                str(m.n),
+            )
+            for key, m in g.metrics.items()
+        ]
+        members = ", ".join(f"{t} ({g.sizes[t]})" if t in g.sizes else t for t in g.members)
+        out.append(GroupView(name, f"{name} (group of {len(g.tasks)} tasks)", members, rows, g.reason))
+    return out
+
+
+@dataclass
 class RunView:
     title: str
     model: str | None
@@ -325,6 +356,7 @@ class RunView:
     provenance: list[KV]
     task_provenance: list[TaskProvenance]
     tasks: list[TaskView]
+    groups: list[GroupView]
     samples: SampleSection
     charts: list[dict[str, Any]]
     chart_ids: set[str]
@@ -357,6 +389,7 @@ def build_run_view(run: Run) -> RunView:
         provenance=prov,
         task_provenance=tprov,
         tasks=[task_view(run, n, i) for i, n in enumerate(names)],
+        groups=group_views(run),
         samples=sample_section(run),
         charts=charts,
         chart_ids={c["id"] for c in charts},

@@ -27,9 +27,11 @@ from evalkit.runner.plan import TaskRun, default_output_dir, lm_eval_expanded, n
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
 from evalkit.runner.resume import check_resume, mark_answered
 from evalkit.runner.warmups import Warmups
+from evalkit.scoring.groups import group_results
 from evalkit.store.files import write_error
 from evalkit.store.writer import RunStore
 from evalkit.tasks.base import Task
+from evalkit.tasks.lmeval_source import lm_eval_groups
 from evalkit.tasks.prompt_stream import PromptBuilder
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
@@ -78,6 +80,7 @@ class Runner:
         its own and stop it at the end, unless ``keep_server`` (the caller then takes ``self.server`` and stops
         it). ``scoring``: a scoring Worker the caller owns and closes (runs one after another share it); else the
         run starts its own."""
+        self._groups = lm_eval_groups(cfg.tasks, cfg.include_path)  # before its groups expand into their tasks
         self.cfg = cfg = lm_eval_expanded(cfg)
         self.progress = progress
         self.argv = argv or sys.argv
@@ -210,6 +213,7 @@ class Runner:
             for p in plans:
                 summary.tasks[p.task.name] = self._run_one(p, phase, last=p is plans[-1])
                 summary.warmup = self._warmups.summary()
+                summary.groups = group_results(self._groups, summary.tasks) or None
                 store.write_summary(summary)
                 manifest.tasks[p.task.name].max_tokens_clamp = p.clamp
                 if manifest.warmup is not None:

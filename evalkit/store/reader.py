@@ -36,6 +36,7 @@ import orjson
 from evalkit.contracts import (
     Endpoint,
     EndpointSummary,
+    GroupSummary,
     Manifest,
     ManifestTask,
     MetricValue,
@@ -228,6 +229,19 @@ class Run:
     def tasks(self) -> list[TaskRead]:
         """Every task entry of ``summary.json``, in its order (:meth:`task`)."""
         return [TaskRead.of(str(k), v) for k, v in as_dict(self.summary.get("tasks")).items()]
+
+    def groups(self, dropped: list[Dropped] | None = None) -> dict[str, GroupSummary]:
+        """``summary.json``'s lm-eval groups (``groups``: each group's aggregate metrics, members and sizes, or why
+        it has none), each read leniently (:func:`lenient`); {} without any. An entry that does not read is left
+        out and added to ``dropped`` when it is given."""
+        out: dict[str, GroupSummary] = {}
+        for name, raw in as_dict(self.summary.get("groups")).items():
+            group = lenient(GroupSummary, raw, f"groups.{name}", dropped)
+            if group is not None:
+                out[str(name)] = group
+            elif dropped is not None:
+                dropped.append(Dropped(f"groups.{name}", raw, "GroupSummary"))
+        return out
 
     def summary_task_names(self, dropped: list[Dropped] | None = None) -> list[str]:
         """The names ``summary.json``'s ``tasks`` lists, in its order, whatever each entry holds; a ``tasks`` that

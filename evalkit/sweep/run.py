@@ -363,8 +363,10 @@ def _start(combo: Combination, out_dir: Path, say: Echo) -> Any:
 def _run_one(combo: Combination, cfg: RunConfig, server: Any) -> None:
     from evalkit.runner import Runner
 
-    if server is not None:  # the endpoint is known once the config's server is up
-        cfg = load_config({**combo.settings, "output_dir": cfg.output_dir, "endpoint": server.base_url + "/v1"})
+    # the config as the sweep file gives it (its lm-eval:NAME groups not expanded yet: the run records their
+    # aggregates); the endpoint is known once the config's server is up
+    endpoint = {"endpoint": server.base_url + "/v1"} if server is not None else {}
+    cfg = load_config({**combo.settings, "output_dir": cfg.output_dir, **endpoint})
     Runner(cfg, argv=["evalkit", "sweep", f"({combo.name})"], server=server).run()
 
 

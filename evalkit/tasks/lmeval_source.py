@@ -4,7 +4,8 @@
 
 - :func:`task_config` is lm-eval's config of a task by name, as its ``TaskFactory`` loads it (includes and
   ``!function`` resolved); :func:`leaf_tasks` expands a group or tag into its tasks, with the overrides the
-  group gives them; :func:`groups_listing` is what ``evalkit tasks list --lm-eval`` prints.
+  group gives them; :func:`lm_eval_groups` is the groups a run names, with what lm-eval aggregates them
+  over; :func:`groups_listing` is what ``evalkit tasks list --lm-eval`` prints.
 - :func:`config_hash` is a short hash of a config (functions by their source), recorded in the task's version.
 - :func:`expand_lm_eval_tasks` turns the run's ``lm-eval:NAME`` tasks (groups expanded) and its ``--include-path``,
   ``--tokenizer``, ``--data-dir`` into task files in a folder of the evalkit cache, added to the run's task
@@ -25,6 +26,7 @@ from typing import Any
 import orjson
 import yaml
 
+from evalkit.contracts import GroupSummary
 from evalkit.errors import TaskError
 
 PREFIX = "lm-eval:"
@@ -123,6 +125,45 @@ def leaf_tasks(name: str, include_path: tuple[str, ...] = ()) -> list[tuple[str,
         overrides = {**shared, **extra}
         for leaf, more in leaf_tasks(str(base), include_path):
             out.append((leaf, {**overrides, **more}))
+    return out
+
+
+def lm_eval_groups(tasks: Sequence[str], include_path: Sequence[Path] = ()) -> dict[str, GroupSummary]:
+    """The lm-eval groups the run's ``lm-eval:NAME`` tasks name, nested ones first (children before parents, as
+    lm-eval aggregates them): each with its members, its tasks and its ``aggregate_metric_list`` normalised as
+    lm-eval's GroupConfig does; no metrics yet (:func:`evalkit.scoring.groups.group_results` adds them)."""
+    if not any(t.startswith(PREFIX) for t in tasks):
+        return {}
+    from dataclasses import asdict
+
+    from lm_eval.config.group import GroupConfig
+    from lm_eval.tasks._index import Kind
+
+    inc = tuple(str(Path(p).resolve()) for p in include_path)
+    fields = set(GroupConfig.__dataclass_fields__)
+    out: dict[str, GroupSummary] = {}
+
+    def visit(name: str) -> None:
+        entry = _entry(name, inc)
+        if entry.kind != Kind.GROUP or PREFIX + name in out:
+            return
+        raw = task_manager(inc)._factory._load_full_config(entry, None)
+        members = [str(m if isinstance(m, str) else m.get("task", m.get("group"))) for m in raw.get("task") or []]
+        for member in members:
+            visit(member)
+        cfg = GroupConfig(**{**{k: v for k, v in raw.items() if k in fields}, "group": name})
+        out[PREFIX + name] = GroupSummary(
+            members=[PREFIX + m for m in members],
+            tasks=list(dict.fromkeys(PREFIX + leaf for leaf, _ in leaf_tasks(name, inc))),
+            aggregate_metric_list=[
+                {k: v if isinstance(v, str | bool | list) or v is None else repr(v) for k, v in asdict(a).items()}
+                for a in cfg.aggregate_metric_list or []
+            ],
+        )
+
+    for task in tasks:
+        if task.startswith(PREFIX):
+            visit(task[len(PREFIX) :])
     return out
 
 

@@ -108,8 +108,10 @@ def _entries(ids: np.ndarray, lps: np.ndarray, rest: float, actual: int | None, 
 def _prompt_ids(body: dict[str, Any], chat: bool, why: str) -> tuple[list[int], list[str]]:
     """The prompt's token ids and their texts: an ``echo`` request's prompt given as token ids (each id's text
     :func:`piece_text`; lm-eval's loglikelihood requests), else the prompt's text split as ``/tokenize`` splits
-    it."""
+    it. A batch of one prompt of token ids (``[[ids]]``, as lm-eval's local-completions sends) is that prompt."""
     raw = body.get("prompt")
+    if why == "echo" and isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], list):
+        raw = raw[0]
     if (
         why == "echo"
         and not chat
