@@ -117,6 +117,15 @@ def test_a_run_gives_joules_per_output_token_and_watts_per_gpu_where_nvml_reads(
     tokens = sum(r.output_tokens or 0 for r in result.open().records())
     assert speed["joules_per_output_token"] == pytest.approx(4000.0 / tokens)
     assert speed["avg_power_w_per_gpu"] == pytest.approx(4000.0 / energy["seconds"] / 2)
+    assert energy["devices"] == [0, 1] and energy["devices_from"] == "all"
+    assert "per GPU · GPUs 0, 1 (all)" in html  # the report says which GPUs the energy counted
+
+
+def test_the_report_names_the_gpus_the_energy_counted() -> None:
+    from evalkit.reporting.run_tables import energy_gpus_text
+
+    assert energy_gpus_text({"joules": 1.0, "devices": [0], "devices_from": "server"}) == " · GPUs 0 (server)"
+    assert energy_gpus_text({"joules": 1.0}) == ""  # a summary from before devices were recorded
 
 
 def test_a_run_against_an_endpoint_counts_the_gpus_in_its_cuda_visible_devices(monkeypatch, tmp_path) -> None:

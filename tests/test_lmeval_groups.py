@@ -117,6 +117,29 @@ def test_group_aggregates_equal_lm_evals_to_the_last_digit(
     assert len(rows) == 2 and "acc,none" in rows[0] and shown in rows[0]
     assert f"<td>{shown}</td>" in html and "No group score: its lm-eval config has no aggregate_metric_list" in html
     assert "lm-eval:grp_bare: no group score: its lm-eval config has no aggregate_metric_list" in res.output
+    _compare_and_sweep_show_groups(out, summary)
+
+
+def _compare_and_sweep_show_groups(out: Path, summary: dict[str, Any]) -> None:
+    """The comparison report (the run against itself) and a sweep table row carry the run's group values."""
+    from evalkit.reporting import render_compare_html
+    from evalkit.reporting.compare_view import build_compare_view
+    from evalkit.store.reader import open_run
+    from evalkit.sweep.plan import Combination
+    from evalkit.sweep.run import table_row
+
+    nest = summary["groups"]["lm-eval:grp_nest"]["metrics"]["acc,none"]
+    shown = f"{nest['value']:.4f} ± {nest['stderr']:.4f}"
+    view = build_compare_view([open_run(out), open_run(out)], None)
+    rows = {(g.group, g.metric): g.cells for g in view.groups}
+    assert rows[("lm-eval:grp_nest", "acc,none")] == [shown, shown]
+    bare = rows[("lm-eval:grp_bare", "")]
+    assert all("no aggregate_metric_list" in c for c in bare)  # no score: its reason
+    html = render_compare_html([out, out])
+    assert "lm-eval groups" in html and f'<td class="n">{shown}</td>' in html
+    cells = table_row(Combination("c", "s", 2, None), summary, ["lm-eval:grp_a"])
+    assert cells["lm-eval:grp_nest acc,none"] == nest["value"] and "lm-eval:grp_bare acc,none" not in cells
+    assert cells["lm-eval:grp_nest acc,none ci95"] == f"[{nest['ci95'][0]:.4f}, {nest['ci95'][1]:.4f}]"
 
 
 def _task(acc: float, n: int, api_errors: int = 0) -> TaskSummary:

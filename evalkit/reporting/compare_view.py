@@ -23,6 +23,7 @@ from evalkit.reporting.common import (
     metric_views,
     now_iso,
 )
+from evalkit.reporting.compare_groups import CompareGroupRow, compare_group_rows
 from evalkit.reporting.economics_view import economics_scatters
 from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.reporting.numerics_view import NumericsCompare, build_numerics_sections
@@ -109,6 +110,7 @@ class CompareView:
     chart_ids: set[str]
     verdict: VerdictView | None = None  # the release gate's rules, for two runs
     numerics: list[NumericsCompare] = field(default_factory=list)  # teacher-forced divergence of the pair
+    groups: list[CompareGroupRow] = field(default_factory=list)  # lm-eval group aggregates, where the runs have them
 
 
 def unique_labels(runs: list[Run]) -> list[str]:
@@ -371,4 +373,5 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
         charts=charts,
         chart_ids={c["id"] for c in charts},
         numerics=numerics,
+        groups=compare_group_rows(runs),
     )

@@ -89,9 +89,12 @@ def speed_table(speed: Speed | None) -> tuple[list[PctRow], list[KV]]:
     return rows, extra
 
 
-def economics_rows(speed: Speed | None, slos: dict[str, float] | None, pricing: dict[str, Any] | None) -> list[KV]:
+def economics_rows(
+    speed: Speed | None, slos: dict[str, float] | None, pricing: dict[str, Any] | None, energy: Any = None
+) -> list[KV]:
     """The speed table's goodput, cost and energy rows: only for a run given SLOs (--goodput) or a price
-    (--cost-per-gpu-hour), with the SLOs and the price they were counted against, or whose GPUs' energy was read."""
+    (--cost-per-gpu-hour), with the SLOs and the price they were counted against, or whose GPUs' energy was read
+    (with the GPUs counted, from ``energy``: the summary's ``gpu.energy``)."""
     rows: list[KV] = []
     if slos:
         shown = slos_text(slos)
@@ -112,8 +115,22 @@ def economics_rows(speed: Speed | None, slos: dict[str, float] | None, pricing: 
         ]
     if speed is not None and speed.joules_per_output_token is not None:  # NVML's counters were read
         watts = f" · {fmt_num(speed.avg_power_w_per_gpu)} W per GPU" if speed.avg_power_w_per_gpu is not None else ""
-        rows.append(KV("Energy per output token (GPUs, NVML)", f"{fmt_sig(speed.joules_per_output_token)} J{watts}"))
+        value = f"{fmt_sig(speed.joules_per_output_token)} J{watts}{energy_gpus_text(energy)}"
+        rows.append(KV("Energy per output token (GPUs, NVML)", value))
     return rows
+
+
+def energy_gpus_text(energy: Any) -> str:
+    """`` · GPUs 0, 1 (server)``: the NVML indices the energy counted and where they came from (``devices_from``:
+    server, CUDA_VISIBLE_DEVICES or all); empty for a summary without them."""
+    if not isinstance(energy, dict):
+        return ""
+    devices = energy.get("devices")
+    if not isinstance(devices, list) or not devices:
+        return ""
+    source = energy.get("devices_from")
+    where = f" ({source})" if isinstance(source, str) and source else ""
+    return f" · GPUs {', '.join(str(d) for d in devices)}{where}"
 
 
 def _flag_str(v: Any, yes: str, no: str, other: str) -> str:

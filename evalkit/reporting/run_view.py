@@ -216,11 +216,11 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
     manifest = run.manifest_read()
     conc = concurrency_str(speed, t.concurrency_trace, manifest.concurrency)
     sextra = [KV("Concurrency", conc) if kv.key == "Concurrency" else kv for kv in sextra]
-    sextra += economics_rows(speed, manifest.goodput_slos, manifest.pricing)
+    gpu = t.gpu or {}
+    sextra += economics_rows(speed, manifest.goodput_slos, manifest.pricing, gpu.get("energy"))
     split = ttft_split(server, speed)
     if split:
         sextra.append(KV("Where TTFT went", split))
-    gpu = t.gpu or {}
     grows, gextra = gpu_rows(gpu, (manifest.server or {}).get("gpus"))
     la = accuracy_by_length(s for s in run.samples if s.get("task") == name)
     length_rows = [

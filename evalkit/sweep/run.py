@@ -190,7 +190,24 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str], pri
             row[f"{task} {mv.name}"] = mv.value
             ci = f"[{mv.lo:.4f}, {mv.hi:.4f}]" if mv.lo is not None and mv.hi is not None else None
             row[f"{task} {mv.name} ci95"] = ci
+    row.update(group_cells(summary))
     return row
+
+
+def group_cells(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary's lm-eval group aggregates as task metrics appear: ``<group> <metric>`` (lm-eval's key, e.g.
+    ``acc,none``) and ``<group> <metric> ci95``; {} without groups, none for a group without a score."""
+    from evalkit.contracts import GroupSummary
+    from evalkit.store.lenient import lenient
+
+    cells: dict[str, Any] = {}
+    raw = summary.get("groups")
+    for name, entry in (raw if isinstance(raw, dict) else {}).items():
+        group = lenient(GroupSummary, entry, f"groups.{name}")
+        for key, m in (group.metrics if group else {}).items():
+            cells[f"{name} {key}"] = m.value
+            cells[f"{name} {key} ci95"] = f"[{m.ci95[0]:.4f}, {m.ci95[1]:.4f}]" if m.ci95 else None
+    return cells
 
 
 def failed_row(combo: Combination) -> dict[str, Any]:
