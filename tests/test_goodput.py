@@ -182,10 +182,10 @@ def test_goodput_lower_than_the_baselines_by_more_than_allowed_fails() -> None:
         SpeedRecords(figures={"goodput_requests_per_s": 10.0}),
         SpeedRecords(figures={"goodput_requests_per_s": 8.0}),
     )
-    assert goodput_change_rule("t", base, cand, 0.25).verdict == "pass"  # 20% lower, 25% allowed
-    rule = goodput_change_rule("t", base, cand, 0.1)
+    assert goodput_change_rule("t", [base], [cand], 0.25).verdict == "pass"  # 20% lower, 25% allowed
+    rule = goodput_change_rule("t", [base], [cand], 0.1)
     assert rule.verdict == "fail" and rule.observed == pytest.approx(-0.2) and "lower by 20.0%" in rule.note
-    assert goodput_change_rule("t", cand, base, 0.0).verdict == "pass"  # higher is never worse
+    assert goodput_change_rule("t", [cand], [base], 0.0).verdict == "pass"  # higher is never worse
 
 
 def test_the_run_command_takes_the_options_and_prints_the_figures(tmp_path) -> None:

@@ -4,15 +4,23 @@ floors and ceilings (:class:`~evalkit.gating.policy.SpeedPolicy`'s ``min_goodput
 A rule the policy sets on a figure a run lacks (it was not run with ``--goodput`` / ``--cost-per-gpu-hour``), and
 the goodput change of runs whose goodput was counted under different SLOs, is skipped and the gate cannot decide
 (exit 2, the reason names the fix): a release gate asked to judge a figure neither passes nor fails without it.
-The cost rule is a ceiling on the candidate's own figure, so the two runs' prices need not match."""
+The cost rule is a ceiling on the candidate's own figure, so the two runs' prices need not match. With several runs
+per side (``evalkit gate --baseline A --baseline B``) every run counts: a limit holds in each candidate run, and
+the goodput change is Welch's test over the runs' figures (a threshold on one run per side)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
 
 from evalkit.config.slos import slos_text
 from evalkit.contracts import speed_metric
 from evalkit.gating.inputs import SpeedRecords
 from evalkit.gating.policy import SpeedPolicy
-from evalkit.gating.result import EPS, Rule
+from evalkit.gating.result import EPS, Rule, RuleVerdict
+from evalkit.gating.rules import verdict_note
+from evalkit.gating.stats import speed_runs_change
 
 FIGURES = ("goodput_requests_per_s", "goodput_share", "cost_per_million_output_tokens")
 """The summary's figures these rules read (keys of the speed catalogue, :data:`evalkit.contracts.SPEED_METRICS`)."""
@@ -23,6 +31,9 @@ OPTION = {
 }
 CHANGE = "goodput change"
 """The name (after the task) of the goodput change rule."""
+CHANGE_KEY = "goodput_requests_per_s"
+GOODPUT_ALPHA = 0.05
+"""The goodput change rule's significance level with several runs per side (the speed rules' default)."""
 
 
 def figure_text(key: str, value: float) -> str:
@@ -42,42 +53,62 @@ def limit_text(key: str, limit: float) -> str:
     return f"{'≤' if speed_metric(key).lower_is_better else '≥'} {figure_text(key, limit)}"
 
 
-def _limit_rule(task: str, key: str, figures: dict[str, float], limit: float) -> Rule:
+def _limit_rule(task: str, key: str, runs: Sequence[SpeedRecords], limit: float) -> Rule:
+    """``key`` of every candidate run against ``limit``; several runs: the worst run's figure decides (each run
+    must meet the limit, so the verdict rests on all of them)."""
     m = speed_metric(key)
     name = f"{task}: {m.label}"
-    value = figures.get(key)
-    if value is None:
-        note = f"the candidate has no {m.label}; run it with {OPTION[key]} to judge it"
+    values = [r.figures.get(key) for r in runs]
+    if any(v is None for v in values):
+        which = "" if len(runs) == 1 else f" (in {sum(v is None for v in values)} of its {len(runs)} runs)"
+        note = f"the candidate has no {m.label}{which}; run it with {OPTION[key]} to judge it"
         return Rule(name=name, task=task, kind="speed", verdict="skip", budget=limit, note=note, figure=key)
     higher = not m.lower_is_better
+    figures = [float(v) for v in values if v is not None]
+    value = min(figures) if higher else max(figures)
     ok = value >= limit - EPS if higher else value <= limit + EPS
     side = "at least" if higher else "at most"
+    of = "" if len(figures) == 1 else f" (the worst of {len(figures)} runs, {_figures_text(key, figures)})"
     return Rule(
         name=name, task=task, kind="speed", verdict="pass" if ok else "fail", candidate=value, observed=value,
         budget=limit, decided_by="threshold", figure=key,
-        note=f"{figure_text(key, value)}; the policy asks for {side} {figure_text(key, limit)}",
+        note=f"{figure_text(key, value)}{of}; the policy asks for {side} {figure_text(key, limit)}",
     )  # fmt: skip
 
 
-def limit_rules(task: str, speed: SpeedRecords, sp: SpeedPolicy) -> list[Rule]:
-    """The candidate's goodput and cost against the policy's floors and ceiling (those it sets)."""
+def _figures_text(key: str, figures: Sequence[float]) -> str:
+    return ", ".join(figure_text(key, v) for v in figures)
+
+
+def limit_rules(task: str, runs: Sequence[SpeedRecords], sp: SpeedPolicy) -> list[Rule]:
+    """The candidate's goodput and cost against the policy's floors and ceiling (those it sets), judged in every
+    one of its ``runs``."""
     limits = {
         "goodput_requests_per_s": sp.min_goodput,
         "goodput_share": sp.min_goodput_share,
         "cost_per_million_output_tokens": sp.max_cost_per_million_output_tokens,
     }
-    return [_limit_rule(task, key, speed.figures, limit) for key, limit in limits.items() if limit is not None]
+    return [_limit_rule(task, key, runs, limit) for key, limit in limits.items() if limit is not None]
 
 
-def _uncomparable(base: SpeedRecords, cand: SpeedRecords) -> str | None:
-    """Why the two runs' goodput cannot be compared (None when it can): a run without the figure, or runs whose
-    goodput was counted under different SLOs (or SLOs recorded on one side only)."""
-    b, c = base.figures.get("goodput_requests_per_s"), cand.figures.get("goodput_requests_per_s")
-    if b is None or c is None:
-        side = "baseline" if b is None else "candidate"
-        return f"the {side} has no goodput; run both sides with --goodput (the same SLOs) to judge it"
-    if base.goodput_slos != cand.goodput_slos:
-        shown = [slos_text(s) if s else "none recorded" for s in (base.goodput_slos, cand.goodput_slos)]
+def _uncomparable(bases: Sequence[SpeedRecords], cands: Sequence[SpeedRecords]) -> str | None:
+    """Why the runs' goodput cannot be compared (None when it can): a run without the figure, or runs whose
+    goodput was counted under different SLOs (or SLOs recorded in some runs only), within a side or across."""
+    for side, runs in (("baseline", bases), ("candidate", cands)):
+        lacking = sum(r.figures.get("goodput_requests_per_s") is None for r in runs)
+        if lacking:
+            which = "" if len(runs) == 1 else f" in {lacking} of its {len(runs)} runs"
+            return f"the {side} has no goodput{which}; run both sides with --goodput (the same SLOs) to judge it"
+    for side, runs in (("baseline", bases), ("candidate", cands)):
+        odd = [r.goodput_slos for r in runs[1:] if r.goodput_slos != runs[0].goodput_slos]
+        if odd:
+            shown = [slos_text(s) if s else "none recorded" for s in (runs[0].goodput_slos, odd[0])]
+            return (
+                f"the {side} runs' goodput was counted under different SLOs ({shown[0]}; {shown[1]}), so it is "
+                "not compared; run every run with the same --goodput"
+            )
+    if bases[0].goodput_slos != cands[0].goodput_slos:
+        shown = [slos_text(s) if s else "none recorded" for s in (bases[0].goodput_slos, cands[0].goodput_slos)]
         return (
             f"the runs' goodput was counted under different SLOs (baseline {shown[0]}; candidate {shown[1]}), "
             "so it is not compared; run both with the same --goodput"
@@ -85,24 +116,60 @@ def _uncomparable(base: SpeedRecords, cand: SpeedRecords) -> str | None:
     return None
 
 
-def goodput_change_rule(task: str, base: SpeedRecords, cand: SpeedRecords, max_drop: float) -> Rule:
+def goodput_change_rule(
+    task: str,
+    bases: Sequence[SpeedRecords],
+    cands: Sequence[SpeedRecords],
+    max_drop: float,
+    *,
+    unmatched: tuple[str, RuleVerdict] | None = None,
+    alpha: float = GOODPUT_ALPHA,
+) -> Rule:
     """The candidate's goodput (requests/s within its SLOs) against the baseline's: fails when lower by more than
-    ``max_drop`` (a fraction of the baseline's). One figure per run: a threshold, no significance test. Skipped
-    when a run lacks the figure or the two were counted under different SLOs."""
+    ``max_drop`` (a fraction of the baseline's). One figure per run. Two or more runs per side, each with goodput
+    above 0: Welch's t-test on the logs of the runs' figures (as the speed rules), failing when the drop beyond
+    ``max_drop`` is significant at ``alpha``; otherwise a threshold on the sides' mean goodput, no significance
+    test. Skipped when a run lacks the figure or the runs were counted under different SLOs, and (with the
+    verdict it gives) when the speed rules' load matching did not compare the runs (``unmatched``: its note and
+    verdict)."""
     name = f"{task}: {CHANGE}"
-    if (why := _uncomparable(base, cand)) is not None:
+
+    def not_compared(verdict: RuleVerdict, note: str) -> Rule:
         return Rule(
-            name=name, task=task, kind="speed", verdict="skip", budget=max_drop, mode="regression", note=why,
-            figure="goodput_requests_per_s",
+            name=name, task=task, kind="speed", verdict=verdict, budget=max_drop, mode="regression", note=note,
+            figure=CHANGE_KEY,
         )  # fmt: skip
-    b, c = base.figures["goodput_requests_per_s"], cand.figures["goodput_requests_per_s"]
-    change = c / b - 1.0 if b > 0 else (0.0 if c == 0 else float("inf"))
+
+    if unmatched is not None:
+        return not_compared(unmatched[1], f"goodput not compared: {unmatched[0]}")
+    if (why := _uncomparable(bases, cands)) is not None:
+        return not_compared("skip", why)
+    b = [float(r.figures[CHANGE_KEY]) for r in bases]
+    c = [float(r.figures[CHANGE_KEY]) for r in cands]
+    b_mean, c_mean = sum(b) / len(b), sum(c) / len(c)
+    if len(b) >= 2 and len(c) >= 2 and min(*b, *c) > 0:
+        est = speed_runs_change(b, c, lower_is_better=False, budget=max_drop, alpha=alpha)
+        b_mean, c_mean = (float(np.exp(np.mean(np.log(x)))) for x in (b, c))  # geometric means, as the test's
+        failed = -est.value > max_drop + EPS and est.p_value < alpha
+        verdict: RuleVerdict = "fail" if failed else "pass"
+        note = verdict_note(-est.value, est, max_drop, alpha, verdict, "regression", "%")
+        return Rule(
+            name=name, task=task, kind="speed", verdict=verdict, baseline=b_mean, candidate=c_mean,
+            observed=est.value, budget=max_drop, mode="regression", alpha=alpha, p_value=est.p_value, ci=est.ci,
+            ci_level=est.ci_level, mde=est.mde, decided_by="p_value", method=est.method,
+            figure=CHANGE_KEY,
+            note=f"{note} (runs: baseline {_figures_text(CHANGE_KEY, b)}; candidate {_figures_text(CHANGE_KEY, c)})",
+        )  # fmt: skip
+    change = c_mean / b_mean - 1.0 if b_mean > 0 else (0.0 if c_mean == 0 else float("inf"))
     failed = -change > max_drop + EPS
     what = f"lower by {-change:.1%}" if change < 0 else f"no lower (higher by {change:.1%})"
+    runs = "" if len(b) == len(c) == 1 else f"; the mean of {len(b)} and {len(c)} runs, no significance test"
+    if len(b) > 1 and len(c) > 1:
+        runs += " (a run with goodput 0 has no log for Welch's test)"
     return Rule(
-        name=name, task=task, kind="speed", verdict="fail" if failed else "pass", baseline=b, candidate=c,
-        observed=change, budget=max_drop, decided_by="threshold", mode="regression", figure="goodput_requests_per_s",
-        note=f"{what}: {'beyond' if failed else 'within'} the allowed drop of {max_drop:.0%}",
+        name=name, task=task, kind="speed", verdict="fail" if failed else "pass", baseline=b_mean, candidate=c_mean,
+        observed=change, budget=max_drop, decided_by="threshold", mode="regression", figure=CHANGE_KEY,
+        note=f"{what}: {'beyond' if failed else 'within'} the allowed drop of {max_drop:.0%}{runs}",
     )  # fmt: skip
 
 

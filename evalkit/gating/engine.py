@@ -214,7 +214,9 @@ def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) 
         if (rule := getattr(sp, key)) is not None
     ]
     if sp.max_goodput_drop is not None:
-        rules.append(goodput_change_rule(task, base.speed, cand.speed, sp.max_goodput_drop))
+        apart = None if match.base is not None and match.cand is not None else (match.note, match.verdict)
+        bases, cands = base.runs or (base.speed,), cand.runs or (cand.speed,)
+        rules.append(goodput_change_rule(task, bases, cands, sp.max_goodput_drop, unmatched=apart))
     return rules, [f"{task}: {match.note}"] if match.note else []
 
 
@@ -226,7 +228,7 @@ def _candidate_rules(cand: RunInputs, policy: Policy) -> list[Rule]:
         rules.append(expected_rule(exp.task, task.metrics.get(exp.metric) if task else None, exp, policy.bootstrap))
     for name, task in cand.tasks.items():
         rules += rate_rules(name, task.counts, policy.rates)
-        rules += limit_rules(name, task.speed, policy.speed)
+        rules += limit_rules(name, task.runs or (task.speed,), policy.speed)
     return rules
 
 
