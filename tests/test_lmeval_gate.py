@@ -101,10 +101,12 @@ def _accuracy(data: dict) -> dict[str, str]:  # type: ignore[type-arg]
 
 
 def test_a_multiple_choice_task_on_the_test_server_passes_or_fails_the_gate(tmp_path: Path) -> None:
-    from evalkit.testing.server import TestServer
+    from evalkit.testing.server import Behaviour, TestServer
 
     folder = write_gate_mc(tmp_path / "tasks")
-    with TestServer() as srv:
+    # each answer takes 50 ms on the server, so a run's speed is the server's, not this machine's load: unpaced,
+    # an identical rerun's requests/s moved by up to 36% on a busy 2-core box (beyond the one-run noise budget)
+    with TestServer(Behaviour(ttft_s=0.05)) as srv:
         _run(srv.url, folder, tmp_path / "base")
         _run(srv.url, folder, tmp_path / "again")
         srv.state.behaviour.update(logit_noise=3.0, logit_noise_seed=11)  # logits that flip choices
