@@ -21,7 +21,7 @@ import numpy as np
 from evalkit.gating.inputs import CorpusMetric
 from evalkit.gating.policy import AccuracyRule, BootstrapSettings
 from evalkit.gating.result import Rule, decide
-from evalkit.gating.rules import verdict_note
+from evalkit.gating.rules import estimated, verdict_note
 from evalkit.gating.stats import corpus_bootstrap
 
 MIN_CORPUS_DOCS = 20
@@ -73,19 +73,14 @@ def corpus_rule(
         task=task,
         kind="perplexity",
         verdict=verdict,
-        observed=est.value,
         baseline=b_value,
         candidate=c_value,
         budget=budget,
         mode=rule.mode,
         alpha=rule.alpha,
-        p_value=est.p_value,
-        ci=est.ci,
-        ci_level=est.ci_level,
-        mde=est.mde,
         decided_by=decided_by,
-        method=est.method,
         note=note,
+        **estimated(est),
     )
     return rule_out, []
 

@@ -19,7 +19,7 @@ from evalkit.contracts import speed_metric
 from evalkit.gating.inputs import SpeedRecords
 from evalkit.gating.policy import SpeedPolicy
 from evalkit.gating.result import EPS, Rule, RuleVerdict
-from evalkit.gating.rules import verdict_note
+from evalkit.gating.rules import estimated, verdict_note
 from evalkit.gating.stats import speed_runs_change
 
 FIGURES = ("goodput_requests_per_s", "goodput_share", "cost_per_million_output_tokens")
@@ -154,10 +154,8 @@ def goodput_change_rule(
         verdict: RuleVerdict = "fail" if failed else "pass"
         note = verdict_note(-est.value, est, max_drop, alpha, verdict, "regression", "%")
         return Rule(
-            name=name, task=task, kind="speed", verdict=verdict, baseline=b_mean, candidate=c_mean,
-            observed=est.value, budget=max_drop, mode="regression", alpha=alpha, p_value=est.p_value, ci=est.ci,
-            ci_level=est.ci_level, mde=est.mde, decided_by="p_value", method=est.method,
-            figure=CHANGE_KEY,
+            name=name, task=task, kind="speed", verdict=verdict, baseline=b_mean, candidate=c_mean, budget=max_drop,
+            mode="regression", alpha=alpha, decided_by="p_value", figure=CHANGE_KEY, **estimated(est),
             note=f"{note} (runs: baseline {_figures_text(CHANGE_KEY, b)}; candidate {_figures_text(CHANGE_KEY, c)})",
         )  # fmt: skip
     change = c_mean / b_mean - 1.0 if b_mean > 0 else (0.0 if c_mean == 0 else float("inf"))

@@ -68,6 +68,13 @@ def verdict_note(
     return text
 
 
+def estimated(est: Estimate) -> dict[str, Any]:
+    """A rule's fields that come from its estimate: the observed value, p-value, interval, MDE and method."""
+    return dict(
+        observed=est.value, p_value=est.p_value, ci=est.ci, ci_level=est.ci_level, mde=est.mde, method=est.method
+    )
+
+
 def accuracy_rule(
     task: str, base: MetricSamples, cand: MetricSamples, rule: AccuracyRule, boot: BootstrapSettings
 ) -> Rule:
@@ -99,19 +106,14 @@ def accuracy_rule(
         task=task,
         kind="accuracy",
         verdict=verdict,
-        observed=est.value,
         baseline=base_value,
         candidate=float(sc.sum() / nc.sum()),
         budget=budget,
         mode=rule.mode,
         alpha=rule.alpha,
-        p_value=est.p_value,
-        ci=est.ci,
-        ci_level=est.ci_level,
-        mde=est.mde,
         decided_by=decided_by,
-        method=est.method,
         note=note,
+        **estimated(est),
     )
 
 
@@ -141,18 +143,13 @@ def expected_rule(task: str, cand: MetricSamples | None, exp: ExpectedScore, boo
         task=task,
         kind="expected",
         verdict=verdict,
-        observed=est.value,
         baseline=exp.value,
         candidate=est.value,
         budget=exp.max_drop,
         mode=exp.mode,
         alpha=exp.alpha,
-        p_value=est.p_value,
-        ci=est.ci,
-        ci_level=est.ci_level,
-        mde=est.mde,
         decided_by=decided_by,
-        method=est.method,
+        **estimated(est),
         note=verdict_note(drop, est, exp.max_drop, exp.alpha, verdict, exp.mode, " points"),
     )
 
@@ -240,10 +237,7 @@ def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_reque
         failed = worse > rule.max_change + EPS and est.p_value < rule.alpha
         verdict: RuleVerdict = "fail" if failed else "pass"
         note = verdict_note(worse, est, rule.max_change, rule.alpha, verdict, "regression", "%")
-        fields: dict[str, Any] = dict(
-            observed=est.value, budget=rule.max_change, alpha=rule.alpha, p_value=est.p_value, ci=est.ci,
-            ci_level=est.ci_level, mde=est.mde, decided_by="p_value", method=est.method,
-        )  # fmt: skip
+        fields: dict[str, Any] = dict(budget=rule.max_change, alpha=rule.alpha, decided_by="p_value", **estimated(est))
     else:
         change = c_mid / b_mid - 1.0
         worse = change if lower_is_better else -change
