@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
+from scipy.stats import gmean
 
 from evalkit.config.slos import slos_text
 from evalkit.contracts import speed_metric
 from evalkit.gating.inputs import SpeedRecords
-from evalkit.gating.policy import SpeedPolicy
+from evalkit.gating.policy import SpeedPolicy, SpeedRule
 from evalkit.gating.result import EPS, Rule, RuleVerdict
 from evalkit.gating.rules import estimated, verdict_note
 from evalkit.gating.stats import speed_runs_change
@@ -32,7 +32,7 @@ OPTION = {
 CHANGE = "goodput change"
 """The name (after the task) of the goodput change rule."""
 CHANGE_KEY = "goodput_requests_per_s"
-GOODPUT_ALPHA = 0.05
+GOODPUT_ALPHA: float = SpeedRule.model_fields["alpha"].default
 """The goodput change rule's significance level with several runs per side (the speed rules' default)."""
 
 
@@ -91,27 +91,29 @@ def limit_rules(task: str, runs: Sequence[SpeedRecords], sp: SpeedPolicy) -> lis
     return [_limit_rule(task, key, runs, limit) for key, limit in limits.items() if limit is not None]
 
 
+def _slos(slos: dict[str, float] | None) -> str:
+    return slos_text(slos) if slos else "none recorded"
+
+
 def _uncomparable(bases: Sequence[SpeedRecords], cands: Sequence[SpeedRecords]) -> str | None:
     """Why the runs' goodput cannot be compared (None when it can): a run without the figure, or runs whose
     goodput was counted under different SLOs (or SLOs recorded in some runs only), within a side or across."""
     for side, runs in (("baseline", bases), ("candidate", cands)):
-        lacking = sum(r.figures.get("goodput_requests_per_s") is None for r in runs)
+        lacking = sum(r.figures.get(CHANGE_KEY) is None for r in runs)
         if lacking:
             which = "" if len(runs) == 1 else f" in {lacking} of its {len(runs)} runs"
             return f"the {side} has no goodput{which}; run both sides with --goodput (the same SLOs) to judge it"
     for side, runs in (("baseline", bases), ("candidate", cands)):
         odd = [r.goodput_slos for r in runs[1:] if r.goodput_slos != runs[0].goodput_slos]
         if odd:
-            shown = [slos_text(s) if s else "none recorded" for s in (runs[0].goodput_slos, odd[0])]
             return (
-                f"the {side} runs' goodput was counted under different SLOs ({shown[0]}; {shown[1]}), so it is "
-                "not compared; run every run with the same --goodput"
+                f"the {side} runs' goodput was counted under different SLOs ({_slos(runs[0].goodput_slos)}; "
+                f"{_slos(odd[0])}), so it is not compared; run every run with the same --goodput"
             )
     if bases[0].goodput_slos != cands[0].goodput_slos:
-        shown = [slos_text(s) if s else "none recorded" for s in (bases[0].goodput_slos, cands[0].goodput_slos)]
         return (
-            f"the runs' goodput was counted under different SLOs (baseline {shown[0]}; candidate {shown[1]}), "
-            "so it is not compared; run both with the same --goodput"
+            f"the runs' goodput was counted under different SLOs (baseline {_slos(bases[0].goodput_slos)}; "
+            f"candidate {_slos(cands[0].goodput_slos)}), so it is not compared; run both with the same --goodput"
         )
     return None
 
@@ -149,7 +151,7 @@ def goodput_change_rule(
     b_mean, c_mean = sum(b) / len(b), sum(c) / len(c)
     if len(b) >= 2 and len(c) >= 2 and min(*b, *c) > 0:
         est = speed_runs_change(b, c, lower_is_better=False, budget=max_drop, alpha=alpha)
-        b_mean, c_mean = (float(np.exp(np.mean(np.log(x)))) for x in (b, c))  # geometric means, as the test's
+        b_mean, c_mean = float(gmean(b)), float(gmean(c))  # the test compares geometric means
         failed = -est.value > max_drop + EPS and est.p_value < alpha
         verdict: RuleVerdict = "fail" if failed else "pass"
         note = verdict_note(-est.value, est, max_drop, alpha, verdict, "regression", "%")

@@ -207,7 +207,7 @@ def _accuracy_rules(
 def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) -> tuple[list[Rule], list[str]]:
     sp = policy.speed
     unmatched: Unmatched = "fail" if policy.require_matched_load else ("whole" if sp.judge_unmatched_load else "skip")
-    match = match_runs(list(base.runs or (base.speed,)), list(cand.runs or (cand.speed,)), sp.min_requests, unmatched)
+    match = match_runs(list(base.speeds()), list(cand.speeds()), sp.min_requests, unmatched)
     rules = [
         speed_rule(task, key, rule, match, sp.min_requests)
         for key in GATED_SPEED
@@ -215,8 +215,7 @@ def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) 
     ]
     if sp.max_goodput_drop is not None:
         apart = None if match.base is not None and match.cand is not None else (match.note, match.verdict)
-        bases, cands = base.runs or (base.speed,), cand.runs or (cand.speed,)
-        rules.append(goodput_change_rule(task, bases, cands, sp.max_goodput_drop, unmatched=apart))
+        rules.append(goodput_change_rule(task, base.speeds(), cand.speeds(), sp.max_goodput_drop, unmatched=apart))
     return rules, [f"{task}: {match.note}"] if match.note else []
 
 
@@ -228,7 +227,7 @@ def _candidate_rules(cand: RunInputs, policy: Policy) -> list[Rule]:
         rules.append(expected_rule(exp.task, task.metrics.get(exp.metric) if task else None, exp, policy.bootstrap))
     for name, task in cand.tasks.items():
         rules += rate_rules(name, task.counts, policy.rates)
-        rules += limit_rules(name, task.runs or (task.speed,), policy.speed)
+        rules += limit_rules(name, task.speeds(), policy.speed)
     return rules
 
 

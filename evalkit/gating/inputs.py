@@ -176,6 +176,10 @@ class TaskInputs:
     # lm-eval's corpus metrics (perplexities, bits per byte) as per-document (loglikelihood, length) pairs
     corpus: dict[str, CorpusMetric] = field(default_factory=dict)
 
+    def speeds(self) -> tuple[SpeedRecords, ...]:
+        """Each run's speed: ``runs`` when several runs were merged, else the one run's ``speed``."""
+        return self.runs or (self.speed,)
+
     def scored(self) -> frozenset[int]:
         """The documents scored in this run (``scored_docs``, else every item of any metric)."""
         if self.scored_docs is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.stats import gmean
 
 from evalkit.contracts import QUANTILES, speed_metric
 from evalkit.gating.inputs import MetricSamples, StatusCounts
@@ -230,7 +231,7 @@ def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_reque
         return _speed_skip(name, task, rule, "a run's figure is unknown (no wall time or no positive values)")
     b = [float(x) for x in bf if x is not None]
     c = [float(x) for x in cf if x is not None]
-    b_mid, c_mid = float(np.exp(np.mean(np.log(b)))), float(np.exp(np.mean(np.log(c))))  # geometric means
+    b_mid, c_mid = float(gmean(b)), float(gmean(c))
     if len(b) >= 2 and len(c) >= 2:
         est = speed_runs_change(b, c, lower_is_better=lower_is_better, budget=rule.max_change, alpha=rule.alpha)
         worse = est.value if lower_is_better else -est.value
