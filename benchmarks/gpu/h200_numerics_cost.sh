@@ -1,18 +1,18 @@
 #!/bin/bash
 # On the lent H200 after ../shared/gpu's receive.sh printed READY: the H200 figures of issues 26, 28, 29 and 30
-# in three calls (numerics, speed, serve), the machine kept warm between them.
-#   numerics  three servers of SmolLM2-135M started one after another (three at once fail their engine start), each in its own session, 0.3 of the GPU's memory and
-#             max-num-seqs 256 (the flags of every earlier lease): bf16 on :8000 (dev mode), a second bf16 server
-#             (another process, the same flags) on :8001, online FP8 (--quantization fp8) on :8002.
-#             `evalkit run numerics` on :8000 twice, on :8001 and :8002, `numerics-chat` on :8000 and :8002;
-#             `evalkit gate` for each pair (issue 28). GSM8K with --goodput/--cost-per-gpu-hour/--gpus-billed on
-#             :8000 and :8002 and their gate under a goodput/cost policy; examples/sweeps/h200-recommend.yaml over
-#             the three servers (issue 30). Run dirs -> $OUT/numerics-runs.tgz, $OUT/cost-runs.tgz (with the
-#             sweep); gates -> $OUT/gates.tgz.
-#   speed     :8001 and :8002 stopped, :8000 alone on the GPU: benchmarks/bench_loglikelihood.py (1,000 4-choice
-#             questions, concurrency 64, 5 rounds; issue 29) -> $OUT/loglikelihood.jsonl, then
-#             benchmarks/bench_gsm8k.py, the raw sweep against evalkit's whole command, ROUNDS (3) rounds ->
-#             $OUT/bench.json (issue 26).
+# in four calls (numerics, speed, fp8, serve), the machine kept warm between them, each under the 600 s a call has.
+#   numerics  two bf16 servers of SmolLM2-135M, started one after the other (three at once fail their engine
+#             start), each in its own session, 0.3 of the GPU's memory and max-num-seqs 256 (the flags of every
+#             earlier lease): :8000 (dev mode) and a second process with the same flags on :8001.
+#             `evalkit run numerics` on :8000 twice and on :8001, `numerics-chat` on both; `evalkit gate` for each
+#             pair (issue 28). Run dirs -> $OUT/numerics-runs.tgz, gates -> $OUT/gates.tgz.
+#   speed     on :8000 (:8001 idle beside it): benchmarks/bench_loglikelihood.py (1,000 4-choice questions,
+#             concurrency 64, 5 rounds; issue 29) -> $OUT/loglikelihood.jsonl, then benchmarks/bench_gsm8k.py, the
+#             raw sweep against evalkit's whole command, ROUNDS (3) rounds -> $OUT/bench.json (issue 26).
+#   fp8       an online-FP8 server (--quantization fp8) on :8002; `numerics` and `numerics-chat` on it and their
+#             gates against bf16 (issue 28); GSM8K with --goodput/--cost-per-gpu-hour/--gpus-billed on :8000 and
+#             :8002 and their gate under a goodput/cost policy; examples/sweeps/h200-recommend.yaml over the three
+#             servers (issue 30) -> $OUT/fp8-runs.tgz, $OUT/cost-runs.tgz, $OUT/gates-fp8.tgz.
 #   serve     every server stopped; `evalkit run gsm8k --serve` with --goodput and --cost-per-gpu-hour (GPU count
 #             from the server evalkit started) -> $OUT/serve-run.tgz (issue 30).
 set -uo pipefail
@@ -36,28 +36,47 @@ timed() {  # label, command... : prints the command's exit code and wall seconds
   "$@"; local rc=$?
   echo "== $label: exit $rc, $((SECONDS - t0)) s"
 }
-case "${1:?numerics|speed|serve}" in
+gates() {  # "baseline candidate" pairs of run dirs under $W/numerics
+  mkdir -p $W/gates
+  for pair in "$@"; do
+    set -- $pair
+    ek gate $W/numerics/$1 $W/numerics/$2 -o $W/gates/$1--$2 > $W/gates-$1--$2.txt 2>&1
+    echo "== gate $1 vs $2: exit $?"
+    grep -E "numerics|PASS|FAIL|CANNOT|verdict" $W/gates-$1--$2.txt | head -12
+  done
+}
+case "${1:?numerics|speed|fp8|serve}" in
 numerics)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import vllm, lm_eval, evalkit, pynvml; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
-  start_server 8000; wait_healthy 8000 || exit 3
-  start_server 8001; wait_healthy 8001 || exit 3
-  start_server 8002 --quantization fp8
-  for p in 8000 8001 8002; do wait_healthy $p || exit 3; echo ":$p healthy at ${SECONDS} s"; done
-  grep -h "KV cache size" /root/srv-800[012].log | tail -3
+  start_server 8000; wait_healthy 8000 || exit 3; echo ":8000 healthy at ${SECONDS} s"
+  start_server 8001; wait_healthy 8001 || exit 3; echo ":8001 healthy at ${SECONDS} s"
+  grep -h "KV cache size" /root/srv-800[01].log | tail -2
   N=$W/numerics
   timed "numerics bf16 :8000 run 1" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a1 --fresh -q
   timed "numerics bf16 :8000 run 2" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a2 --fresh -q
   timed "numerics bf16 :8001" ek run numerics --endpoint http://127.0.0.1:8001/v1 -o $N/bf16-b --fresh -q
-  timed "numerics fp8 :8002" ek run numerics --endpoint http://127.0.0.1:8002/v1 -o $N/fp8 --fresh -q
   timed "numerics-chat bf16 :8000" ek run numerics-chat --endpoint http://127.0.0.1:8000/v1 -o $N/chat-bf16-a --fresh -q
+  timed "numerics-chat bf16 :8001" ek run numerics-chat --endpoint http://127.0.0.1:8001/v1 -o $N/chat-bf16-b --fresh -q
+  tar czf $OUT/numerics-runs.tgz -C $W numerics
+  gates "bf16-a1 bf16-a2" "bf16-a1 bf16-b" "chat-bf16-a chat-bf16-b"
+  tar czf $OUT/gates.tgz -C $W gates $(cd $W && ls gates-*.txt)
+  for p in 8000 8001; do cp /root/srv-$p.log $OUT/server-$p.log; done
+  ;;
+speed)
+  wait_healthy 8000 || { start_server 8000; wait_healthy 8000 || exit 3; }
+  python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
+    --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
+  python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency 64,128,256,512 \
+    --rounds ${ROUNDS:-3} --lm-eval none --out $OUT/bench.json 2>&1 | grep -v Warning
+  ;;
+fp8)
+  start_server 8002 --quantization fp8; wait_healthy 8002 || exit 3; echo ":8002 healthy at ${SECONDS} s"
+  N=$W/numerics
+  timed "numerics fp8 :8002" ek run numerics --endpoint http://127.0.0.1:8002/v1 -o $N/fp8 --fresh -q
   timed "numerics-chat fp8 :8002" ek run numerics-chat --endpoint http://127.0.0.1:8002/v1 -o $N/chat-fp8 --fresh -q
-  G=$W/gates
-  for pair in "bf16-a1 bf16-a2" "bf16-a1 bf16-b" "bf16-a1 fp8" "chat-bf16-a chat-fp8"; do
-    set -- $pair
-    ek gate $N/$1 $N/$2 -o $G/$1--$2 > $G-$1--$2.txt 2>&1; echo "== gate $1 vs $2: exit $?"
-    grep -E "numerics|PASS|FAIL|CANNOT|verdict" $G-$1--$2.txt | head -12
-  done
+  tar czf $OUT/fp8-runs.tgz -C $W numerics/fp8 numerics/chat-fp8
+  gates "bf16-a1 fp8" "chat-bf16-a chat-fp8"
   C=$W/cost
   for spec in "bf16:8000" "fp8:8002"; do
     name=${spec%%:*}; port=${spec#*:}
@@ -66,23 +85,14 @@ numerics)
     python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['tasks']['gsm8k']['speed']; print({k: v for k, v in s.items() if any(w in k for w in ('goodput', 'cost', 'joule', 'power', 'energy', 'output_tokens_per_s'))})" $C/$name/summary.json
   done
   printf 'speed:\n  min_goodput_share: 0.9\n  max_goodput_drop: 0.10\n  max_cost_per_million_output_tokens: 1.0\n' > $W/cost-policy.yaml
-  ek gate $C/bf16 $C/fp8 -p $W/cost-policy.yaml -o $G/cost-bf16--fp8 > $G-cost.txt 2>&1; echo "== gate cost bf16 vs fp8: exit $?"
-  head -40 $G-cost.txt
+  ek gate $C/bf16 $C/fp8 -p $W/cost-policy.yaml -o $W/gates/cost-bf16--fp8 > $W/gates-cost.txt 2>&1; echo "== gate cost bf16 vs fp8: exit $?"
+  head -40 $W/gates-cost.txt
+  tar czf $OUT/cost-runs.tgz -C $W cost cost-policy.yaml
   ek sweep examples/sweeps/h200-recommend.yaml -o $W/recommend > $W/recommend-stdout.txt 2>&1; echo "== sweep recommend: exit $?"
   tail -25 $W/recommend/sweep.md
-  tar czf $OUT/numerics-runs.tgz -C $W numerics
-  tar czf $OUT/cost-runs.tgz -C $W cost recommend recommend-stdout.txt
-  tar czf $OUT/gates.tgz -C $W gates cost-policy.yaml $(cd $W && ls gates-*.txt)
-  for p in 8000 8001 8002; do cp /root/srv-$p.log $OUT/server-$p.log; done
-  ls -la $OUT
-  ;;
-speed)
-  pkill -f -- "--port 800[12]"; sleep 5
-  wait_healthy 8000 || exit 3
-  python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
-    --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
-  python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency 64,128,256,512 \
-    --rounds ${ROUNDS:-3} --lm-eval none --out $OUT/bench.json 2>&1 | grep -v Warning
+  tar czf $OUT/recommend.tgz -C $W recommend recommend-stdout.txt
+  tar czf $OUT/gates-fp8.tgz -C $W gates $(cd $W && ls gates-*.txt)
+  cp /root/srv-8002.log $OUT/server-8002.log
   ;;
 serve)
   pkill -f vllm.entrypoints.openai.api_server; sleep 10
