@@ -6,9 +6,11 @@
 #             earlier lease): :8000 (dev mode) and a second process with the same flags on :8001.
 #             `evalkit run numerics` on :8000 twice and on :8001, `numerics-chat` on both; `evalkit gate` for each
 #             pair (issue 28). Run dirs -> $OUT/numerics-runs.tgz, gates -> $OUT/gates.tgz.
+#             LEAN=1 leaves out the second run on :8000 (lease 8 measured that pair: bit-identical).
 #   speed     on :8000 (:8001 idle beside it): benchmarks/bench_loglikelihood.py (1,000 4-choice questions,
 #             concurrency 64, 5 rounds; issue 29) -> $OUT/loglikelihood.jsonl, then benchmarks/bench_gsm8k.py, the
-#             raw sweep against evalkit's whole command, ROUNDS (3) rounds -> $OUT/bench.json (issue 26).
+#             raw sweep against evalkit's whole command, ROUNDS (3) rounds at
+#             the raw concurrencies RAW (64,128,256,512; 512 the best in lease 6 and on 2026-12-04) -> $OUT/bench.json (issue 26).
 #   fp8       an online-FP8 server (--quantization fp8) on :8002; `numerics` and `numerics-chat` on it and their
 #             gates against bf16 (issue 28); GSM8K with --goodput/--cost-per-gpu-hour/--gpus-billed on :8000 and
 #             :8002 and their gate under a goodput/cost policy; examples/sweeps/h200-recommend.yaml over the three
@@ -54,12 +56,13 @@ numerics)
   grep -h "KV cache size" /root/srv-800[01].log | tail -2
   N=$W/numerics
   timed "numerics bf16 :8000 run 1" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a1 --fresh -q
-  timed "numerics bf16 :8000 run 2" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a2 --fresh -q
+  [[ -z ${LEAN:-} ]] && timed "numerics bf16 :8000 run 2" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a2 --fresh -q
   timed "numerics bf16 :8001" ek run numerics --endpoint http://127.0.0.1:8001/v1 -o $N/bf16-b --fresh -q
   timed "numerics-chat bf16 :8000" ek run numerics-chat --endpoint http://127.0.0.1:8000/v1 -o $N/chat-bf16-a --fresh -q
   timed "numerics-chat bf16 :8001" ek run numerics-chat --endpoint http://127.0.0.1:8001/v1 -o $N/chat-bf16-b --fresh -q
   tar czf $OUT/numerics-runs.tgz -C $W numerics
-  gates "bf16-a1 bf16-a2" "bf16-a1 bf16-b" "chat-bf16-a chat-bf16-b"
+  gates "bf16-a1 bf16-b" "chat-bf16-a chat-bf16-b"
+  [[ -z ${LEAN:-} ]] && gates "bf16-a1 bf16-a2"
   tar czf $OUT/gates.tgz -C $W gates $(cd $W && ls gates-*.txt)
   for p in 8000 8001; do cp /root/srv-$p.log $OUT/server-$p.log; done
   ;;
@@ -67,7 +70,7 @@ speed)
   wait_healthy 8000 || { start_server 8000; wait_healthy 8000 || exit 3; }
   python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
     --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
-  python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency 64,128,256,512 \
+  python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency ${RAW:-64,128,256,512} \
     --rounds ${ROUNDS:-3} --lm-eval none --out $OUT/bench.json 2>&1 | grep -v Warning
   ;;
 fp8)
