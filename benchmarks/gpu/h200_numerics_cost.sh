@@ -67,7 +67,7 @@ numerics)
   for p in 8000 8001; do cp /root/srv-$p.log $OUT/server-$p.log; done
   ;;
 speed)
-  wait_healthy 8000 || { start_server 8000; wait_healthy 8000 || exit 3; }
+  curl -sf http://127.0.0.1:8000/health >/dev/null || { start_server 8000; wait_healthy 8000 || exit 3; echo ":8000 healthy at ${SECONDS} s"; }
   python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
     --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
   python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency ${RAW:-64,128,256,512} \
