@@ -9,8 +9,8 @@
 #             LEAN=1 leaves out the second run on :8000 (lease 8 measured that pair: bit-identical).
 #   speed     on :8000 (:8001 idle beside it): benchmarks/bench_loglikelihood.py (1,000 4-choice questions,
 #             concurrency 64, 5 rounds; issue 29) -> $OUT/loglikelihood.jsonl, then benchmarks/bench_gsm8k.py, the
-#             raw sweep against evalkit's whole command, ROUNDS (3) rounds at
-#             the raw concurrencies RAW (64,128,256,512; 512 the best in lease 6 and on 2026-12-04) -> $OUT/bench.json (issue 26).
+#             raw sweep against evalkit's whole command, ROUNDS (3) rounds at the raw concurrencies RAW
+#             (64,128,256,512; 512 the best in lease 6 and on 2026-12-04) -> $OUT/bench.json (issue 26).
 #   fp8       an online-FP8 server (--quantization fp8) on :8002; `numerics` and `numerics-chat` on it and their
 #             gates against bf16 (issue 28); GSM8K with --goodput/--cost-per-gpu-hour/--gpus-billed on :8000 and
 #             :8002 and their gate under a goodput/cost policy; examples/sweeps/h200-recommend.yaml over the three
@@ -33,6 +33,13 @@ wait_healthy() {
   for _ in $(seq 1 400); do curl -sf http://127.0.0.1:$1/health >/dev/null && return 0; sleep 1; done
   tail -30 /root/srv-$1.log; return 3
 }
+up() {  # port, extra flags...: starts a server there and waits until it answers
+  start_server "$@"; wait_healthy "$1" || exit 3; echo ":$1 healthy at ${SECONDS} s"
+}
+economics() {  # summary.json: prints the gsm8k speed figures on goodput, cost and energy
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['tasks']['gsm8k']['speed']
+print({k: v for k, v in s.items() if any(w in k for w in ('goodput', 'cost', 'joule', 'power', 'energy', 'output_tokens_per_s'))})" "$1"
+}
 timed() {  # label, command... : prints the command's exit code and wall seconds
   local label=$1 t0=$SECONDS; shift
   "$@"; local rc=$?
@@ -51,8 +58,8 @@ case "${1:?numerics|speed|fp8|serve}" in
 numerics)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import vllm, lm_eval, evalkit, pynvml; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
-  start_server 8000; wait_healthy 8000 || exit 3; echo ":8000 healthy at ${SECONDS} s"
-  start_server 8001; wait_healthy 8001 || exit 3; echo ":8001 healthy at ${SECONDS} s"
+  up 8000
+  up 8001
   grep -h "KV cache size" /root/srv-800[01].log | tail -2
   N=$W/numerics
   timed "numerics bf16 :8000 run 1" ek run numerics --endpoint http://127.0.0.1:8000/v1 -o $N/bf16-a1 --fresh -q
@@ -67,14 +74,14 @@ numerics)
   for p in 8000 8001; do cp /root/srv-$p.log $OUT/server-$p.log; done
   ;;
 speed)
-  curl -sf http://127.0.0.1:8000/health >/dev/null || { start_server 8000; wait_healthy 8000 || exit 3; echo ":8000 healthy at ${SECONDS} s"; }
+  curl -sf http://127.0.0.1:8000/health >/dev/null || up 8000
   python3 -m benchmarks.bench_loglikelihood --endpoint http://127.0.0.1:8000/v1 --docs 1000 --concurrency 64 \
     --rounds 5 2>&1 | grep -v Warning | tee $OUT/loglikelihood.jsonl
   python3 -m benchmarks.bench_gsm8k --endpoint http://127.0.0.1:8000/v1 --raw-concurrency ${RAW:-64,128,256,512} \
     --rounds ${ROUNDS:-3} --lm-eval none --out $OUT/bench.json 2>&1 | grep -v Warning
   ;;
 fp8)
-  start_server 8002 --quantization fp8; wait_healthy 8002 || exit 3; echo ":8002 healthy at ${SECONDS} s"
+  up 8002 --quantization fp8
   N=$W/numerics
   timed "numerics fp8 :8002" ek run numerics --endpoint http://127.0.0.1:8002/v1 -o $N/fp8 --fresh -q
   timed "numerics-chat fp8 :8002" ek run numerics-chat --endpoint http://127.0.0.1:8002/v1 -o $N/chat-fp8 --fresh -q
@@ -85,7 +92,7 @@ fp8)
     name=${spec%%:*}; port=${spec#*:}
     timed "gsm8k $name with goodput and cost" ek run gsm8k --endpoint http://127.0.0.1:$port/v1 \
       --goodput ttft:200 --goodput tpot:20 --cost-per-gpu-hour 3.5 --gpus-billed 1 -o $C/$name --fresh -q
-    python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['tasks']['gsm8k']['speed']; print({k: v for k, v in s.items() if any(w in k for w in ('goodput', 'cost', 'joule', 'power', 'energy', 'output_tokens_per_s'))})" $C/$name/summary.json
+    economics $C/$name/summary.json
   done
   printf 'speed:\n  min_goodput_share: 0.9\n  max_goodput_drop: 0.10\n  max_cost_per_million_output_tokens: 1.0\n' > $W/cost-policy.yaml
   ek gate $C/bf16 $C/fp8 -p $W/cost-policy.yaml -o $W/gates/cost-bf16--fp8 > $W/gates-cost.txt 2>&1; echo "== gate cost bf16 vs fp8: exit $?"
@@ -103,7 +110,7 @@ serve)
   timed "gsm8k --serve with goodput and cost" ek run gsm8k --serve $M --served-model-name smollm2-135m \
     --gpu-memory-utilization 0.3 --max-num-seqs 256 --goodput ttft:200 --goodput tpot:20 \
     --cost-per-gpu-hour 3.5 --gpus 0 -o $W/serve --fresh -q
-  python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['tasks']['gsm8k']['speed']; print({k: v for k, v in s.items() if any(w in k for w in ('goodput', 'cost', 'joule', 'power', 'energy', 'output_tokens_per_s'))})" $W/serve/summary.json
+  economics $W/serve/summary.json
   tar czf $OUT/serve-run.tgz -C $W serve
   ;;
 esac
