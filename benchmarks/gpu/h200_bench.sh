@@ -7,9 +7,7 @@
 #   cold    benchmarks/bench_fixed_costs.py on the live server: whole command with a cold and a warm prompt cache,
 #           ROUNDS (default 3) rounds, and with OLD=DIR the same interleaved with the evalkit of checkout DIR -> $OUT/cold.json
 set -uo pipefail
-. /root/stash/s/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
-export EVALKIT_CACHE_DIR=/root/evalkit-cache
+. benchmarks/gpu/device_env.sh
 M=/root/models/smollm2-135m
 URL=http://127.0.0.1:8000
 case "${1:?serve|bench|lmdefault|cold}" in

@@ -2,9 +2,7 @@
 # On the lent H200 after receive.sh printed READY. gsm8k: both --serve runs, then a fresh dev-mode server for
 # `aime`. aime: probes + AIME25 on that fresh server (the first sampled requests it sees), then a warm AIME25.
 set -uo pipefail
-. /root/stash/s/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
-export EVALKIT_CACHE_DIR=/root/evalkit-cache
+. benchmarks/gpu/device_env.sh
 M=/root/models/smollm2-135m; W=/root/work; URL=http://127.0.0.1:8000; mkdir -p $W
 case "$1" in
 gsm8k)

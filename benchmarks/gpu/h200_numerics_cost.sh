@@ -18,9 +18,7 @@
 #   serve     every server stopped; `evalkit run gsm8k --serve` with --goodput and --cost-per-gpu-hour (GPU count
 #             from the server evalkit started) -> $OUT/serve-run.tgz (issue 30).
 set -uo pipefail
-. /root/stash/s/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
-export EVALKIT_CACHE_DIR=/root/evalkit-cache
+. benchmarks/gpu/device_env.sh
 M=/root/models/smollm2-135m; W=/root/work; mkdir -p $W
 ek() { python3 -m evalkit.cli "$@"; }
 start_server() {  # port, extra flags...

@@ -3,9 +3,7 @@
 # evalkit starts vLLM itself, twice (--max-num-seqs 256 and 64), on the full GSM8K test set; then the
 # comparison report; then a persistent dev-mode server for part 2. Results go to $OUT/part1.tgz.
 set -uo pipefail
-. /root/stash/s/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
-export EVALKIT_CACHE_DIR=/root/evalkit-cache
+. benchmarks/gpu/device_env.sh
 M=/root/models/smollm2-135m; W=/root/work; mkdir -p $W
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import vllm, lm_eval, evalkit; print('vllm', vllm.__version__)"

@@ -3,9 +3,7 @@
 # benchmarks/bench_gsm8k.py (raw client sweep, evalkit at defaults, lm-eval local-completions at its best and
 # default concurrency, one-at-a-time parity). Results go to $OUT.
 set -uo pipefail
-. /root/stash/s/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
-export EVALKIT_CACHE_DIR=/root/evalkit-cache
+. benchmarks/gpu/device_env.sh
 W=/root/work; mkdir -p $W
 for i in $(seq 1 240); do curl -sf http://127.0.0.1:8000/health >/dev/null && break; sleep 1; done
 curl -sf http://127.0.0.1:8000/health >/dev/null || { tail -30 /root/srv.log; exit 3; }

@@ -7,9 +7,7 @@
 # run's output tok/s and TTFT/TPOT p50 from summary.json and the ratio of the medians (sharded over single); the
 # run dirs come back in $OUT/shard.tgz.
 set -uo pipefail
-. /root/stash/s/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
-export EVALKIT_CACHE_DIR=/root/evalkit-cache
+. benchmarks/gpu/device_env.sh
 M=/root/models/smollm2-135m; W=/root/work/shard; mkdir -p $W
 case "$1" in
 start)

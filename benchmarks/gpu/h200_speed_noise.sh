@@ -12,9 +12,7 @@
 #           side) -> $OUT/sweep.md, $OUT/sweep-noise.json
 # The run dirs' summaries and manifests come back in $OUT/runs.tgz.
 set -uo pipefail
-. /root/stash/s/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1
-export EVALKIT_CACHE_DIR=/root/evalkit-cache
+. benchmarks/gpu/device_env.sh
 M=/root/models/smollm2-135m; W=/root/work/noise; mkdir -p $W
 wait_healthy() { for _ in $(seq 1 400); do curl -sf http://127.0.0.1:$1/health >/dev/null && return 0; sleep 1; done; tail -30 /root/srv-$1.log; return 3; }
 case "$1" in
