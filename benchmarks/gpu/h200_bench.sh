@@ -8,23 +8,17 @@
 #           ROUNDS (default 3) rounds, and with OLD=DIR the same interleaved with the evalkit of checkout DIR -> $OUT/cold.json
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
-M=/root/models/smollm2-135m
 URL=http://127.0.0.1:8000
 case "${1:?serve|bench|lmdefault|cold}" in
 serve)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M \
-    --served-model-name smollm2-135m --port 8000 --max-num-seqs 256 --gpu-memory-utilization 0.3 \
-    > /root/srv.log 2>&1 < /dev/null &
-  for i in $(seq 1 400); do curl -sf $URL/health >/dev/null && break; sleep 1; done
-  curl -sf $URL/health >/dev/null || { tail -40 /root/srv.log; exit 3; }
-  echo "vLLM ready after ${SECONDS} s"
+  up 8000
   ;;
 bench)
   python3 -c "import vllm, lm_eval; print('vllm', vllm.__version__, 'lm_eval', lm_eval.__version__)"
   python3 -m benchmarks.bench_gsm8k --endpoint $URL/v1 --raw-concurrency 64,128,256,512 --rounds ${ROUNDS:-5} \
     ${FIXED:+--evalkit-fixed $FIXED} --lm-eval best --out $OUT/bench.json 2>&1 | grep -v Warning
-  cp /root/srv.log $OUT/server.log
+  cp /root/srv-8000.log $OUT/server.log
   ;;
 lmdefault)
   curl -sf -X POST $URL/reset_prefix_cache && echo "prefix cache reset"

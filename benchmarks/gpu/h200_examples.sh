@@ -3,7 +3,7 @@
 # `aime`. aime: probes + AIME25 on that fresh server (the first sampled requests it sees), then a warm AIME25.
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
-M=/root/models/smollm2-135m; W=/root/work; URL=http://127.0.0.1:8000; mkdir -p $W
+W=/root/work; URL=http://127.0.0.1:8000; mkdir -p $W
 case "$1" in
 gsm8k)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -14,15 +14,13 @@ gsm8k)
       --gpus 0 --gpu-memory-utilization 0.3 --max-num-seqs $n -o $W/gsm8k-max-num-seqs-$n --fresh -q 2>&1 | tail -25
     echo "max-num-seqs $n: whole command $((SECONDS - t0)) s"
   done
-  VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M --served-model-name smollm2-135m \
-    --port 8000 --max-num-seqs 256 --gpu-memory-utilization 0.3 > /root/srv.log 2>&1 < /dev/null &
+  start_server 8000
   echo $! > /root/srv.pid
   tar czf $OUT/gsm8k.tgz -C $W gsm8k-max-num-seqs-256 gsm8k-max-num-seqs-64
   ls -la $OUT
   ;;
 aime)
-  for i in $(seq 1 400); do curl -sf $URL/health >/dev/null && break; sleep 1; done
-  curl -sf $URL/health >/dev/null || { tail -40 /root/srv.log; exit 3; }
+  wait_healthy 8000 || exit 3
   echo "server healthy after ${SECONDS} s of this call"
   python3 benchmarks/gpu/probe_first_token.py $URL chat 0
   python3 benchmarks/gpu/probe_first_token.py $URL chat 0
@@ -32,20 +30,19 @@ aime)
   python3 benchmarks/gpu/probe_first_token.py $URL completions 1.0 0.95
   python3 -m evalkit.cli run aime25 --endpoint $URL/v1 --num-samples 4 --max-tokens 1024 \
     -o $W/aime25-warm -q --fresh --max-error-rate 1 2>&1 | tail -20
-  cp /root/srv.log $W/aime25/server.log
+  cp /root/srv-8000.log $W/aime25/server.log
   tar czf $OUT/aime.tgz -C $W aime25 aime25-warm
   ls -la $OUT
   ;;
 probe2)
   # a second fresh server: is it the first sampled request (temperature > 0) or the first chat request?
   kill "$(cat /root/srv.pid)"; sleep 8
-  VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M --served-model-name smollm2-135m \
-    --port 8000 --max-num-seqs 256 --gpu-memory-utilization 0.3 > /root/srv2.log 2>&1 < /dev/null &
-  for i in $(seq 1 400); do curl -sf $URL/health >/dev/null && break; sleep 1; done
+  start_server 8000  # its log replaces the first server's, kept in $W/aime25/server.log
+  wait_healthy 8000 || exit 3
   python3 benchmarks/gpu/probe_first_token.py $URL completions 0
   python3 benchmarks/gpu/probe_first_token.py $URL completions 1.0 1.0
   python3 benchmarks/gpu/probe_first_token.py $URL completions 1.0 0.95
   python3 benchmarks/gpu/probe_first_token.py $URL completions 1.0 0.95
-  grep -i -E "compil|triton|warm|sampl" /root/srv2.log | tail -30
+  grep -i -E "compil|triton|warm|sampl" /root/srv-8000.log | tail -30
   ;;
 esac

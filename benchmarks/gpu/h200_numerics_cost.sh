@@ -19,21 +19,8 @@
 #             from the server evalkit started) -> $OUT/serve-run.tgz (issue 30).
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
-M=/root/models/smollm2-135m; W=/root/work; mkdir -p $W
+W=/root/work; mkdir -p $W
 ek() { python3 -m evalkit.cli "$@"; }
-start_server() {  # port, extra flags...
-  local port=$1; shift
-  VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M \
-    --served-model-name smollm2-135m --port "$port" --max-num-seqs 256 --gpu-memory-utilization 0.3 "$@" \
-    > /root/srv-$port.log 2>&1 < /dev/null &
-}
-wait_healthy() {
-  for _ in $(seq 1 400); do curl -sf http://127.0.0.1:$1/health >/dev/null && return 0; sleep 1; done
-  tail -30 /root/srv-$1.log; return 3
-}
-up() {  # port, extra flags...: starts a server there and waits until it answers
-  start_server "$@"; wait_healthy "$1" || exit 3; echo ":$1 healthy at ${SECONDS} s"
-}
 economics() {  # summary.json: prints the gsm8k speed figures on goodput, cost and energy
   python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['tasks']['gsm8k']['speed']
 print({k: v for k, v in s.items() if any(w in k for w in ('goodput', 'cost', 'joule', 'power', 'energy', 'output_tokens_per_s'))})" "$1"

@@ -4,7 +4,7 @@
 # comparison report; then a persistent dev-mode server for part 2. Results go to $OUT/part1.tgz.
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
-M=/root/models/smollm2-135m; W=/root/work; mkdir -p $W
+W=/root/work; mkdir -p $W
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import vllm, lm_eval, evalkit; print('vllm', vllm.__version__)"
 for cfg in "A 256" "B 64"; do
@@ -16,7 +16,6 @@ for cfg in "A 256" "B 64"; do
 done
 python3 -m evalkit.cli report $W/runA $W/runB -o $W/compare.html
 nvidia-smi --query-gpu=memory.used --format=csv,noheader
-VLLM_SERVER_DEV_MODE=1 setsid python3 -m vllm.entrypoints.openai.api_server --model $M --served-model-name smollm2-135m \
-  --port 8000 --max-num-seqs 256 --gpu-memory-utilization 0.3 > /root/srv.log 2>&1 < /dev/null &
+start_server 8000
 tar czf $OUT/part1.tgz -C $W runA runB compare.html
 ls -la $OUT

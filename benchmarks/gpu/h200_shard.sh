@@ -8,21 +8,18 @@
 # run dirs come back in $OUT/shard.tgz.
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
-M=/root/models/smollm2-135m; W=/root/work/shard; mkdir -p $W
+W=/root/work/shard; mkdir -p $W
 case "$1" in
 start)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   for port in 8001 8002; do
-    setsid python3 -m vllm.entrypoints.openai.api_server --model $M --served-model-name smollm2-135m \
-      --port $port --max-num-seqs 256 --gpu-memory-utilization 0.3 > /root/srv-$port.log 2>&1 < /dev/null &
-    for _ in $(seq 1 300); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 1; done
-    echo "$port healthy after $SECONDS s"; grep "KV cache size" /root/srv-$port.log | tail -1
+    up $port
+    grep "KV cache size" /root/srv-$port.log | tail -1
   done
   ;;
 measure)
   for port in 8001 8002; do
-    for _ in $(seq 1 400); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 1; done
-    curl -sf http://127.0.0.1:$port/health >/dev/null || { tail -40 /root/srv-$port.log; exit 3; }
+    wait_healthy $port || exit 3
   done
   echo "both servers healthy after ${SECONDS} s of this call"
   A=(--endpoint http://127.0.0.1:8001/v1); B=(--endpoint http://127.0.0.1:8002/v1)

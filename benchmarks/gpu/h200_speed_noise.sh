@@ -13,17 +13,14 @@
 # The run dirs' summaries and manifests come back in $OUT/runs.tgz.
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
-M=/root/models/smollm2-135m; W=/root/work/noise; mkdir -p $W
-wait_healthy() { for _ in $(seq 1 400); do curl -sf http://127.0.0.1:$1/health >/dev/null && return 0; sleep 1; done; tail -30 /root/srv-$1.log; return 3; }
+W=/root/work/noise; mkdir -p $W
 case "$1" in
 start)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   for spec in "8000:" "8001:--quantization fp8"; do
     port=${spec%%:*}; extra=${spec#*:}
-    setsid python3 -m vllm.entrypoints.openai.api_server --model $M --served-model-name smollm2-135m \
-      --port $port --max-num-seqs 256 --gpu-memory-utilization 0.3 $extra > /root/srv-$port.log 2>&1 < /dev/null &
-    wait_healthy $port || exit 3
-    echo "$port healthy after $SECONDS s"; grep "KV cache size" /root/srv-$port.log | tail -1
+    up $port $extra
+    grep "KV cache size" /root/srv-$port.log | tail -1
   done
   ;;
 noise)
