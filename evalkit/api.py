@@ -143,6 +143,7 @@ def run(
     config: str | Path | None = None,
     progress: Any = None,
     argv: list[str] | None = None,
+    after_run_imports: Sequence[str] = (),
     **settings: Any,
 ) -> RunResult:
     """Evaluate ``tasks`` and write the run dir, as ``evalkit run`` does.
@@ -152,7 +153,9 @@ def run(
     not given. Precedence as on the command line: these > ``config`` file > ``EVALKIT_*`` environment >
     defaults. ``progress``: an :data:`evalkit.runner.Progress` callable (``evalkit run`` passes its progress bar,
     :class:`evalkit.cli.console.LiveProgress`); ``argv``: the command recorded in the manifest (default: this
-    call). Raises :class:`~evalkit.errors.EvalkitError` on bad input, and :class:`~evalkit.errors.RunError` (after
+    call); ``after_run_imports``: modules the caller uses once the run is over, imported while the warm-up waits
+    on the server (``evalkit run`` passes the run history's writer, :func:`evalkit.history.writer_modules`).
+    Raises :class:`~evalkit.errors.EvalkitError` on bad input, and :class:`~evalkit.errors.RunError` (after
     everything is written) when more requests failed than ``max_error_rate`` allows.
 
     Example::
@@ -168,7 +171,7 @@ def run(
     cfg = load_config({"tasks": names, **settings}, Path(config) if config is not None else None)
     if argv is None:
         argv = _call_argv(names, config, settings)
-    out = Runner(cfg, progress=progress, argv=argv).run()
+    out = Runner(cfg, progress=progress, argv=argv, after_run_imports=after_run_imports).run()
     return RunResult(run_dir=out.run_dir, manifest=out.manifest, summary=out.summary)
 
 
@@ -179,12 +182,14 @@ def run_repeats(
     config: str | Path | None = None,
     progress: Any = None,
     argv: list[str] | None = None,
+    after_run_imports: Sequence[str] = (),
     **settings: Any,
 ) -> list[RunResult]:
     """The same run ``repeats`` times, one after another against the same server, into ``OUTPUT_DIR/repeat-K``
     (``evalkit run --repeats N``): the runs of one config that ``evalkit gate --baseline A --baseline B ...``
     judges speed on. With ``server`` (``--serve``) vLLM starts once and serves every repeat. Each repeat is a
     complete run dir (resumed like any other); a repeat that raises stops the rest, what finished is kept.
+    ``after_run_imports``: as :func:`run`'s, imported during the first repeat's warm-up.
 
     Example::
 
@@ -209,7 +214,14 @@ def run_repeats(
     try:
         for k in range(1, repeats + 1):
             cfg = base_cfg.model_copy(update={"output_dir": base_cfg.output_dir / f"repeat-{k}"})
-            runner = Runner(cfg, progress=progress, argv=argv, server=server, keep_server=True)
+            runner = Runner(
+                cfg,
+                progress=progress,
+                argv=argv,
+                server=server,
+                keep_server=True,
+                after_run_imports=after_run_imports if k == 1 else (),
+            )
             try:
                 out = runner.run()
             finally:

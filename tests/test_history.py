@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.history import db
+from evalkit.history import db, location
 from evalkit.history.models import Base
 from evalkit.redact import redact_argv, redact_env
 from tests.history_fixtures import db_url, forget, sqlite_url  # noqa: F401  (db_url: the fixture)
@@ -28,7 +28,7 @@ LENIENT = "rates:\n  max_error_rate: 0.01\nbootstrap:\n  resamples: 500\n"  # th
 
 
 def cli(url: str, *args: object) -> tuple[int, str]:
-    res = CliRunner().invoke(app, [*map(str, args)], env={db.ENV: url})
+    res = CliRunner().invoke(app, [*map(str, args)], env={location.ENV: url})
     print(res.output)
     return res.exit_code, res.output
 
@@ -48,14 +48,14 @@ def test_the_migrations_make_exactly_the_models_tables(tmp_path: Path) -> None:
 
 
 def test_history_url_default_off_and_shown_redacted(tmp_path: Path) -> None:
-    assert db.history_url({db.ENV: "off"}) is None
-    assert db.history_url({db.ENV: "sqlite:////x/h.sqlite"}) == "sqlite:////x/h.sqlite"
-    default = db.history_url({})
+    assert location.history_url({location.ENV: "off"}) is None
+    assert location.history_url({location.ENV: "sqlite:////x/h.sqlite"}) == "sqlite:////x/h.sqlite"
+    default = location.history_url({})
     assert default is not None and default.startswith("sqlite:///") and default.endswith("evalkit/history.sqlite")
     assert db.shown_url("postgresql://evalkit:s3cret@db:5432/h") == "postgresql://***@db:5432/h"
     # a history URL handed to a server started by evalkit is recorded in its manifest without the password too
-    assert redact_env({db.ENV: "postgresql://evalkit:s3cret@db/h"}) == {db.ENV: "postgresql://***@db/h"}
-    assert "s3cret" not in " ".join(redact_argv(["--server-env", f"{db.ENV}=postgresql://evalkit:s3cret@db/h"]))
+    assert redact_env({location.ENV: "postgresql://evalkit:s3cret@db/h"}) == {location.ENV: "postgresql://***@db/h"}
+    assert "s3cret" not in " ".join(redact_argv(["--server-env", f"{location.ENV}=postgresql://evalkit:s3cret@db/h"]))
     message = db.safe_message(
         RuntimeError('password "s3cret" refused for postgresql://evalkit:s3cret@db/h'),
         "postgresql://evalkit:s3cret@db/h",
@@ -64,7 +64,7 @@ def test_history_url_default_off_and_shown_redacted(tmp_path: Path) -> None:
     code, out = cli("postgres ql://x", "history", "list")
     assert code == 2 and "is not a database URL" in out and len(out.strip().splitlines()) == 1
     code, out = cli("postgresql://evalkit:s3cret@db/h", "config", "show", "gsm8k", "--endpoint", "http://x:1/v1")
-    assert code == 0 and out.splitlines()[-1].split() == ["history", "postgresql://***@db/h", "env", db.ENV]
+    assert code == 0 and out.splitlines()[-1].split() == ["history", "postgresql://***@db/h", "env", location.ENV]
     assert "s3cret" not in out
 
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.history import db, session
+from evalkit.history import location, session
 from evalkit.history.models import RunRow, TickRow
 from evalkit.testing.server import Behaviour, TestServer
 from evalkit.watch import Watch
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def cli(url: str, *args: object) -> tuple[int, str]:
-    res = CliRunner().invoke(app, [*map(str, args)], env={db.ENV: url})
+    res = CliRunner().invoke(app, [*map(str, args)], env={location.ENV: url})
     print(res.output)
     return res.exit_code, res.output
 
@@ -77,7 +77,7 @@ def test_each_sweep_combination_is_recorded_under_its_config(tmp_path: Path) -> 
 
 def test_each_watch_tick_is_recorded_with_its_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = sqlite_url(tmp_path)
-    monkeypatch.setenv(db.ENV, url)
+    monkeypatch.setenv(location.ENV, url)
     with TestServer(Behaviour(correct_ratio=0.6)) as srv:
         history = Watch(settings(srv.url, tmp_path / "w", ticks=3, per_tick=5, baseline_ticks=2, window=1)).run()
     with session(url) as s:

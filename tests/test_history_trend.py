@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.history import db
+from evalkit.history import location
 from tests.history_fixtures import forget, sqlite_url
 from tests.report_fixtures import build_gsm8k_run
 from tests.test_report_browser import assert_clean, chromium, evaluate, open_page, screenshot
@@ -40,7 +40,7 @@ CHECKS = """(() => {
 
 
 def cli(url: str, *args: object) -> tuple[int, str]:
-    res = CliRunner().invoke(app, [*map(str, args)], env={db.ENV: url})
+    res = CliRunner().invoke(app, [*map(str, args)], env={location.ENV: url})
     print(res.output)
     return res.exit_code, res.output
 

@@ -7,6 +7,7 @@ manifest and summary, come before the server's /metrics "before" snapshot, and c
 from __future__ import annotations
 
 import json
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,45 @@ def test_sweep_passes_warmup_and_each_run_warms_its_sampling_point(tmp_path: Pat
         assert code == 0, err
         temps = sorted((r.body["temperature"], r.body.get("top_p")) for r in srv.warmup_requests)
     assert temps == [(0.0, 0.95)] * 3 + [(1.0, 0.95)] * 3  # greedy keeps aime25's default top_p
+
+
+PROBE = """
+import threading, time
+THREAD = threading.current_thread().name
+time.sleep(0.2)  # an import that takes a while: it must still end before the first timed request
+DONE = time.time()
+"""
+
+
+@pytest.mark.parametrize("warmup_arg", [None, "0"])
+def test_after_run_imports_load_during_the_warmup_and_end_before_the_timed_phase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmup_arg: str | None
+) -> None:
+    """The modules a caller needs after the run (``evalkit run``: the history's writer) are imported in a thread
+    while the warm-up waits on the server, joined before the first timed request; with no warm-up, not at all."""
+    name = f"evalkit_probe_{warmup_arg or 'default'}"
+    (tmp_path / f"{name}.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    settings = {"tasks": ["aime25"], "limit": 2, "num_samples": 1, "max_tokens": 8, "concurrency": 2, "report": False}
+    with TestServer(Behaviour(ttft_s=0.05)) as srv:
+        warm = {} if warmup_arg is None else {"warmup": int(warmup_arg)}
+        cfg = load_config({**settings, **warm, "endpoint": srv.url, "output_dir": str(tmp_path / "run")})
+        Runner(cfg, after_run_imports=[name, "evalkit_no_such_module"]).run()
+        timed = srv.requests
+    if warmup_arg == "0":
+        assert name not in sys.modules  # left to the caller's own import, after the run
+        return
+    probe = sys.modules[name]
+    assert probe.THREAD == "warmup-imports"
+    assert min(r.time for r in timed) >= probe.DONE  # joined before the timed phase began
+
+
+def test_evalkit_run_imports_the_history_writer_only_when_the_history_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalkit.history import writer_modules
+    from evalkit.history.location import ENV
+
+    monkeypatch.setenv(ENV, "off")
+    assert writer_modules() == ()
+    monkeypatch.setenv(ENV, "sqlite:////tmp/x.sqlite")
+    assert set(writer_modules()) == {"evalkit.history.db", "evalkit.history.record"}

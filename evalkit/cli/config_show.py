@@ -51,7 +51,8 @@ def explain_config(cli: dict[str, Any], config_file: Path | None = None) -> list
 
 def _history() -> Setting:
     """Where the run is recorded: the run history's database URL, its password redacted, or off."""
-    from evalkit.history.db import ENV, history_url, shown_url
+    from evalkit.history.db import shown_url
+    from evalkit.history.location import ENV, history_url
 
     url = history_url()
     return Setting("history", shown_url(url) if url else "off", f"env {ENV}" if os.environ.get(ENV) else "default")

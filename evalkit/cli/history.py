@@ -168,7 +168,8 @@ def trend(
     """One offline HTML page: the task's metric with its 95% CI band and a speed figure over the runs, the gate's
     verdicts marked."""
     from evalkit.history import session
-    from evalkit.history.db import history_url, shown_url
+    from evalkit.history.db import shown_url
+    from evalkit.history.location import history_url
     from evalkit.history.query import trend_points
     from evalkit.history.trend import render_trend, speed_key, write_trend
 

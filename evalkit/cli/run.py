@@ -143,10 +143,11 @@ def run(
     from evalkit import api
     from evalkit.cli.console import LiveProgress, console, print_summary
     from evalkit.contracts import summary_json
-    from evalkit.history import record_run
+    from evalkit.history import record_run, writer_modules
 
     try:
         settings, config_file = run_settings(params)
+        settings["after_run_imports"] = writer_modules()  # imported during the warm-up, not after the run
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
             if repeats > 1:
                 results = api.run_repeats(

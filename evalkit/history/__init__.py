@@ -21,16 +21,25 @@ if TYPE_CHECKING:
 
     from evalkit.gating.result import GateResult
 
-__all__ = ["record_gate", "record_run", "record_tick", "session"]
+__all__ = ["record_gate", "record_run", "record_tick", "session", "writer_modules"]
+
+
+def writer_modules() -> tuple[str, ...]:
+    """The modules :func:`record_run` imports (SQLAlchemy's ORM among them: 0.2-0.4 s), for a caller to import
+    ahead, while it waits on something else; none when the history is off."""
+    from evalkit.history.location import history_url
+
+    return () if history_url() is None else ("evalkit.history.db", "evalkit.history.record")
 
 
 @contextmanager
 def session(url: str | None = None) -> Iterator[Session]:
-    """A session on the history (``url``, default :func:`~evalkit.history.db.history_url`) in one transaction,
+    """A session on the history (``url``, default :func:`~evalkit.history.location.history_url`) in one transaction,
     committed at the end; HistoryError (one line, URL redacted) when the history is off or cannot be opened."""
     from sqlalchemy.orm import Session
 
-    from evalkit.history.db import ENV, HistoryError, history_url, open_engine
+    from evalkit.history.db import HistoryError, open_engine
+    from evalkit.history.location import ENV, history_url
 
     url = url or history_url()
     if url is None:
@@ -41,7 +50,8 @@ def session(url: str | None = None) -> Iterator[Session]:
 
 def _quietly(what: str, write: Any) -> Any:
     """Run ``write(session)`` on the history unless it is off; a failure is one warning line, never raised."""
-    from evalkit.history.db import history_url, safe_message
+    from evalkit.history.db import safe_message
+    from evalkit.history.location import history_url
 
     url = history_url()
     if url is None:

@@ -1,13 +1,11 @@
-"""Where the run history lives and how it is opened: :func:`history_url` (``EVALKIT_HISTORY_URL``, else a SQLite
-file under the user's data dir; ``off`` turns the history off), :func:`open_engine` (an engine whose schema is
-upgraded to the newest Alembic migration first) and :func:`shown_url` (the URL with its password redacted, the
-only form of it evalkit prints)."""
+"""How the run history is opened: :func:`open_engine` (an engine, for the URL that
+:func:`evalkit.history.location.history_url` names, whose schema is upgraded to the newest Alembic migration
+first) and :func:`shown_url` (the URL with its password redacted, the only form of it evalkit prints)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,13 +14,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
 from evalkit.errors import EvalkitError
+from evalkit.history.location import ENV
 from evalkit.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
-ENV = "EVALKIT_HISTORY_URL"
-OFF = ("off", "none", "0", "false", "no")
 MIGRATIONS = Path(__file__).parent / "migrations"
 HEAD = "0002"  # the newest migration (tests/test_history.py checks it against Alembic's): checked without Alembic
 BUSY_TIMEOUT_S = 10.0  # how long a SQLite writer waits for another one's lock before giving up
@@ -32,19 +29,6 @@ _engines: dict[str, Engine] = {}  # URL -> its engine, its schema at the newest 
 
 class HistoryError(EvalkitError):
     """The history database could not be opened, upgraded, read or written (its URL redacted in the message)."""
-
-
-def history_url(env: dict[str, str] | None = None) -> str | None:
-    """The history database's URL: ``EVALKIT_HISTORY_URL`` when set (None when it is ``off``), else
-    ``sqlite:///<user data dir>/evalkit/history.sqlite``."""
-    value = (os.environ if env is None else env).get(ENV, "").strip()
-    if value.lower() in OFF and value:
-        return None
-    if value:
-        return value
-    import platformdirs
-
-    return f"sqlite:///{platformdirs.user_data_path('evalkit') / 'history.sqlite'}"
 
 
 def shown_url(url: str) -> str:

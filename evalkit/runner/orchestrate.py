@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -74,12 +75,14 @@ class Runner:
         server: Any = None,
         scoring: Worker | None = None,
         keep_server: bool = False,
+        after_run_imports: Sequence[str] = (),
     ) -> None:
         """``server``: a VLLMServer the caller started and stops, serving ``cfg.endpoint`` or started from
         ``cfg.server`` (its provenance goes into the manifest); without it, ``cfg.server`` makes the run start
         its own and stop it at the end, unless ``keep_server`` (the caller then takes ``self.server`` and stops
         it). ``scoring``: a scoring Worker the caller owns and closes (runs one after another share it); else the
-        run starts its own."""
+        run starts its own. ``after_run_imports``: modules the caller uses once the run is over (``evalkit run``:
+        the history's writer), imported during the first warm-up with the report's."""
         self._groups = lm_eval_groups(cfg.tasks, cfg.include_path)  # before its groups expand into their tasks
         self.cfg = cfg = lm_eval_expanded(cfg)
         self.progress = progress
@@ -91,7 +94,8 @@ class Runner:
         self._given_scoring = scoring
         self._first_error: dict[str, str] = {}  # task -> the first failure's message (for the run's error line)
         self._listed: set[str] = set()  # the model ids the endpoints list
-        self._warmups = Warmups(cfg)  # the warm-ups sent so far in this run
+        report = ("evalkit.reporting",) if cfg.report else ()
+        self._warmups = Warmups(cfg, imports=(*report, *after_run_imports))  # the warm-ups sent so far in this run
 
     # -- setup -------------------------------------------------------------------------------------------
     def _tasks(self) -> list[Task]:

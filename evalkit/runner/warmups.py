@@ -1,9 +1,13 @@
 """The run's warm-ups (evalkit/requests/warmup.py) before each task's timed phase: each sampling config is
-warmed once per run, and what every warm-up did is kept for ``summary.json`` and the manifest."""
+warmed once per run, and what every warm-up did is kept for ``summary.json`` and the manifest. While the first
+warm-up waits on the server, the modules the run needs once its requests are over are imported in a thread."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from evalkit.config import RunConfig
@@ -19,8 +23,12 @@ class Warmups:
     """The warm-ups of one run of ``cfg``: the sampling configs warmed so far and, per task, what its warm-up
     did."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, imports: Sequence[str] = ()) -> None:
+        """``imports``: modules needed after the requests (the report's, the run history's), imported in a thread
+        during the first warm-up (the client is idle then, waiting on the server) and joined before the timed
+        phase, whose event loop never shares the GIL with them."""
         self.cfg = cfg
+        self._imports = list(imports)  # emptied once the first warm-up has imported them
         self._warmed: set[warmup.SamplingKey] = set()  # the sampling configs warmed so far in this run
         self._results: list[tuple[str, warmup.WarmupResult]] = []  # (task, what its warm-up did)
 
@@ -65,7 +73,13 @@ class Warmups:
                 reset_root=reset_root,
             )
 
-        result = asyncio.run(go())
+        importing = import_in_thread(self._imports)
+        self._imports = []
+        try:
+            result = asyncio.run(go())
+        finally:
+            if importing is not None:
+                importing.join()
         if not result.points:
             return False
         self._warmed |= {pt.key for pt in result.points}
@@ -90,3 +104,21 @@ class Warmups:
             prefix_cache_reset=all(resets) if resets else None,
             prefix_cache_note=next((w.prefix_cache_note for w in results if w.prefix_cache_note), None),
         )
+
+
+def import_in_thread(modules: Sequence[str]) -> threading.Thread | None:
+    """A started daemon thread importing ``modules`` one after another (None: no modules). A module that fails to
+    import is left to its caller's own import, which then raises where it would have without this thread."""
+    if not modules:
+        return None
+
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # reported by the caller's own import of it
+                continue
+
+    thread = threading.Thread(target=load, name="warmup-imports", daemon=True)
+    thread.start()
+    return thread
