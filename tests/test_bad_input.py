@@ -77,7 +77,7 @@ def assert_one_error_line(out: Outcome, *needles: str) -> str:
 class FakeEndpoint:
     """An HTTP server that answers every request with one fixed response (and counts the requests)."""
 
-    def __init__(self, status: int, content_type: str, body: bytes) -> None:
+    def __init__(self, status: int, content_type: str, body: bytes, encoding: str | None = None) -> None:
         self.hits: list[str] = []
         outer = self
 
@@ -89,6 +89,8 @@ class FakeEndpoint:
                 outer.hits.append(f"{self.command} {self.path}")
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                if encoding is not None:
+                    self.send_header("Content-Encoding", encoding)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -348,6 +350,13 @@ def test_endpoint_that_is_not_an_openai_api(
         out = invoke(["run", "gsm8k", "--endpoint", fake.url, "-o", str(tmp_path / "o")])
     assert_one_error_line(out, *needles)
     assert fake.hits == ["GET /v1/models"], "one request, no SDK retries, no generation"
+
+
+def test_models_body_that_does_not_decompress(tmp_path: Path) -> None:
+    with FakeEndpoint(200, "application/json", b'{"data": [not gzip at all', encoding="gzip") as fake:
+        out = invoke(["run", "gsm8k", "--endpoint", fake.url, "-o", str(tmp_path / "o")])
+    assert_one_error_line(out, "/models sent a body that does not decode (bad compression)")
+    assert fake.hits == ["GET /v1/models"]
 
 
 # ------------------------------------------------------------------------------------------------- data

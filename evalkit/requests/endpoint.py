@@ -1,12 +1,13 @@
-"""What the server serves: model discovery (``GET /v1/models`` through ``httpx``, read up to a bound on its
+"""What the server serves: model discovery (``GET /v1/models`` through aiohttp, read up to a bound on its
 decompressed size), the model a run evaluates, and the one line for a redirect evalkit does not follow.
 
-The endpoint URL and its credentials are :mod:`evalkit.config.endpoint`'s; the other bounded reads are
-:mod:`evalkit.server.http_reads`'s.
+The endpoint URL and its credentials are :mod:`evalkit.config.endpoint`'s; the body is read by
+:func:`evalkit.server.http_reads.read_capped`, as every other aiohttp body evalkit reads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from urllib.parse import urljoin, urlsplit
 
 from evalkit.config.endpoint import credentials, display_url, split_netloc
 from evalkit.errors import EndpointError
-from evalkit.limits import MAX_BODY_BYTES, BodyTooLarge, size_text
+from evalkit.limits import BodyTooLarge
+from evalkit.server.http_reads import read_capped
 
 log = logging.getLogger(__name__)
 
@@ -38,54 +40,55 @@ class ServedModel:
 def list_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> list[ServedModel]:
     """``GET /v1/models`` (no redirect followed, the body read up to ``MAX_BODY_BYTES`` decompressed), with
     one-line errors for the usual mistakes."""
-    import httpx
-
     if api_key and split_netloc(urlsplit(base_url))[1] is not None:
         log.warning(
             "evalkit: warning: the user:password in the endpoint URL is ignored: the API key (EVALKIT_API_KEY, "
             "OPENAI_API_KEY or --api-key-file) is sent instead; unset it to send the URL's credentials"
         )
     base_url, headers = credentials(base_url, api_key)
-    where = display_url(base_url)
-    try:
-        with (
-            httpx.Client(follow_redirects=False, timeout=timeout_s) as client,
-            client.stream("GET", base_url.rstrip("/") + "/models", headers=headers) as resp,
-        ):
-            _check_models_status(resp.status_code, resp, where)
-            ctype = resp.headers.get("content-type", "")
-            if "json" not in ctype:
-                raise EndpointError(
-                    f"{where}/models answered {ctype or 'no content type'}, not JSON; this is not an "
-                    "OpenAI-compatible API (pass the URL of the vLLM server, ending in /v1)"
-                )
-            body = bytearray()
-            for piece in resp.iter_bytes():  # decompressed piece by piece: a gzip bomb stops at the bound
-                body += piece
-                if len(body) > MAX_BODY_BYTES:
-                    raise BodyTooLarge(f"more than {size_text(MAX_BODY_BYTES)}")
-    except BodyTooLarge as e:
-        raise EndpointError(
-            f"{where}/models answered {e} (decompressed), far more than a list of models; this is not an "
-            "OpenAI-compatible API, or a broken proxy (pass the URL of the vLLM server, ending in /v1)"
-        ) from None
-    except httpx.TimeoutException:
-        raise EndpointError(f"{where} did not answer within {timeout_s:.0f}s; is the server up?") from None
-    except httpx.DecodingError:
-        raise EndpointError(f"{where}/models sent a body that does not decode (bad compression)") from None
-    except (httpx.TransportError, httpx.InvalidURL):
-        raise EndpointError(f"cannot connect to {where}; is the server running and the host/port right?") from None
+    body = asyncio.run(_models_body(base_url.rstrip("/") + "/models", headers, display_url(base_url), timeout_s))
     try:
         data: Any = json.loads(body)
         items = data["data"]
         return [ServedModel(id=str(m["id"]), max_model_len=m.get("max_model_len")) for m in items]
     except (ValueError, KeyError, TypeError, RecursionError):
         raise EndpointError(
-            f"{where}/models answered JSON without a 'data' list; not an OpenAI-compatible API"
+            f"{display_url(base_url)}/models answered JSON without a 'data' list; not an OpenAI-compatible API"
         ) from None
 
 
-def _check_models_status(status: int, resp: Any, where: str) -> None:
+async def _models_body(url: str, headers: dict[str, str], where: str, timeout_s: float) -> bytes:
+    """The body of ``GET url`` (the ``/models`` of the endpoint shown as ``where``) through aiohttp, the client
+    every request of a run goes through; one-line errors for what is not a JSON answer."""
+    import aiohttp
+
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+            session.get(url, headers=headers, allow_redirects=False) as resp,
+        ):
+            _check_models_status(resp.status, resp.headers.get("location"), url, where)
+            ctype = resp.headers.get("content-type", "")
+            if "json" not in ctype:
+                raise EndpointError(
+                    f"{where}/models answered {ctype or 'no content type'}, not JSON; this is not an "
+                    "OpenAI-compatible API (pass the URL of the vLLM server, ending in /v1)"
+                )
+            return await read_capped(resp)  # decompressed piece by piece: a gzip bomb stops at the bound
+    except BodyTooLarge as e:
+        raise EndpointError(
+            f"{where}/models answered {e} (decompressed), far more than a list of models; this is not an "
+            "OpenAI-compatible API, or a broken proxy (pass the URL of the vLLM server, ending in /v1)"
+        ) from None
+    except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on; aiohttp's own timeouts subclass it
+        raise EndpointError(f"{where} did not answer within {timeout_s:.0f}s; is the server up?") from None
+    except aiohttp.ClientPayloadError:
+        raise EndpointError(f"{where}/models sent a body that does not decode (bad compression)") from None
+    except (aiohttp.ClientError, ValueError):  # connection refused or reset, a bad host or URL
+        raise EndpointError(f"cannot connect to {where}; is the server running and the host/port right?") from None
+
+
+def _check_models_status(status: int, location: str | None, url: str, where: str) -> None:
     """The one-line error for a ``/models`` status that is not a success (nothing for 2xx)."""
     if status == 401:
         raise EndpointError(
@@ -99,7 +102,7 @@ def _check_models_status(status: int, resp: Any, where: str) -> None:
             f"{where}/models answered 404: not an OpenAI-compatible API root; pass the URL that ends in /v1"
         )
     if 300 <= status < 400:
-        raise EndpointError(redirect_error(status, resp.headers.get("location"), str(resp.request.url)))
+        raise EndpointError(redirect_error(status, location, url))
     if status >= 400 or status < 200:
         raise EndpointError(f"{where}/models answered HTTP {status}; check the server log")
 
