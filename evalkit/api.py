@@ -189,7 +189,7 @@ def run_repeats(
     (``evalkit run --repeats N``): the runs of one config that ``evalkit gate --baseline A --baseline B ...``
     judges speed on. With ``server`` (``--serve``) vLLM starts once and serves every repeat. Each repeat is a
     complete run dir (resumed like any other); a repeat that raises stops the rest, what finished is kept.
-    ``after_run_imports``: as :func:`run`'s, imported during the first repeat's warm-up.
+    ``after_run_imports``: as :func:`run`'s (the first repeat's warm-up imports them; the later ones find them loaded).
 
     Example::
 
@@ -215,12 +215,7 @@ def run_repeats(
         for k in range(1, repeats + 1):
             cfg = base_cfg.model_copy(update={"output_dir": base_cfg.output_dir / f"repeat-{k}"})
             runner = Runner(
-                cfg,
-                progress=progress,
-                argv=argv,
-                server=server,
-                keep_server=True,
-                after_run_imports=after_run_imports if k == 1 else (),
+                cfg, progress=progress, argv=argv, server=server, keep_server=True, after_run_imports=after_run_imports
             )
             try:
                 out = runner.run()

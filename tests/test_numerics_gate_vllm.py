@@ -32,8 +32,8 @@ def _server(dtype: str, log_dir: Path) -> VLLMServer:
 
 
 def _run(url: str, out: Path) -> None:
-    args = ["run", "numerics", "--endpoint", url, "--limit", str(TEXTS), "--concurrency", "1", "-o", str(out), "-q"]
-    args.append("--no-report")
+    args = ["run", "numerics", "--endpoint", url, "--limit", str(TEXTS), "--concurrency", "1"]
+    args += ["-o", str(out), "-q", "--no-report"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
 

@@ -46,14 +46,15 @@ def list_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> 
             "OPENAI_API_KEY or --api-key-file) is sent instead; unset it to send the URL's credentials"
         )
     base_url, headers = credentials(base_url, api_key)
-    body = asyncio.run(_models_body(base_url.rstrip("/") + "/models", headers, display_url(base_url), timeout_s))
+    where = display_url(base_url)
+    body = asyncio.run(_models_body(base_url.rstrip("/") + "/models", headers, where, timeout_s))
     try:
         data: Any = json.loads(body)
         items = data["data"]
         return [ServedModel(id=str(m["id"]), max_model_len=m.get("max_model_len")) for m in items]
     except (ValueError, KeyError, TypeError, RecursionError):
         raise EndpointError(
-            f"{display_url(base_url)}/models answered JSON without a 'data' list; not an OpenAI-compatible API"
+            f"{where}/models answered JSON without a 'data' list; not an OpenAI-compatible API"
         ) from None
 
 
