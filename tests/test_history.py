@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -45,6 +47,19 @@ def test_the_migrations_make_exactly_the_models_tables(tmp_path: Path) -> None:
         assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
     assert ScriptDirectory.from_config(db.alembic_config()).get_current_head() == db.HEAD == "0002"
     forget(url)
+
+
+def test_an_off_history_records_nothing_and_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    # with EVALKIT_HISTORY_URL=off every writer returns None before importing SQLAlchemy (0.15-0.4 s at the end
+    # of each command otherwise); a fresh interpreter, since this one has SQLAlchemy loaded
+    code = (
+        "import sys; from pathlib import Path; from evalkit import history as h; "
+        "r = (h.record_run(Path('x')), h.record_gate(None, [], []), h.record_tick(Path('w'), 't', {}, None)); "
+        "print(r, sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic')))"
+    )
+    env = {**os.environ, location.ENV: "off"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "(None, None, None) []", out.stderr
 
 
 def test_history_url_default_off_and_shown_redacted(tmp_path: Path) -> None:

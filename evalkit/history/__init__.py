@@ -50,16 +50,17 @@ def session(url: str | None = None) -> Iterator[Session]:
 
 def _quietly(what: str, write: Any) -> Any:
     """Run ``write(session)`` on the history unless it is off; a failure is one warning line, never raised."""
-    from evalkit.history.db import safe_message
     from evalkit.history.location import history_url
 
     url = history_url()
-    if url is None:
+    if url is None:  # nothing of SQLAlchemy is imported for a history that is off
         return None
     try:
         with session(url) as s:
             return write(s)
     except Exception as e:
+        from evalkit.history.db import safe_message
+
         warn(f"{what} was not recorded in the run history ({safe_message(e, url)}); the result stands")
         return None
 
@@ -67,22 +68,34 @@ def _quietly(what: str, write: Any) -> Any:
 def record_run(run_dir: Path, *, source: str = "run", config: str | None = None) -> int | None:
     """Record the run in ``run_dir`` (``source``: run, sweep, watch; ``config``: its config's name, else its
     config hash names it); its id, or None when the history is off or the write failed (warned)."""
-    from evalkit.history.record import add_run_retrying
 
-    return _quietly(f"the run {run_dir}", lambda s: add_run_retrying(s, Path(run_dir), source, config).id)
+    def write(s: Session) -> int:
+        from evalkit.history.record import add_run_retrying
+
+        return add_run_retrying(s, Path(run_dir), source, config).id
+
+    return _quietly(f"the run {run_dir}", write)
 
 
 def record_gate(
     result: GateResult, baselines: Sequence[Path], candidates: Sequence[Path], out_dir: Path | None = None
 ) -> int | None:
     """Record a gate decision over these run dirs; its id, or None (history off, or the write failed: warned)."""
-    from evalkit.history.record import add_gate
 
-    return _quietly("the gate's verdict", lambda s: add_gate(s, result, baselines, candidates, out_dir).id)
+    def write(s: Session) -> int:
+        from evalkit.history.record import add_gate
+
+        return add_gate(s, result, baselines, candidates, out_dir).id
+
+    return _quietly("the gate's verdict", write)
 
 
 def record_tick(watch_dir: Path, task: str, tick: dict[str, Any], run_dir: Path | None) -> int | None:
     """Record one watch tick (the watch's history line as a mapping) and its run dir; its id, or None."""
-    from evalkit.history.record import add_tick
 
-    return _quietly(f"watch tick {tick.get('tick')}", lambda s: add_tick(s, watch_dir, task, tick, run_dir).id)
+    def write(s: Session) -> int:
+        from evalkit.history.record import add_tick
+
+        return add_tick(s, watch_dir, task, tick, run_dir).id
+
+    return _quietly(f"watch tick {tick.get('tick')}", write)
