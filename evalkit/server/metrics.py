@@ -35,6 +35,7 @@ from typing import Any
 
 import aiohttp
 
+from evalkit.contracts.speed import QUANTILES as SPEED_QUANTILES
 from evalkit.limits import BodyTooLarge
 from evalkit.server.http_reads import http_get, read_capped
 from evalkit.server.periodic import PeriodicSampler
@@ -60,7 +61,7 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
-QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+QUANTILES = tuple((key, percent / 100) for key, percent in SPEED_QUANTILES)  # the speed summary's, as fractions
 # what delta() imports when it first fits a histogram (~0.3 s, seconds on a busy host): a process that will compute
 # deltas imports it ahead, while it has nothing else to do
 DELTA_IMPORTS = ("scipy.optimize",)
