@@ -49,7 +49,7 @@ def test_the_migrations_make_exactly_the_models_tables(tmp_path: Path) -> None:
     forget(url)
 
 
-def test_an_off_history_records_nothing_and_imports_no_sqlalchemy(tmp_path: Path) -> None:
+def test_an_off_history_records_nothing_and_imports_no_sqlalchemy() -> None:
     # with EVALKIT_HISTORY_URL=off every writer returns None before importing SQLAlchemy (0.15-0.4 s at the end
     # of each command otherwise); a fresh interpreter, since this one has SQLAlchemy loaded
     code = (
