@@ -1,11 +1,10 @@
 #!/bin/bash
 # On a lent GPU machine, without vLLM: `evalkit run gsm8k` as a whole command against a bare streaming client
 # (benchmarks/bench_gsm8k.py, issue 26), both against evalkit's test server shaped like lease 9's vLLM on the H200
-# (SmolLM2-135M, max-num-seqs 256: ~51 output tokens a request, one token a chunk, throughput flat at ~9,000
-# tokens/s past 80 running requests, so 1,319 requests take ~7.5 s at 256 in flight and a 32-token warm-up batch
-# of 128 ~0.4 s). It measures evalkit's fixed costs (start-up, imports, setup, warm-up, scoring, exit) on the
-# lent machine's CPUs and Python for the price of one call (~3 minutes with the start), where bringing real vLLM
-# there costs ~6 minutes of device time before the first request.
+# (SmolLM2-135M, max-num-seqs 256: a gold GSM8K answer a request, one token a chunk, every request slower in
+# proportion past 80 running, so throughput stays flat as vLLM's did). It measures evalkit's fixed costs (start-up,
+# imports, setup, warm-up, scoring, exit) on the lent machine's CPUs and Python in one call, without the carrying
+# calls and server start that real vLLM needs there (../shared/gpu/README.md). Figures: BENCHMARKS.md.
 #
 # Carry `.whl`: the wheels of evalkit's requirements that the machine's image lacks, made here with
 #   python3 -m pip install --dry-run --ignore-installed --quiet --report /tmp/report.json -e .
