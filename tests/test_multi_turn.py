@@ -205,6 +205,22 @@ def test_keep_reasoning_is_recorded_and_a_failed_request_fails_the_sample(tmp_pa
     assert len(failed["turns"][0]["requests"]) == 2  # the requests so far are kept
 
 
+def test_every_request_of_a_conversation_fits_the_context_as_its_history_grows(tmp_path) -> None:
+    """A 4096-token context: the first requests (2,172-3,564 tokens of the test server's) fit with max_tokens cut
+    once, but each tool result lengthens the history; every request is cut to fit, none is refused with a 400."""
+    with TestServer(Behaviour(max_model_len=4096)) as srv:
+        out = run(srv, tmp_path, limit=3, warmup=0, concurrency=1)
+        bodies = [r.body for r in srv.requests if r.path.endswith("/chat/completions")]
+    summary = out.summary.tasks[TASK]
+    assert summary.counts["ok"] == 3 and summary.counts["api_error"] == 0
+    clamp = out.manifest.tasks[TASK].max_tokens_clamp
+    assert clamp is not None and clamp["requests_clamped"] > 3  # requests after the first of a conversation too
+    samples = open_run(tmp_path / "run").samples
+    steps = [r for s in samples for t in s["turns"] for r in t["requests"]]
+    assert len(steps) == len(bodies) == 26  # one request each, none refused and sent again
+    assert all(r["prompt_tokens"] + b["max_tokens"] <= 4096 for r, b in zip(steps, bodies, strict=True))
+
+
 def test_the_command_keeps_reasoning_when_asked(tmp_path) -> None:
     import subprocess
     import sys

@@ -17,6 +17,10 @@ sent to the last answer, tool execution and the gaps between requests included; 
 decode time (each one's ``e2e - ttft``) over their output tokens after the first of each; ``itl_ms`` holds the
 gaps within each request (never between two requests). A request that fails (after the client's retries) fails
 the sample, with the turn and request named and the requests so far in ``turns``.
+
+The history grows with every request, so each request is fitted to the server's context before it is sent
+(``fit``: :func:`evalkit.requests.clamp.clamp_max_tokens` over that one request, its ``max_tokens`` lowered so
+that the history and the answer fit ``max_model_len``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from evalkit.contracts import Request, Response, ToolExecutor
 from evalkit.limits import loads_arguments
 
 Send = Callable[[Request], Awaitable[Response]]
+Fit = Callable[[Request], Awaitable[Request]]
 
 
 def _step(resp: Response, results: list[str] | None) -> dict[str, Any]:
@@ -106,8 +111,9 @@ def merge(steps: list[Response], turns: list[dict[str, Any]], error: str | None,
     )
 
 
-async def converse(send: Send, req: Request, execute: ToolExecutor) -> Response:
-    """Run ``req``'s conversation (see the module docstring); ``send`` is the client's ``generate``."""
+async def converse(send: Send, req: Request, execute: ToolExecutor, fit: Fit | None = None) -> Response:
+    """Run ``req``'s conversation (see the module docstring); ``send`` is the client's ``generate``, ``fit``
+    (if given) fits each request to the server's context before it is sent."""
     conv = req.conversation
     assert conv is not None, "converse needs a Request with a conversation"
     history: list[dict[str, Any]] = []
@@ -123,7 +129,8 @@ async def converse(send: Send, req: Request, execute: ToolExecutor) -> Response:
         turns.append({"user": [dict(m) for m in user], "requests": turn})
         called = 0
         while True:
-            resp = await send(replace(req, messages=tuple(history)))
+            step = replace(req, messages=tuple(history))
+            resp = await send(await fit(step) if fit is not None else step)
             steps.append(resp)
             if resp.error is not None:
                 turn.append(_step(resp, None))

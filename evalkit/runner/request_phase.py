@@ -28,7 +28,6 @@ from evalkit.server.gpu import energy_devices
 from evalkit.store.identity import record_for, request_key
 from evalkit.store.positions import PositionsWriter
 from evalkit.store.writer import RunStore, load_for_summary
-from evalkit.tasks.base import Task
 from evalkit.tasks.spec import TaskSettings
 from evalkit.worker import Worker
 
@@ -146,7 +145,7 @@ class RequestPhase:
         self.lap(f"{task.name}.before_requests")
         try:
             with observer:
-                stats = asyncio.run(self._send(todo(), max(0, total - done), p.kind, options, extra, on_done, task))
+                stats = asyncio.run(self._send(todo(), max(0, total - done), p, options, extra, on_done))
         finally:
             positions.close()
         self.lap(f"{task.name}.requests")
@@ -192,17 +191,17 @@ class RequestPhase:
         self,
         todo: AsyncIterator[Request],
         total: int,
-        kind: str,
+        p: TaskRun,
         options: ClientOptions,
         extra: dict[str, Any],
         on_done: Callable[[Request, Response], Awaitable[None]],
-        task: Task,
     ) -> SchedulerStats:
         """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
         all of them together, and the client gives each to the least loaded endpoint. A request with a
         conversation is one sample of several requests (requests/conversation.py), tools run by the task's
-        backends. A response naming a model that is neither ``model`` nor ``accepted`` fails its attempt."""
-        urls = self.urls
+        backends, each of its requests fitted to the context as its history grows. A response naming a model that is
+        neither ``model`` nor ``accepted`` fails its attempt."""
+        urls, task, kind = self.urls, p.task, p.kind
         async with Client(
             urls,
             self.model,
@@ -214,11 +213,20 @@ class RequestPhase:
             models=self.accepted,
         ) as client:
 
+            async def fit(req: Request) -> Request:
+                """One request of a conversation with ``max_tokens`` lowered to fit its history in the context
+                (recorded in the task's ``max_tokens_clamp``)."""
+                (out,), clamp = await clamp_max_tokens(
+                    [req], urls[0], self.model, kind, self.max_model_len, self.api_key
+                )
+                p.clamp = merge_clamps(p.clamp, clamp)
+                return out
+
             async def send(req: Request) -> Response:
                 executor = task.tool_executor(req) if req.conversation is not None else None
                 if executor is None:
                     return await client.generate(req)
-                return await converse(client.generate, req, executor)
+                return await converse(client.generate, req, executor, fit)
 
             return await execute(
                 todo,
