@@ -25,6 +25,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -36,7 +37,16 @@ from evalkit.errors import warn
 from evalkit.redact import redact_argv, redact_env
 from evalkit.server.gpu import gpu_info
 from evalkit.server.http_reads import http_get
-from evalkit.server.launch import Launcher, build_argv, installed_vllm_version, launch_env, resolve_launcher
+from evalkit.server.launch import (
+    Launcher,
+    build_argv,
+    cpu_flags,
+    installed_vllm_version,
+    is_cpu_build,
+    launch_env,
+    resolve_launcher,
+    with_cpu_dtype,
+)
 from evalkit.server.process_group import become_subreaper, group_alive
 
 log = logging.getLogger(__name__)
@@ -110,6 +120,7 @@ class VLLMServer:
         self._prev_sigterm: Any = None
         self._sigterm_installed = False
         self._version: str | None = None
+        self.dtype_note: str | None = None  # the dtype evalkit chose for the CPU build of vLLM, and why
 
     # -- properties
     @property
@@ -147,9 +158,12 @@ class VLLMServer:
         """
         if self._proc is not None:
             raise RuntimeError("VLLMServer.start() called twice; use a new VLLMServer")
-        cfg = self.cfg
-        for line in layout_warnings(cfg):
+        for line in layout_warnings(self.cfg):
             warn(line)
+        self.cfg, self.dtype_note = with_cpu_dtype(self.cfg, cpu_flags(), is_cpu_build(self.cfg.python))
+        cfg = self.cfg
+        if self.dtype_note is not None:
+            print(f"evalkit: {self.dtype_note}", file=sys.stderr, flush=True)
         self.launcher = resolve_launcher(cfg)
         if cfg.port is None:
             self.port = free_port(cfg.host)
@@ -351,8 +365,11 @@ class VLLMServer:
 
     def provenance(self) -> dict[str, Any]:
         """What to record in the run manifest: version, exact argv, launcher, env overrides (secrets
-        redacted), startup time and the machine's GPUs."""
+        redacted), startup time, the machine's GPUs and the dtype asked for (``dtype_choice``: why, where evalkit
+        chose it for the CPU build)."""
         return {
+            "dtype": self.cfg.dtype,
+            "dtype_choice": self.dtype_note,
             "vllm_version": self.vllm_version(),
             "launcher": self.launcher,
             "argv": redact_argv(self.argv),
