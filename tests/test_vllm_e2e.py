@@ -27,6 +27,7 @@ import orjson
 import pytest
 
 from evalkit.contracts import SampleRecord
+from evalkit.server.http_reads import http_get
 from evalkit.server.launch import MODULE
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import VLLMServer
@@ -433,7 +434,16 @@ def test_aime25_chat_on_real_vllm(tmp_path: Path, live_server: VLLMServer) -> No
     assert p.returncode == 0, p.stderr
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["endpoint"]["kind"] == "chat" and manifest["server"] is None
+    assert manifest["endpoint"]["kind"] == "chat"
+    # an endpoint run records what served it, as vLLM says it: /version, the KV cache it logged and exports
+    server = manifest["server"]
+    assert "argv" not in server  # evalkit did not start this one
+    status, body = http_get(live_server.base_url + "/version")
+    assert status == 200 and server["version"] == json.loads(body)["version"]
+    logged = re.search(r"KV cache size: ([\d,]+) tokens", live_server.log_path.read_text())
+    assert logged is not None and server["kv_cache_size_tokens"] == int(logged.group(1).replace(",", ""))
+    assert server["kv_cache_tokens"] == server["kv_cache_blocks"] * server["block_size"] > 0
+    assert server["prefix_caching"] is False and server["max_model_len"] == 2048
     records = read_samples(run_dir)
     assert len(records) == 4
     assert sorted((r.doc_id, r.sample_index) for r in records) == [(0, 0), (0, 1), (1, 0), (1, 1)]

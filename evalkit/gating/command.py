@@ -22,6 +22,7 @@ from evalkit.gating.numerics_rules import figure_text
 from evalkit.gating.output import append_step_summary, to_markdown, write_outputs
 from evalkit.gating.policy import GATED_SPEED, Policy, default_policy, load_policy, policy_from_dict
 from evalkit.gating.result import EXIT_CODES, GateResult
+from evalkit.gating.servers import server_note
 from evalkit.scoring.numerics import FIGURE_LABELS, FIGURES
 from evalkit.store.reader import writer_pid
 
@@ -64,7 +65,7 @@ def batch_invariant_state(run_dir: Path) -> str:
     except (OSError, orjson.JSONDecodeError):
         return "unknown"
     server = manifest.get("server") if isinstance(manifest, dict) else None
-    if not isinstance(server, dict):
+    if not isinstance(server, dict) or not server.get("argv"):  # an endpoint's server records no environment
         return "unknown"
     env = server.get("env_overrides")
     value = env.get(BATCH_INVARIANT_ENV) if isinstance(env, dict) else None
@@ -78,6 +79,25 @@ def _batch_invariant_notes(runs: Mapping[str, Path]) -> list[str]:
     if len(states) == 2 and len(set(states.values())) == 2 and "unknown" not in states.values():
         out.append("the runs differ in batch-invariant mode: speed and per-request flips are not like for like")
     return out
+
+
+def _server(run_dir: Path) -> dict[str, Any] | None:
+    """The manifest's ``server`` block of ``run_dir`` (None where absent or unreadable)."""
+    try:
+        manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    server = manifest.get("server") if isinstance(manifest, dict) else None
+    return server if isinstance(server, dict) else None
+
+
+def _server_notes(bases: list[Path], cands: list[Path]) -> list[str]:
+    """A note when the first baseline's and each candidate's servers differ (:mod:`evalkit.gating.servers`)."""
+    if not bases:
+        return []
+    base = _server(bases[0])
+    notes = (server_note(base, _server(c)) for c in cands)
+    return [n if len(cands) == 1 else f"{c.name}: {n}" for c, n in zip(cands, notes, strict=True) if n]
 
 
 def run_gate(
@@ -122,6 +142,7 @@ def run_gate(
     roles = {f"baseline {b.name}" if len(bases) > 1 else "baseline": b for b in bases}
     roles.update({f"candidate {c.name}" if len(cands) > 1 else "candidate": c for c in cands})
     result.notes += (base.notes if base is not None else []) + cand.notes + _batch_invariant_notes(roles)
+    result.notes += _server_notes(bases, cands)
     out = out_dir if out_dir is not None else default_out_dir(cands[0])
     files = write_outputs(result, out)
     if base is not None and write_compare is not None:

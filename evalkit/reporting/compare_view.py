@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalkit.contracts import Speed, speed_metric
+from evalkit.gating.servers import server_note
 from evalkit.reporting.analysis import pareto_front
 from evalkit.reporting.common import (
     DASH,
@@ -45,10 +46,12 @@ def run_config(run: Run) -> dict[str, str]:
     put("model", m.model)
     server = m.server or {}
     # a server evalkit started listens on a free port: its URL and --port are noise, not config
-    host = None if server else endpoints_str(m)
+    host = None if server.get("argv") else endpoints_str(m)
     put("endpoint", " ".join(x for x in (m.endpoint.kind if m.endpoint else None, host) if x) or None)
     put("concurrency", m.concurrency)
-    put("vllm", server.get("vllm_version") or m.versions.get("vllm"))
+    put("server version", server.get("version") or server.get("vllm_version"))
+    put("server kv_cache_tokens", server.get("kv_cache_tokens"))
+    put("vllm (client)", m.versions.get("vllm"))
     put("gpu", gpu_summary(server.get("gpus")))
     pos, flags = parse_argv(server.get("argv"))
     if pos:
@@ -203,6 +206,11 @@ def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
         for t in run.tasks():
             if t.speed is not None and t.speed.client_bound is True:
                 out.append(Banner("warn", f"{lab} / {t.name}: client-bound; its speed numbers are lower bounds."))
+    base_server = runs[0].manifest_read().server if runs else None
+    for run, lab in zip(runs[1:], labels[1:], strict=True):
+        differ = server_note(base_server, run.manifest_read().server, f"{labels[0]} vs {lab}")
+        if differ is not None:
+            out.append(Banner("warn", f"{differ}."))
     tasks: dict[str, list[tuple[str, str, str]]] = {}
     for run, lab in zip(runs, labels, strict=True):
         for name, mt in run.manifest_read().tasks.items():

@@ -95,6 +95,25 @@ def endpoints_str(manifest: ManifestRead) -> str | None:
     return endpoint_host(manifest.endpoint.base_url if manifest.endpoint else None)
 
 
+def kv_cache_str(server: dict[str, Any]) -> str | None:
+    """The server's KV cache as it said (``46,592 tokens (364 blocks x 128); gpu_memory_utilization 0.9; prefix
+    caching on; cache dtype auto``), None where it said nothing."""
+    tokens, blocks, size = (as_num(server.get(k)) for k in ("kv_cache_tokens", "kv_cache_blocks", "block_size"))
+    parts = []
+    if tokens is not None:
+        parts.append(f"{tokens:,.0f} tokens" + (f" ({blocks:,.0f} blocks x {size:,.0f})" if blocks and size else ""))
+    own = as_num(server.get("kv_cache_size_tokens"))
+    if own is not None and own != tokens:
+        parts.append(f"vLLM's kv_cache_size_tokens {own:,.0f}")
+    if (util := as_num(server.get("gpu_memory_utilization"))) is not None:
+        parts.append(f"gpu_memory_utilization {util:g}")
+    if isinstance(server.get("prefix_caching"), bool):
+        parts.append("prefix caching " + ("on" if server["prefix_caching"] else "off"))
+    if server.get("cache_dtype"):
+        parts.append(f"cache dtype {server['cache_dtype']}")
+    return "; ".join(parts) or None
+
+
 def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
     m = run.manifest_read()
     versions = m.versions
@@ -107,12 +126,16 @@ def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
         KV("Started", m.created_at),
         KV("Finished", m.finished_at),
         KV("evalkit", m.evalkit_version),
-        KV("vLLM", as_str(server.get("vllm_version") or versions.get("vllm"))),
+        KV("Server version", as_str(server.get("version") or server.get("vllm_version"))),
+        KV("Server KV cache", kv_cache_str(server)),
+        KV("Server max_model_len", as_str(server.get("max_model_len"))),
+        KV("Server max_num_seqs", as_str(server.get("max_num_seqs"))),
     ]
+    if server.get("dtype_choice") or server.get("dtype"):
+        rows.append(KV("Server dtype", as_str(server.get("dtype_choice") or server.get("dtype"))))
     for k, v in versions.items():
-        if k != "vllm":
-            rows.append(KV(str(k), as_str(v)))
-    if server:
+        rows.append(KV(f"{k} (client)", as_str(v)))
+    if server.get("argv"):
         rows.append(KV("Server command", argv_str(server.get("argv")), mono=True))
         env = as_dict(server.get("env_overrides"))
         if env:

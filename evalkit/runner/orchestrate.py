@@ -192,7 +192,9 @@ class Runner:
     ) -> RunOutcome:
         plans = plan_tasks(tasks, self._settings, self._builder, base_url, api_key, model, max_model_len)
         self._lap("prompts")
-        manifest = new_manifest(self.cfg, plans, self.argv, self._urls, model, self._in_flight.cap, self.server)
+        manifest = new_manifest(
+            self.cfg, plans, self.argv, self._urls, model, self._in_flight.cap, self.server, api_key
+        )
         check_resume(store, manifest, self.cfg.fresh)
         store.write_manifest(manifest)
         store.open()  # streams the samples (a resumed big run is not loaded whole): the keys already answered

@@ -18,6 +18,7 @@ from evalkit.contracts import Endpoint, EndpointKind, Manifest, ManifestTask, Re
 from evalkit.redact import redact_argv
 from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens
+from evalkit.server.self_report import describe_server
 from evalkit.store.manifest import package_versions
 from evalkit.tasks.base import Task
 from evalkit.tasks.lmeval_chat import chat_options
@@ -164,9 +165,10 @@ def new_manifest(
     model: str,
     concurrency_cap: dict[str, int] | None,
     server: Any,
+    api_key: str | None = None,
 ) -> Manifest:
     """The manifest of a run of ``plans`` against ``urls`` (the first is the one recorded as ``endpoint``);
-    ``server``: a VLLMServer whose provenance it records, or None."""
+    ``server``: a VLLMServer whose provenance it records, or None (:func:`server_record`)."""
     return Manifest(
         evalkit_version=__version__,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -191,7 +193,7 @@ def new_manifest(
             )
             for p in plans
         },
-        server=server.provenance() if server is not None else None,
+        server=server_record(urls, api_key, model, server),
         warmup=(
             None
             if cfg.warmup == 0
@@ -209,3 +211,16 @@ def pricing(cfg: RunConfig) -> dict[str, Any] | None:
         return None
     source = "gpus_billed" if cfg.gpus_billed is not None else "server"
     return {"cost_per_gpu_hour": cfg.cost_per_gpu_hour, "gpus": gpus, "gpus_from": source}
+
+
+def server_record(urls: list[str], api_key: str | None, model: str, server: Any) -> dict[str, Any]:
+    """The manifest's ``server``: what the first endpoint says of itself (:data:`~evalkit.server.self_report.
+    SERVER_KEYS`), with a server evalkit started its provenance too (argv, env, GPUs, dtype, the ``max_num_seqs``
+    it was given) and, over several endpoints, each one's own description in ``endpoints``."""
+    described = [describe_server(u, api_key, model) for u in urls]
+    out: dict[str, Any] = {**(server.provenance() if server is not None else {}), **described[0]}
+    if server is not None:
+        out["max_num_seqs"] = server.cfg.max_num_seqs
+    if len(described) > 1:
+        out["endpoints"] = described
+    return out

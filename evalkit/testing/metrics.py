@@ -167,7 +167,9 @@ class Metrics:
                 return st.counters[name]
             return float({"vllm:num_requests_running": st.running, "vllm:num_requests_waiting": st.waiting}[name])
 
-    def render(self, models: list[str], kv_capacity_tokens: int) -> str:
+    def render(self, models: list[str], kv_capacity_tokens: int, prefix_caching: bool = True) -> str:
+        """The exposition text: vLLM's gauges, counters and histograms per model, and its ``vllm:cache_config_info``
+        series (a KV cache of ``kv_capacity_tokens`` in blocks of :data:`PREFIX_BLOCK`, labels named as vLLM's)."""
         with self._lock:
             names = list(dict.fromkeys([*models, *self._models]))
             stats = [(m, self._m(m)) for m in names]
@@ -214,6 +216,15 @@ class Metrics:
                     out.append(f"{name}_count{lab(model)} {_fmt(h.n)}")
                     out.append(f"{name}_sum{lab(model)} {_fmt(h.total)}")
                 created_block(name, doc, [lab(model) for model, _ in stats])
+            blocks = kv_capacity_tokens // PREFIX_BLOCK
+            cache = {
+                "block_size": str(PREFIX_BLOCK), "cache_dtype": "auto", "enable_prefix_caching": str(prefix_caching),
+                "engine": "0", "gpu_memory_utilization": "0.92", "kv_cache_size_tokens": str(blocks * PREFIX_BLOCK),
+                "num_cpu_blocks": "None", "num_gpu_blocks": str(blocks),
+            }  # fmt: skip
+            out += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+                    "# TYPE vllm:cache_config_info gauge",
+                    "vllm:cache_config_info{" + ",".join(f'{k}="{v}"' for k, v in cache.items()) + "} 1.0"]  # fmt: skip
             return "\n".join(out) + "\n"
 
 
