@@ -144,6 +144,19 @@ def test_the_monitoring_profile_wires_the_watch_prometheus_and_grafana() -> None
     assert {f"/etc/prometheus/{f}" for f in prom["rule_files"]} <= mounted
 
 
+def test_monitoring_ports_are_published_on_this_host_only_by_default() -> None:
+    """Grafana (admin password ``admin`` unless GRAFANA_ADMIN_PASSWORD is set, the history database as a data
+    source) and Prometheus (no authentication) bind 127.0.0.1 unless MONITORING_ADDR widens them; they were
+    published on every interface."""
+    services = compose()["services"]
+    for name in ("grafana", "prometheus"):
+        for port in services[name]["ports"]:
+            default = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(port))  # as Compose reads it with nothing set
+            host, _, _ = default.rpartition(":")[0].rpartition(":")
+            assert host == "127.0.0.1", f"{name} publishes {port} on every interface"
+    assert "${GRAFANA_ADMIN_PASSWORD" in services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+
+
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
 def test_the_dockerfiles_build_with_the_classic_builder_on_any_base(path: Path) -> None:
     """No BuildKit-only syntax (CI builds with DOCKER_BUILDKIT=0), the base image is the BASE_IMAGE build

@@ -16,8 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.config import load_config
 from evalkit.contracts import Response, SampleRecord
 from evalkit.errors import EvalkitError
+from evalkit.runner.plan import default_output_dir
 from evalkit.tasks import lmeval_scored
 from evalkit.tasks.lmeval_source import expand_lm_eval_tasks
 from evalkit.tasks.registry import Registry
@@ -242,3 +244,21 @@ def test_a_sweep_runs_a_group_and_tabulates_its_tasks(
     group = summary["groups"]["lm-eval:gen_group"]  # the sweep's run records the group's aggregate too
     task = summary["tasks"]["lm-eval:tiny_gen"]["metrics"]["exact_match,none"]
     assert group["metrics"]["exact_match,none"]["value"] == task["value"] and group["sizes"] == {"lm-eval:tiny_gen": 6}
+
+
+def test_a_task_named_like_a_path_keeps_its_prompt_cache_inside_the_cache_dir(tmp_path: Path) -> None:
+    """An include-path task named ``../../../escaped``: its prompt cache file is one name inside
+    ``$EVALKIT_CACHE_DIR/prompts`` (it was written to ``$EVALKIT_CACHE_DIR/escaped-<key>.json``, and with more
+    ``../`` anywhere); a run's default output dir is one folder inside ``reports/``."""
+    folder = write_tasks(tmp_path / "inc")
+    text = (folder / "tiny_gen.yaml").read_text().replace("task: tiny_gen\n", "task: ../../../escaped\n")
+    (folder / "tiny_gen.yaml").write_text(text)
+    task = _task(folder, "../../../escaped")
+    assert len(task.build_requests(TaskSettings(limit=2))) == 2  # type: ignore[attr-defined]
+    prompts = tmp_path / "cache" / "prompts"
+    written = [p for p in tmp_path.rglob("*escaped*") if p.is_file()]
+    assert written and all(p.parent == prompts for p in written), written
+    assert [p.name.rsplit("-", 1)[0] for p in written] == ["lm-eval_.._.._.._escaped"]
+    assert task.build_requests(TaskSettings(limit=2))  # type: ignore[attr-defined]  # read back from the cache
+    out = default_output_dir(load_config({"tasks": ["lm-eval:../../../escaped"]}), "org/m")
+    assert out.parent == Path("reports") and out.name.startswith("lm-eval_.._.._.._escaped-m-"), out

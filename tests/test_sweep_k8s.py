@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,38 @@ def test_server_api_key_is_refused(tmp_path: Path) -> None:
     path.write_text("tasks: [gsm8k]\nserver: {model: m, api_key: secret}\n")
     with pytest.raises(ConfigError, match="api_key would be written into the manifests"):
         manifests(load_spec(path), image="i", pvc="p", sweep_name="s")
+
+
+@pytest.mark.parametrize(
+    ("sweep", "says"),
+    [
+        (
+            "endpoint: http://evalkit:hunter2@vllm:8000/v1\n",
+            "configs.default: the endpoint http://***@vllm:8000/v1 carries a credential in its URL",
+        ),
+        (
+            "endpoint: http://vllm:8000/v1\nconfigs: {a: {}, b: {endpoint: 'http://other:8000/v1?api_key=hunter2'}}\n",
+            "configs.b: the endpoint http://other:8000/v1?api_key=*** carries a credential in its URL",
+        ),
+        (
+            "server: {model: m}\nconfigs: {a: {}, b: {env: {HF_TOKEN: hunter2, VLLM_USE_DEEP_GEMM: '0'}}}\n",
+            "configs.b: server env HF_TOKEN would be written into the manifests in plain text",
+        ),
+    ],
+)
+def test_no_credential_is_written_into_a_manifest(tmp_path: Path, sweep: str, says: str) -> None:
+    """Endpoint credentials (``user:password@``, ``?api_key=``) and secret server env are refused with the fix
+    (the key from a Secret with --api-key-secret) instead of being copied into the ConfigMap and the Jobs."""
+    path = tmp_path / "s.yaml"
+    path.write_text("tasks: [gsm8k]\n" + sweep)
+    with pytest.raises(ConfigError, match=re.escape(says)) as err:
+        manifests(load_spec(path), image="i", pvc="p", sweep_name="s")
+    assert "hunter2" not in str(err.value)
+    if "endpoint" in sweep:
+        assert "--api-key-secret" in str(err.value)
+    res = CliRunner().invoke(app, ["sweep", str(path), "--k8s", str(tmp_path / "k8s"), "--image", "i", "--pvc", "p"])
+    assert res.exit_code == 2 and "hunter2" not in res.output
+    assert not list((tmp_path / "k8s").rglob("*.yaml"))  # nothing written
 
 
 def test_endpoint_sweep_runs_its_points_one_at_a_time(tmp_path: Path) -> None:

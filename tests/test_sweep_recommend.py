@@ -125,3 +125,19 @@ def test_the_goodput_and_cost_views_draw_in_chromium(tmp_path: Path) -> None:
             assert_clean(log, page)
 
     asyncio.run(go())
+
+
+def test_when_every_combination_failed_each_line_says_why(tmp_path: Path) -> None:
+    """Nothing ran (both endpoints down): "none qualifies" says no combination has a run to judge, and each
+    combination's line gives its run's failure (it used to print only the rule, with no line at all)."""
+    with TestServer(Behaviour()) as a, TestServer(Behaviour()) as b:  # started and stopped: their ports are closed
+        urls = {"a": a.url, "b": b.url}
+    out = tmp_path / "out"
+    result = run_sweep(load_spec(_spec(tmp_path, urls, {"a": 1, "b": 1}, ttft_slo=200)), out)
+    assert set(result.failed) == {"a__default__c4", "b__default__c4"}
+    md = (out / "sweep.md").read_text()
+    advice = md.split("## Recommendation", 1)[1]
+    assert "None qualifies: no combination has a finished run to judge (each line says why)." in advice
+    for name in result.failed:
+        (line,) = [x for x in advice.splitlines() if x.startswith(f"- {name}: ")]
+        assert line == f"- {name}: run: {result.failed[name]}", line

@@ -19,6 +19,7 @@ from evalkit.redact import redact_argv
 from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.server.self_report import describe_server
+from evalkit.store.files import safe_file_name
 from evalkit.store.manifest import package_versions
 from evalkit.tasks.base import Task
 from evalkit.tasks.lmeval_chat import chat_options
@@ -124,10 +125,10 @@ def lm_eval_expanded(cfg: RunConfig) -> RunConfig:
 
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    safe_model = "".join(c if c.isalnum() or c in "-._" else "_" for c in model.split("/")[-1])
-    names = "+".join(cfg.tasks)
+    safe_model = safe_file_name(model.split("/")[-1])
+    names = "+".join(safe_file_name(t) for t in cfg.tasks)
     if len(names) > 100:  # a group's many tasks: the first and how many more
-        names = f"{cfg.tasks[0]}+{len(cfg.tasks) - 1}-more"
+        names = f"{safe_file_name(cfg.tasks[0])}+{len(cfg.tasks) - 1}-more"
     return Path("reports") / f"{names}-{safe_model}-{stamp}"
 
 

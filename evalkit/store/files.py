@@ -48,6 +48,18 @@ def _replace_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def safe_file_name(text: str, limit: int = 100) -> str:
+    """``text`` fit to be one file name inside a folder: ASCII letters, digits, ``-``, ``_`` and ``.`` kept,
+    anything else (``/``, ``\\``, ``:``, spaces) as ``_``, a leading dot as ``_`` (so never ``..`` nor a
+    hidden file), at most ``limit`` characters. A task or model name joined into a path cannot leave its folder.
+
+    >>> safe_file_name("lm-eval:../../etc/x")
+    'lm-eval_.._.._etc_x'
+    """
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "-._") else "_" for c in text)[:limit]
+    return "_" + name[1:] if name.startswith(".") else name or "_"
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to ``path`` atomically (see ``_replace_atomic``)."""
     _replace_atomic(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

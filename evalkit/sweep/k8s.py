@@ -26,6 +26,7 @@ import yaml
 
 from evalkit.config import ServerConfig
 from evalkit.errors import ConfigError
+from evalkit.redact import redact_env, redact_url
 from evalkit.server.launch import build_argv
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.sweep.plan import Combination, plan
@@ -114,6 +115,7 @@ def manifests(
             "server.api_key would be written into the manifests; leave it out and protect the server "
             "by the cluster's network policy"
         )
+    _refuse_credentials(spec)
     base = k8s_name("evalkit", sweep_name)
     ctx = _Ctx(base, image, pvc, namespace, model_cache_pvc, api_key_secret, sweep_name)
     combos = plan(spec)
@@ -124,6 +126,33 @@ def manifests(
         docs += [ctx.endpoint_job(config, list(group)) for config, group in groupby(combos, key=lambda c: c.config)]
     docs.append(ctx.collect_job())
     return docs
+
+
+def _refuse_credentials(spec: SweepSpec) -> None:
+    """ConfigError when a credential would be written into the manifests in plain text: an endpoint URL's
+    ``user:password@`` or secret query parameter (``?api_key=``), or a server ``env`` variable named like a secret
+    (the ConfigMap holds the run configs and the sweep file; the Jobs the sidecar's environment)."""
+    fix = (
+        "which --k8s would write into the ConfigMap in plain text; take it out and give the key from a Secret "
+        "with --api-key-secret NAME (kubectl create secret generic NAME --from-literal=EVALKIT_API_KEY=...), "
+        "sent as Authorization: Bearer"
+    )
+    if spec.server is None:
+        for name in spec.configs:
+            url = spec.endpoint_config(name).endpoint or ""
+            if redact_url(url) != url:
+                shown = redact_url(url)
+                raise ConfigError(f"configs.{name}: the endpoint {shown} carries a credential in its URL, {fix}")
+    else:
+        for name in spec.configs:
+            env = spec.server_config(name).env
+            secret = sorted(k for k, v in redact_env(env).items() if v != env[k])
+            if secret:
+                raise ConfigError(
+                    f"configs.{name}: server env {', '.join(secret)} would be written into the manifests in plain "
+                    "text; leave it out of the sweep file and give it to the vllm container from a Secret (a patch "
+                    "of the Jobs adding env valueFrom.secretKeyRef)"
+                )
 
 
 def run_config(combo: Combination, endpoint: str | None) -> dict[str, Any]:

@@ -49,11 +49,13 @@ def good_per_usd(speed: dict[str, Any], pricing: Any) -> float | None:
 
 @dataclass
 class Candidate:
-    """A finished combination: its row of the sweep table and its run dir."""
+    """A combination: its row of the sweep table (whose ``error`` cell says why when it has no usable run) and
+    its run dir; ``finished``: the run dir holds a finished run of the sweep file's settings."""
 
     combo: Combination
     row: dict[str, Any]
     run_dir: Path
+    finished: bool = True
 
 
 def _reference(c: Candidate, refs: list[Candidate]) -> Candidate | None:
@@ -96,7 +98,7 @@ def _goodput_loss(row: dict[str, Any], min_share: float) -> str | None:
 def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) -> list[str]:
     """sweep.md's recommendation section: the sentence naming the combination to buy (or "none qualifies"),
     then one line per other combination with the rule it lost on."""
-    refs = [c for c in cands if c.combo.config == rec.reference]
+    refs = [c for c in cands if c.combo.config == rec.reference and c.finished]
     lost: dict[str, str] = {}
     ok: list[Candidate] = []
     for c in cands:
@@ -118,7 +120,9 @@ def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) ->
     lines = ["## Recommendation", ""]
     scored = [(c.row.get(GOOD_PER_USD), c) for c in ok]
     best = max(((v, c) for v, c in scored if isinstance(v, int | float)), key=lambda x: x[0], default=None)
-    if best is None:
+    if best is None and not any(c.finished for c in cands):
+        lines.append("None qualifies: no combination has a finished run to judge (each line says why).")
+    elif best is None:
         lines.append(f"None qualifies: no combination has {rule}.")
     else:
         value, pick = best

@@ -352,6 +352,7 @@ def collect(
                     f"sweep again moves it to {run_dir.name}.stale-<time> and runs the combination"
                 )
             error = result.failed.get(combo.name) or result.stale.get(combo.name) or f"no finished run in {run_dir}"
+            cands.append(Candidate(combo, row, run_dir, finished=False))  # the recommendation says why
         if error is not None:
             row[ERROR_COLUMN] = error
         result.rows.append(row)

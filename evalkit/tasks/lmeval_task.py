@@ -26,6 +26,7 @@ import yaml
 from evalkit.config.endpoint import credentials, server_root
 from evalkit.contracts import EndpointKind, GenParams, MetricValue, Request, Response, SampleRecord, Score, Status
 from evalkit.errors import TaskError
+from evalkit.store.files import safe_file_name
 from evalkit.tasks import lmeval_chat as chat
 from evalkit.tasks import lmeval_scored as scored
 from evalkit.tasks.base import Task
@@ -202,7 +203,7 @@ class LmEvalTask(Task):
         return key
 
     def _cache_path(self, num_fewshot: int | None) -> Path:
-        return prompt_cache_dir() / f"{self.name}-{self._cache_key(num_fewshot)}.json"
+        return prompt_cache_dir() / f"{safe_file_name(self.name)}-{self._cache_key(num_fewshot)}.json"
 
     def _read_cache(self, num_fewshot: int | None) -> list[dict[str, Any]] | None:
         """The cached entries if the file holds every document (see ``evalkit/tasks/prompt_cache.py``), else None."""

@@ -205,6 +205,11 @@ class Watch:
                         self._stop.wait(max(0.0, began + s.every_s - time.monotonic()))
             finally:
                 if hook is not None:
+                    if hook.pending:
+                        self.echo(
+                            f"alert webhook: {hook.pending} alert(s) still being sent; waiting up to "
+                            f"{hook.delivery_bound_s(hook.pending):.0f} s (Ctrl-C gives up)"
+                        )
                     hook.close()
             return history
         finally:
