@@ -109,9 +109,11 @@ def run_gate(
         if not path.is_dir():
             raise GateInputError(f"{path} is not a run directory; pass the --output-dir of an evalkit run")
     check_decidable(bases, cands)
+    base_runs, cand_runs = [from_run_dir(b) for b in bases], [from_run_dir(c) for c in cands]
+    check_answered_by(base_runs, cand_runs)
     try:
-        cand = combine_runs(_label(cands), [from_run_dir(c) for c in cands], "candidate")
-        base = combine_runs(_label(bases), [from_run_dir(b) for b in bases], "baseline") if bases else None
+        cand = combine_runs(_label(cands), cand_runs, "candidate")
+        base = combine_runs(_label(bases), base_runs, "baseline") if bases else None
         if base is None:
             result = evaluate_expected(cand, policy)
         else:
@@ -162,6 +164,20 @@ def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
                 raise CannotDecide(
                     f"cannot decide: the baseline and the candidate are the same run ({baseline}, {candidate}); "
                     "pass the run dirs of two runs"
+                )
+
+
+def check_answered_by(baselines: list[RunInputs], candidates: list[RunInputs]) -> None:
+    """Refuse (CannotDecide, one line) a candidate holding answers a baseline's endpoint gave while its manifest
+    names other endpoints (a run resumed in a copy of the baseline's run dir keeps the baseline's answers)."""
+    theirs = {u for b in baselines for u in (*b.endpoints, *b.answered_by)}
+    for cand in candidates:
+        for url, n in sorted(cand.answered_elsewhere().items()):
+            if url in theirs:
+                raise CannotDecide(
+                    f"cannot decide: {n} of the candidate {cand.label}'s answers were given by {url}, the "
+                    f"baseline's endpoint, not by its own ({', '.join(cand.endpoints) or 'none recorded'}): a run "
+                    "resumed in a copy of the baseline's run dir; re-run the candidate with --fresh"
                 )
 
 
