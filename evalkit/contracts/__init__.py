@@ -236,7 +236,8 @@ class SampleRecord(BaseModel):
     e2e_ms: float | None = None
     itl_ms: list[float] = Field(default_factory=list)
     start_s: float | None = None
-    # the endpoint (URL without credentials) that answered; only in a run sharded over several endpoints
+    # the endpoint (URL without credentials) that answered: in a run sharded over several endpoints, and on answers
+    # a resumed run kept from another endpoint; None: the manifest's endpoint
     endpoint: str | None = Field(default=None, exclude_if=_is_none)
     # tool-calling tasks: the calls as the server sent them (``[{"id", "name", "arguments"}]``; [] an empty list);
     # left out of the line when None, so records of tasks without tools keep the line they always had

@@ -129,9 +129,11 @@ def run_gate(
         if not path.is_dir():
             raise GateInputError(f"{path} is not a run directory; pass the --output-dir of an evalkit run")
     check_decidable(bases, cands)
+    base_runs, cand_runs = [from_run_dir(b) for b in bases], [from_run_dir(c) for c in cands]
+    check_answered_by(base_runs, cand_runs)
     try:
-        cand = combine_runs(_label(cands), [from_run_dir(c) for c in cands], "candidate")
-        base = combine_runs(_label(bases), [from_run_dir(b) for b in bases], "baseline") if bases else None
+        cand = combine_runs(_label(cands), cand_runs, "candidate")
+        base = combine_runs(_label(bases), base_runs, "baseline") if bases else None
         if base is None:
             result = evaluate_expected(cand, policy)
         else:
@@ -160,8 +162,8 @@ def _label(dirs: list[Path]) -> str:
 
 
 def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
-    """Refuse (CannotDecide, one line) a run dir still being written by an evalkit run, and the same run on both
-    sides (one directory twice, or a copy: byte-identical manifest, samples and summary)."""
+    """Refuse (CannotDecide, one line) a run dir still being written by an evalkit run, the same run on both
+    sides, and the same run twice on one side (one directory twice, or a copy: :func:`same_run`)."""
     for role, path in [*(("baseline", b) for b in baselines), *(("candidate", c) for c in candidates)]:
         pid = writer_pid(path)
         if pid is not None:
@@ -169,17 +171,43 @@ def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
                 f"cannot decide: the {role} {path} is still being written (evalkit run pid {pid}); "
                 "gate it once that run has finished"
             )
+    for role, side in (("baseline", baselines), ("candidate", candidates)):
+        for i, first in enumerate(side):
+            for again in side[i + 1 :]:
+                if same_run(first, again):
+                    raise CannotDecide(
+                        f"cannot decide: the same {role} run is given twice ({first}, {again}), which would count "
+                        f"it as two runs; pass each {role} run once"
+                    )
     for baseline in baselines:
         for candidate in candidates:
-            same = baseline.resolve() == candidate.resolve() or all(
-                _same_file(baseline / name, candidate / name)
-                for name in ("manifest.json", "samples.jsonl", "summary.json")
-            )
-            if same:
+            if same_run(baseline, candidate):
                 raise CannotDecide(
                     f"cannot decide: the baseline and the candidate are the same run ({baseline}, {candidate}); "
                     "pass the run dirs of two runs"
                 )
+
+
+def check_answered_by(baselines: list[RunInputs], candidates: list[RunInputs]) -> None:
+    """Refuse (CannotDecide, one line) a candidate holding answers a baseline's endpoint gave while its manifest
+    names other endpoints (a run resumed in a copy of the baseline's run dir keeps the baseline's answers)."""
+    theirs = {u for b in baselines for u in (*b.endpoints, *b.answered_by)}
+    for cand in candidates:
+        for url, n in sorted(cand.answered_elsewhere().items()):
+            if url in theirs:
+                raise CannotDecide(
+                    f"cannot decide: {n} of the candidate {cand.label}'s answers were given by {url}, the "
+                    f"baseline's endpoint, not by its own ({', '.join(cand.endpoints) or 'none recorded'}): a run "
+                    "resumed in a copy of the baseline's run dir; re-run the candidate with --fresh"
+                )
+
+
+def same_run(a: Path, b: Path) -> bool:
+    """Whether two run dirs hold the same run: one directory (by its resolved path), or a copy (byte-identical
+    manifest, samples and summary)."""
+    return a.resolve() == b.resolve() or all(
+        _same_file(a / name, b / name) for name in ("manifest.json", "samples.jsonl", "summary.json")
+    )
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -201,9 +229,10 @@ def gate_runs(
     expected: Sequence[Mapping[str, Any]] = (),
 ) -> GateOutcome:
     """``evalkit gate`` (also ``evalkit.gate(...)``): ``runs`` is BASELINE CANDIDATE, or CANDIDATE alone to check
-    it against the policy's expected scores; ``baselines`` / ``candidates`` add run dirs to either side (several
-    runs of one config per side); see :func:`run_gate`. Bad input and outputs that cannot be written raise
-    :class:`~evalkit.errors.EvalkitError` (one line).
+    it against the policy's expected scores or against ``baselines``; otherwise ``baselines`` / ``candidates``
+    name every run dir of either side (several runs of one config per side), and mixing them with ``runs`` (two
+    of them, or any beside ``candidates``) is refused as ambiguous; see :func:`run_gate`. Bad input and outputs
+    that cannot be written raise :class:`~evalkit.errors.EvalkitError` (one line).
 
     Example::
 
@@ -213,6 +242,13 @@ def gate_runs(
     """
     if len(runs) > 2:
         raise GateInputError(f"evalkit gate takes BASELINE CANDIDATE or CANDIDATE alone, got {len(runs)} run dirs")
+    mixed = [flag for flag, given in (("--baseline", baselines), ("--candidate", candidates)) if given]
+    if runs and mixed and (len(runs) == 2 or "--candidate" in mixed):
+        raise GateInputError(
+            f"evalkit gate: {len(runs)} run dir(s) given without a side ({', '.join(map(str, runs))}) beside "
+            f"{' and '.join(mixed)}, so which side they are on is ambiguous; pass every run with -b BASELINE ... "
+            "-c CANDIDATE ..., or BASELINE CANDIDATE alone (CANDIDATE alone beside -b is the candidate)"
+        )
     dirs = [Path(r) for r in runs]
     base = dirs[:1] if len(dirs) == 2 else []
     cand = dirs[-1:]

@@ -253,7 +253,7 @@ def evaluate(
         reasons += coverage_reasons(task, base, cand, policy.min_coverage)
         numerics = base.numerics is not None or cand.numerics is not None
         if numerics:
-            r, why, n = numerics_rules(task, base, cand, policy.numerics)
+            r, why, n = numerics_rules(task, base, cand, policy.numerics, policy.min_coverage)
             rules += r
             notes += n
             reasons += why

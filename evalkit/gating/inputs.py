@@ -197,3 +197,10 @@ class RunInputs:
     tasks: dict[str, TaskInputs]
     concurrency_setting: str | None = None  # "auto" or the fixed number, as the run was asked for
     notes: list[str] = field(default_factory=list)
+    endpoints: tuple[str, ...] = ()  # the endpoints its manifest says it sent to (URLs without credentials)
+    # its answers (samples not api_error) by the endpoint that gave them (a sample naming none: the manifest's)
+    answered_by: dict[str, int] = field(default_factory=dict)
+
+    def answered_elsewhere(self) -> dict[str, int]:
+        """Its answers given by endpoints its manifest does not name (kept from a run against another server)."""
+        return {u: n for u, n in self.answered_by.items() if u not in self.endpoints}

@@ -122,12 +122,25 @@ def from_run_dir(path: str | Path) -> RunInputs:
             task = replace(task, numerics=numerics, asked_docs=asked_docs(manifest.task(name), again))
         tasks[name] = task
     concurrency = manifest.concurrency
+    endpoints = tuple(manifest.endpoints or ([manifest.endpoint.base_url] if manifest.endpoint else []))
     return RunInputs(
         label=run.label,
         tasks=tasks,
         concurrency_setting=None if concurrency is None else str(concurrency),
         notes=notes.lines,
+        endpoints=endpoints,
+        answered_by=_answered_by(run.samples, endpoints[0] if endpoints else None),
     )
+
+
+def _answered_by(samples: list[dict[str, Any]], default: str | None) -> dict[str, int]:
+    """Answers (samples not api_error) by the endpoint each names (``default``, the manifest's, when none)."""
+    out: dict[str, int] = {}
+    for rec in samples:
+        url = rec.get("endpoint") if isinstance(rec.get("endpoint"), str) else default
+        if url is not None and rec.get("status") != "api_error":
+            out[url] = out.get(url, 0) + 1
+    return out
 
 
 class _Notes:

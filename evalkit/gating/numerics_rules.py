@@ -7,14 +7,19 @@ A figure's interval decides against its budget (:class:`~evalkit.gating.policy.N
 its better end is beyond the budget (the interval excludes the budget on the bad side), pass when its worse end is
 within, cannot decide when the budget lies inside it (a reason names how many texts would settle it), and cannot
 decide when the baseline's noise floor is itself beyond the budget (the baseline does not reproduce itself that
-closely, so no candidate can be told apart from it). A text one side lacks (that it was asked for), or one
+closely, so no candidate can be told apart from it). Each figure compares the positions where both runs gave
+what it needs (|d-logprob|: the actual token's logprob; top-1 and KL: top-K lists too); when those are fewer
+than the policy's ``min_coverage`` of the positions both runs scored, its rule cannot decide, naming the count and
+which side gave no top-K list. A text one side lacks (that it was asked for), or one
 tokenised differently, is a reason the gate cannot decide (it names the first), and no numerics rule is computed.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
+from evalkit.contracts import PromptPositions
 from evalkit.gating.inputs import NumericsInputs, TaskInputs
 from evalkit.gating.policy import NumericsPolicy
 from evalkit.gating.result import EPS, Rule, RuleVerdict
@@ -73,10 +78,37 @@ def _floor(side: NumericsInputs, alpha: float) -> PairFigures | None:
         return None  # a server that tokenises a text differently twice: no floor to show
 
 
+def _unranked(side: Mapping[int, PromptPositions], docs: set[int]) -> int:
+    """Positions after the first of ``docs`` where ``side`` gave no top-K list."""
+    return sum(
+        int(side[d].n - 1 if side[d].k == 0 else (side[d].top_ids[1:, 0] < 0).sum()) for d in docs if side[d].n > 1
+    )
+
+
+NO_LOGPROB = "a side gave no finite logprob of the actual token at the others"
+
+
+def _short(figure: str, pair: PairFigures, base: TaskInputs, cand: TaskInputs) -> tuple[str, str]:
+    """Why a figure compared fewer positions than both runs scored (the side(s) that gave no top-K list, or no
+    actual-token logprob, and at how many positions) and the fix."""
+    assert base.numerics is not None and cand.numerics is not None
+    if figure == "mean_abs_dlp":
+        return NO_LOGPROB, "run both with servers that give the actual token's logprob at every position"
+    docs = {t.doc_id for t in pair.texts}
+    missing = [
+        f"the {name} gave no top-K list at {n:,}"
+        for name, side in (("baseline", base.numerics.main), ("candidate", cand.numerics.main))
+        if (n := _unranked(side, docs))
+    ]
+    fix = "run both with servers that give a top-K list (prompt_logprobs) at every position"
+    return "; ".join(missing) or NO_LOGPROB, fix
+
+
 def numerics_rules(
-    task: str, base: TaskInputs, cand: TaskInputs, policy: NumericsPolicy
+    task: str, base: TaskInputs, cand: TaskInputs, policy: NumericsPolicy, min_coverage: float = 0.95
 ) -> tuple[list[Rule], list[str], list[str]]:
-    """(rules, reasons the gate cannot decide, notes) of a task whose runs hold teacher-forced positions."""
+    """(rules, reasons the gate cannot decide, notes) of a task whose runs hold teacher-forced positions; a rule
+    whose figure compared fewer than ``min_coverage`` of the positions both runs scored cannot decide."""
     if base.numerics is None or cand.numerics is None:
         side = "baseline" if base.numerics is not None else "candidate"
         return [], [f"{task}: numerics: only the {side} holds teacher-forced positions; run both the same way"], []
@@ -95,7 +127,16 @@ def numerics_rules(
         budget = policy.budget(figure)
         if budget is None:
             continue
-        rule, reason = _rule(task, figure, budget, pair, floors, policy.alpha)
+        compared = pair.compared(figure)
+        low = None
+        if compared < min_coverage * pair.scored - 1e-9 or not compared:
+            why, fix = _short(figure, pair, base, cand)
+            low = (
+                f"{compared:,} of {pair.scored:,} positions compared ({why}), "
+                f"below the policy's coverage {min_coverage:.0%}",
+                fix,
+            )
+        rule, reason = _rule(task, figure, budget, pair, floors, policy.alpha, low)
         rules.append(rule)
         reasons += [reason] if reason else []
     return rules, reasons, notes
@@ -108,8 +149,10 @@ def _rule(
     pair: PairFigures,
     floors: tuple[PairFigures | None, PairFigures | None],
     alpha: float,
+    low: tuple[str, str] | None = None,
 ) -> tuple[Rule, str | None]:
-    """One figure's rule and, when it cannot decide, the reason."""
+    """One figure's rule and, when it cannot decide, the reason; ``low``: why too few positions were compared
+    to decide, and the fix (the rule cannot decide, whatever its interval)."""
     iv = pair.figures[figure]
     higher_is_better = figure == "top1"
 
@@ -121,11 +164,18 @@ def _rule(
     cand_floor = floors[1].figures[figure].value if floors[1] is not None else None
     label, side = FIGURE_LABELS[figure], ("≥" if higher_is_better else "≤")
     name = f"{task}: {label}"
-    shown = f"{figure_text(figure, iv.value)} over {len(pair.texts)} texts ({pair.positions} positions)"
+    shown = (
+        f"{figure_text(figure, iv.value)} over {pair.compared_texts(figure)} texts "
+        f"({pair.compared(figure):,} of {pair.scored:,} positions)"
+    )
     floor_text = f"baseline noise floor {figure_text(figure, base_floor)}"
     reason = None
     verdict: RuleVerdict
-    if base_floor is not None and beyond(base_floor):
+    if low is not None:
+        verdict = "skip"
+        note = f"cannot decide: {low[0]}"
+        reason = f"{name}: {low[0]}; {low[1]}"
+    elif base_floor is not None and beyond(base_floor):
         verdict = "skip"
         note = f"cannot decide: the {floor_text} is itself beyond the budget {side} {figure_text(figure, budget)}"
         reason = f"{name}: the {floor_text} is beyond the budget; raise the budget or make the baseline reproducible"

@@ -6,6 +6,7 @@ pass). Token texts are model output: they reach the template as ``str`` and are 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,7 +86,9 @@ class NumericsCompare:
     task: str
     anchor: str
     texts: int = 0
-    positions: int = 0
+    positions: int = 0  # compared by |d-logprob|
+    ranked: int = 0  # compared by KL and top-1 too (both sides gave a top-K list)
+    scored: int = 0  # both runs scored
     figures: list[FigureRow] = field(default_factory=list)
     floor_labels: list[str] = field(default_factory=list)
     quantiles: list[list[str]] = field(default_factory=list)
@@ -147,7 +150,7 @@ def histogram(kl: np.ndarray, width: float = 560.0, height: float = 140.0) -> li
 
 
 def _context(text: TextDivergence, tokens: tuple[str, ...], tops: tuple[np.ndarray, np.ndarray]) -> Context:
-    at = int(text.index[int(np.argmax(text.kl))])
+    at = int(text.index[int(np.nanargmax(text.kl))])
     by_pos = {int(p): i for i, p in enumerate(text.index)}
     cells = []
     for pos in range(max(0, at - BEFORE), min(len(tokens), at + AFTER + 1)):
@@ -156,13 +159,18 @@ def _context(text: TextDivergence, tokens: tuple[str, ...], tops: tuple[np.ndarr
             cells.append(TokenCell(tokens[pos], 0, f"position {pos}: not compared"))
             continue
         kl, dlp = float(text.kl[i]), float(text.abs_dlp[i])
+        if math.isnan(kl):
+            title = f"position {pos}: |d-logprob| {dlp:.3g}; KL and top-1 not compared (a side gave no top-K list)"
+            cells.append(TokenCell(tokens[pos], 0, title))
+            continue
         title = (
             f"position {pos}: KL {kl:.3g}, |d-logprob| {dlp:.3g}, "
             f"top-1 A {int(tops[0][pos, 0])} / B {int(tops[1][pos, 0])}"
         )
         cells.append(TokenCell(tokens[pos], band(kl), title, pos == at))
     i = by_pos[at]
-    return Context(text.doc_id, at, f"{text.kl[i]:.3g}", f"{text.abs_dlp[i]:.3g}", f"{text.kl.mean():.3g}", cells)
+    mean_kl = f"{text.figure('mean_kl'):.3g}"
+    return Context(text.doc_id, at, f"{text.kl[i]:.3g}", f"{text.abs_dlp[i]:.3g}", mean_kl, cells)
 
 
 def build_numerics_compare(a: Run, b: Run, task: str, anchor: str) -> NumericsCompare:
@@ -180,28 +188,30 @@ def build_numerics_compare(a: Run, b: Run, task: str, anchor: str) -> NumericsCo
         return view
     texts = [t for t in pair.texts if t.positions]
     view.texts, view.positions = len(pair.texts), pair.positions
+    view.ranked, view.scored = pair.compared("mean_kl"), pair.scored
     view.figures, view.floor_labels = figure_rows(pair, floors), ["A's noise floor", "B's noise floor"]
     if not texts:
         view.error = "no position was compared"
         return view
-    kl = np.concatenate([t.kl for t in texts])
+    kl = np.concatenate([t.kl[t.ranked] for t in texts])
     dlp = np.concatenate([t.abs_dlp for t in texts])
     view.quantiles = [
         [
             name,
-            f"{np.percentile(kl, q, method='inverted_cdf'):.3g}",
+            f"{np.percentile(kl, q, method='inverted_cdf'):.3g}" if kl.size else "–",
             f"{np.percentile(dlp, q, method='inverted_cdf'):.3g}",
         ]
         for name, q in QUANTILE_POINTS
     ]
     view.bars = histogram(kl)
-    ranked = sorted(texts, key=lambda t: -float(t.kl.mean()))
+    ranked = sorted((t for t in texts if t.compared("mean_kl")), key=lambda t: -t.figure("mean_kl"))
     for t in ranked[:SHOWN_TEXTS]:
         view.contexts.append(
             _context(t, na.main[t.doc_id].tokens, (na.main[t.doc_id].top_ids, nb.main[t.doc_id].top_ids))
         )
     spots = sorted(
-        ((float(k), t, int(p)) for t in texts for k, p in zip(t.kl, t.index, strict=True)), key=lambda x: -x[0]
+        ((float(k), t, int(p)) for t in texts for k, p in zip(t.kl, t.index, strict=True) if not math.isnan(k)),
+        key=lambda x: -x[0],
     )
     for k, t, p in spots[:TOP_POSITIONS]:
         view.top.append([str(t.doc_id), str(p), na.main[t.doc_id].tokens[p], f"{k:.3g}"])

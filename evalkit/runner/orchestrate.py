@@ -199,7 +199,7 @@ class Runner:
         store.write_manifest(manifest)
         store.open()  # streams the samples (a resumed big run is not loaded whole): the keys already answered
         try:
-            mark_answered(store, plans)
+            mark_answered(store, plans, self._urls)
             summary = RunSummary()
             summary.timings_s = self.timings  # the same dict: phases timed from here on land in the summary
             self._lap("resume_check")

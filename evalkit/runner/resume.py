@@ -1,5 +1,11 @@
 """Resuming a run dir: the fingerprint its manifest must have for the run to go on there, the manifest's dates
-when it does, and what the store already holds (each task's answered request keys; the rest is sent again)."""
+when it does, and what the store already holds (each task's answered request keys; the rest is sent again).
+
+The fingerprint leaves the endpoint out (a run may be resumed against other shards), so a run dir may hold
+answers another server gave. Those stay that server's: a sample that names no endpoint was answered by its
+manifest's endpoint, so before the manifest names another, the old one is written into each such sample
+(:meth:`~evalkit.store.writer.RunStore.stamp_endpoint`), and the run says on stderr how many answers it kept
+from which endpoint. The gate refuses a candidate whose answers came from the baseline's endpoint."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from evalkit.config import RunConfig
+from evalkit.config.endpoint import display_url
 from evalkit.contracts import Manifest, manifest_json
 from evalkit.errors import ConfigError
 from evalkit.runner.plan import TaskRun, settings_record, task_settings
@@ -38,10 +45,21 @@ def planned_fingerprint(cfg: RunConfig, tasks: list[Task], model: str | None) ->
     )
 
 
+def manifest_endpoints(manifest: dict[str, Any]) -> list[str]:
+    """The endpoints (URLs without credentials) a manifest as written says its run sent requests to."""
+    many = manifest.get("endpoints")
+    if isinstance(many, list) and all(isinstance(u, str) for u in many) and many:
+        return list(many)
+    one = manifest.get("endpoint")
+    url = one.get("base_url") if isinstance(one, dict) else None
+    return [url] if isinstance(url, str) else []
+
+
 def check_resume(store: RunStore, manifest: Manifest, fresh: bool) -> None:
     """Before ``manifest`` is written to ``store``: with ``fresh``, whatever the dir holds (readable or not) is
     discarded; a run dir holding a run of another fingerprint is refused; one holding this run's keeps its
-    ``created_at`` and gains a ``resumed_at``."""
+    ``created_at`` and gains a ``resumed_at``, and when it sent to one endpoint and this run sends to others, the
+    samples that name no endpoint get that one (the module docstring)."""
     if fresh:
         store.discard()
         return
@@ -55,11 +73,24 @@ def check_resume(store: RunStore, manifest: Manifest, fresh: bool) -> None:
         )
     manifest.created_at = old.get("created_at", manifest.created_at)
     manifest.resumed_at = [*old.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
+    earlier, now = manifest_endpoints(old), manifest_endpoints(manifest_json(manifest))
+    if len(earlier) == 1 and set(earlier) != set(now):  # a sharded run's samples already name theirs
+        store.stamp_endpoint(earlier[0])
 
 
-def mark_answered(store: RunStore, plans: list[TaskRun]) -> None:
+def mark_answered(store: RunStore, plans: list[TaskRun], urls: list[str]) -> None:
     """Each plan's ``done_keys``: the requests the opened ``store`` already holds an answer to (the request phase
-    skips them); a note on stderr when unreadable lines were set aside (their requests are sent again)."""
+    skips them); a note on stderr when unreadable lines were set aside (their requests are sent again), and one
+    per endpoint other than this run's ``urls`` whose answers the store holds (they are kept, not sent again)."""
+    shown = {display_url(u) for u in urls}
+    for url, n in sorted((u, n) for u, n in store.answered_by.items() if u is not None and u not in shown):
+        print(
+            f"evalkit: resuming {store.dir}: {n} answer(s) there were given by {url}, not by this run's "
+            f"endpoint{'s' if len(shown) > 1 else ''} {', '.join(sorted(shown))}; they are kept as {url}'s "
+            "answers and not sent again (pass --fresh to send every request to this run's endpoints)",
+            file=sys.stderr,
+            flush=True,
+        )
     if store.quarantined:
         print(
             f"evalkit: {store.quarantined} unreadable line(s) of {store.samples_path} moved to "

@@ -1,7 +1,10 @@
 """Token-level divergence between two servers' teacher-forced positions of the same texts (the ``numerics`` task).
 
 Per position (every position but the first, which has no logprob) of a text both sides scored with the same
-token ids:
+token ids, each figure where both sides gave what it needs: |d-logprob| wherever both gave the actual token's
+logprob; top-1 agreement and KL only where both also gave a top-K list (a server may answer only the actual
+token). :class:`PairFigures` counts the positions each figure compared and those both runs scored, for the gate's
+coverage check.
 
 - **top-1 agreement**: both sides rank the same token first (``top_ids[:, 0]``).
 - **|d-logprob|**: the absolute difference of the actual token's logprob (``token_logprobs``).
@@ -89,25 +92,31 @@ def check_same_tokens(a: PromptPositions, b: PromptPositions) -> None:
 
 def position_divergence(a: PromptPositions, b: PromptPositions) -> tuple[np.ndarray, ...]:
     """Per compared position of one text: (index, KL(A‖B), |d-logprob|, top-1 agreed). Compared: every position
-    after the first where both sides gave the actual token's logprob and at least one top-K entry."""
+    after the first where both sides gave the actual token's logprob. KL and top-1 need both sides' top-K lists:
+    where either side gave none, KL is NaN and top-1 False (:attr:`TextDivergence.ranked`)."""
     check_same_tokens(a, b)
-    if a.n < 2 or a.k == 0 or b.k == 0:
+    if a.n < 2:
         empty = np.zeros(0)
         return empty.astype(np.int64), empty, empty, empty.astype(bool)
     sl = slice(1, None)
-    a_ids, b_ids, a_lp, b_lp = a.top_ids[sl], b.top_ids[sl], a.top_logprobs[sl], b.top_logprobs[sl]
     actual = a.token_ids[sl].astype(np.int64)
     a_tok, b_tok = a.token_logprobs[sl].astype(np.float64), b.token_logprobs[sl].astype(np.float64)
-    keep = np.isfinite(a_tok) & np.isfinite(b_tok) & (a_ids[:, 0] >= 0) & (b_ids[:, 0] >= 0)
-    union = np.concatenate([a_ids, b_ids, actual[:, None]], axis=1).astype(np.int64)
-    later_dup = np.triu(union[:, :, None] == union[:, None, :], k=1).any(axis=1)  # seen in an earlier column
-    valid = (union >= 0) & ~later_dup
-    pa, ra = _side(union, valid, a_ids, a_lp, actual, a_tok)
-    pb, rb = _side(union, valid, b_ids, b_lp, actual, b_tok)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(valid, pa * (np.log(np.where(valid, pa, 1.0)) - np.log(np.where(valid, pb, 1.0))), 0.0)
-    kl = np.maximum(terms.sum(axis=1) + ra * (np.log(ra) - np.log(rb)), 0.0)
-    agree = a_ids[:, 0] == b_ids[:, 0]
+    keep = np.isfinite(a_tok) & np.isfinite(b_tok)
+    kl = np.full(a.n - 1, np.nan)
+    agree = np.zeros(a.n - 1, dtype=bool)
+    if a.k and b.k:
+        a_ids, b_ids, a_lp, b_lp = a.top_ids[sl], b.top_ids[sl], a.top_logprobs[sl], b.top_logprobs[sl]
+        ranked = (a_ids[:, 0] >= 0) & (b_ids[:, 0] >= 0)
+        union = np.concatenate([a_ids, b_ids, actual[:, None]], axis=1).astype(np.int64)
+        later_dup = np.triu(union[:, :, None] == union[:, None, :], k=1).any(axis=1)  # seen in an earlier column
+        valid = (union >= 0) & ~later_dup
+        pa, ra = _side(union, valid, a_ids, a_lp, actual, a_tok)
+        pb, rb = _side(union, valid, b_ids, b_lp, actual, b_tok)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(valid, pa * (np.log(np.where(valid, pa, 1.0)) - np.log(np.where(valid, pb, 1.0))), 0.0)
+            full = np.maximum(terms.sum(axis=1) + ra * (np.log(ra) - np.log(rb)), 0.0)
+        kl = np.where(ranked, full, np.nan)
+        agree = ranked & (a_ids[:, 0] == b_ids[:, 0])
     index = np.arange(1, a.n)
     return index[keep], kl[keep], np.abs(a_tok - b_tok)[keep], agree[keep]
 
@@ -125,7 +134,9 @@ def first_split(a: PromptPositions, b: PromptPositions) -> int | None:
 
 @dataclass(frozen=True)
 class TextDivergence:
-    """One text's divergence: per compared position its token index, KL, |d-logprob| and top-1 agreement."""
+    """One text's divergence: per compared position (:func:`position_divergence`) its token index, KL (NaN where
+    a side gave no top-K list), |d-logprob| and top-1 agreement; ``scored``: the positions both sides scored
+    (every position after the first)."""
 
     doc_id: int
     index: np.ndarray
@@ -133,30 +144,40 @@ class TextDivergence:
     abs_dlp: np.ndarray
     agree: np.ndarray
     first_split: int | None
+    scored: int = 0
 
     @property
     def positions(self) -> int:
+        """Positions compared by |d-logprob| (both sides gave the actual token's logprob)."""
         return int(self.index.shape[0])
 
+    @property
+    def ranked(self) -> np.ndarray:
+        """Which compared positions both sides gave a top-K list at (KL and top-1 compared)."""
+        return np.isfinite(self.kl)
+
+    def compared(self, name: str) -> int:
+        """How many positions one of :data:`FIGURES` compares."""
+        return self.positions if name == "mean_abs_dlp" else int(self.ranked.sum())
+
     def figure(self, name: str) -> float:
-        """The text's value of one of :data:`FIGURES` (NaN when it has no compared position)."""
-        if not self.positions:
+        """The text's value of one of :data:`FIGURES` (NaN when it has no position that figure compares)."""
+        if name not in FIGURES:
+            raise ValueError(f"unknown numerics figure {name!r}; one of {', '.join(FIGURES)}")
+        if not self.compared(name):
             return math.nan
-        if name == "top1":
-            return float(self.agree.mean())
-        if name == "mean_kl":
-            return float(self.kl.mean())
-        if name == "p99_kl":
-            return float(np.percentile(self.kl, P99, method="inverted_cdf"))
         if name == "mean_abs_dlp":
             return float(self.abs_dlp.mean())
-        raise ValueError(f"unknown numerics figure {name!r}; one of {', '.join(FIGURES)}")
+        if name == "top1":
+            return float(self.agree[self.ranked].mean())
+        kl = self.kl[self.ranked]
+        return float(kl.mean()) if name == "mean_kl" else float(np.percentile(kl, P99, method="inverted_cdf"))
 
 
 def compare_text(a: PromptPositions, b: PromptPositions) -> TextDivergence:
     """The divergence of one text between side A and side B (raises :class:`TokenMismatch`)."""
     index, kl, dlp, agree = position_divergence(a, b)
-    return TextDivergence(a.doc_id, index, kl, dlp, agree, first_split(a, b))
+    return TextDivergence(a.doc_id, index, kl, dlp, agree, first_split(a, b), max(a.n - 1, 0))
 
 
 @dataclass(frozen=True)
@@ -185,7 +206,7 @@ def t_interval(values: np.ndarray, alpha: float, low: float = 0.0, high: float =
 def pooled_p99(texts: list[TextDivergence], alpha: float, resamples: int, seed: int) -> Interval:
     """The p99 of KL over all positions pooled, with a percentile bootstrap over texts (a seeded generator)."""
     level = 1 - 2 * alpha
-    parts = [t.kl for t in texts if t.positions]
+    parts = [t.kl[t.ranked] for t in texts if t.compared("p99_kl")]
     if not parts:
         return Interval(math.nan, -math.inf, math.inf, level, "no compared position")
     kl = np.concatenate(parts)
@@ -214,11 +235,25 @@ class PairFigures:
 
     @property
     def positions(self) -> int:
+        """Positions compared by |d-logprob|, over all texts."""
         return sum(t.positions for t in self.texts)
 
+    @property
+    def scored(self) -> int:
+        """Positions both runs scored, over all texts."""
+        return sum(t.scored for t in self.texts)
+
+    def compared(self, name: str) -> int:
+        """Positions one of :data:`FIGURES` compares, over all texts."""
+        return sum(t.compared(name) for t in self.texts)
+
+    def compared_texts(self, name: str) -> int:
+        """Texts with at least one position one of :data:`FIGURES` compares."""
+        return sum(1 for t in self.texts if t.compared(name))
+
     def per_text(self, name: str) -> np.ndarray:
-        """One figure's per-text values (texts without a compared position left out)."""
-        return np.array([t.figure(name) for t in self.texts if t.positions])
+        """One figure's per-text values (texts without a position it compares left out)."""
+        return np.array([t.figure(name) for t in self.texts if t.compared(name)])
 
 
 def first_missing(a: Mapping[int, PromptPositions], b: Mapping[int, PromptPositions]) -> str | None:
@@ -236,16 +271,14 @@ def compare_runs(
 ) -> PairFigures:
     """The divergence of the texts (by doc_id) both sides scored, A the reference; raises :class:`TokenMismatch`
     for the first text (by doc_id) tokenised differently."""
-    texts = [compare_text(a[d], b[d]) for d in sorted(a.keys() & b.keys())]
-    scored = [t for t in texts if t.positions]
-    per = {name: np.array([t.figure(name) for t in scored]) for name in ("top1", "mean_kl", "mean_abs_dlp")}
-    figures = {
-        "top1": t_interval(per["top1"], alpha, 0.0, 1.0),
-        "mean_kl": t_interval(per["mean_kl"], alpha),
-        "p99_kl": pooled_p99(scored, alpha, resamples, seed),
-        "mean_abs_dlp": t_interval(per["mean_abs_dlp"], alpha),
-    }
-    return PairFigures(texts, figures)
+    pair = PairFigures([compare_text(a[d], b[d]) for d in sorted(a.keys() & b.keys())], {})
+    pair.figures.update(
+        top1=t_interval(pair.per_text("top1"), alpha, 0.0, 1.0),
+        mean_kl=t_interval(pair.per_text("mean_kl"), alpha),
+        p99_kl=pooled_p99(pair.texts, alpha, resamples, seed),
+        mean_abs_dlp=t_interval(pair.per_text("mean_abs_dlp"), alpha),
+    )
+    return pair
 
 
 def split_passes(positions: Mapping[str, PromptPositions]) -> tuple[dict[int, PromptPositions], ...]:

@@ -84,6 +84,8 @@ class RunStore:
         self._lock_fd: int | None = None
         self._synced = -float("inf")  # the first append is fsynced (time.monotonic() may start near 0)
         self.completed: dict[str, set[str]] = {}  # task -> keys stored with an answer (not api_error)
+        # records with an answer (not api_error) by the endpoint they name (None: the manifest's endpoint)
+        self.answered_by: dict[str | None, int] = {}
         self.quarantined = 0  # unreadable lines moved to samples.corrupt.jsonl by open()
 
     @property
@@ -179,6 +181,7 @@ class RunStore:
         """Validate every line of samples.jsonl as a SampleRecord, filling ``completed``; the numbers of the
         lines that are not one."""
         self.completed = {}
+        self.answered_by = {}
         bad: set[int] = set()
         if not self.samples_path.exists():
             return bad
@@ -193,7 +196,44 @@ class RunStore:
                     continue
                 if rec.status != "api_error":  # failed requests are sent again
                     self.completed.setdefault(rec.task, set()).add(rec.key)
+                    self.answered_by[rec.endpoint] = self.answered_by.get(rec.endpoint, 0) + 1
         return bad
+
+    def stamp_endpoint(self, url: str) -> int:
+        """Before :meth:`open`: name ``url`` as the endpoint of every record of samples.jsonl that names none
+        (rewritten atomically; lines that are not records are left for :meth:`open`); how many were stamped.
+        A resumed run whose endpoints differ from the manifest's calls it with the old manifest's endpoint, so
+        that each kept answer still says which server gave it."""
+        if not self.samples_path.exists():
+            return 0
+        fd, tmp = tempfile.mkstemp(prefix=f".{SAMPLES}.", dir=self.dir)
+        stamped = 0
+        try:
+            with open(self.samples_path, "rb") as src, os.fdopen(fd, "wb") as out:
+                for line in src:
+                    try:
+                        rec = SampleRecord.model_validate_json(line)
+                    except ValidationError:
+                        out.write(line)
+                        continue
+                    if rec.endpoint is not None:
+                        out.write(line)
+                        continue
+                    rec.endpoint = url
+                    stamped += 1
+                    out.write(orjson.dumps(rec.model_dump(mode="json")) + b"\n")
+                out.flush()
+                os.fsync(out.fileno())
+            if not stamped:
+                os.unlink(tmp)
+                return 0
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.samples_path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise write_error(self.samples_path, e, f"{SAMPLES} was left as it was; free space and re-run") from None
+        return stamped
 
     def _quarantine(self, bad: set[int]) -> None:
         """Append lines ``bad`` to samples.corrupt.jsonl and rewrite samples.jsonl without them (atomically)."""
