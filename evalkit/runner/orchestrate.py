@@ -37,6 +37,8 @@ from evalkit.tasks.prompt_stream import PromptBuilder
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
 
+_runs_in_process = 0  # Runner.run calls this process has made: only the first one's start-up is the process's
+
 
 def process_age_s() -> float | None:
     """Seconds since this process started (interpreter start-up and imports included); None off Linux."""
@@ -83,6 +85,7 @@ class Runner:
         it). ``scoring``: a scoring Worker the caller owns and closes (runs one after another share it); else the
         run starts its own. ``after_run_imports``: modules the caller uses once the run is over (``evalkit run``:
         the history's writer), imported during the first warm-up with the report's."""
+        self._created = time.perf_counter()  # a later run of this process counts its start-up from here
         self._groups = lm_eval_groups(cfg.tasks, cfg.include_path)  # before its groups expand into their tasks
         self.cfg = cfg = lm_eval_expanded(cfg)
         self.progress = progress
@@ -127,7 +130,7 @@ class Runner:
     # -- main --------------------------------------------------------------------------------------------
     def run(self) -> RunOutcome:
         # where the whole command's time goes, in the summary's "timings_s"
-        self.timings: dict[str, float | None] = {"startup": process_age_s()}
+        self.timings: dict[str, float | None] = {"startup": self._startup_s()}
         self._t = time.perf_counter()
         self.cfg.billed_gpus()  # a price with no GPU count fails now, not after the requests
         tasks = self._tasks()
@@ -175,6 +178,16 @@ class Runner:
                 self.server.stop()
             if store is not None:
                 store.unlock()
+
+    def _startup_s(self) -> float | None:
+        """This run's start-up: the process's (interpreter, imports) for its first run; for a later run of the same
+        process (``--repeats``, a sweep's combinations, watch ticks) the seconds since this Runner was made, so
+        that no run counts the runs before it."""
+        global _runs_in_process
+        _runs_in_process += 1
+        if _runs_in_process == 1:
+            return process_age_s()
+        return round(time.perf_counter() - self._created, 3)
 
     def _lap(self, phase: str) -> None:
         now = time.perf_counter()
