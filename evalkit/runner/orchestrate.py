@@ -206,7 +206,10 @@ class Runner:
         plans = plan_tasks(tasks, self._settings, self._builder, base_url, api_key, model, max_model_len)
         self._lap("prompts")
         manifest = new_manifest(self.cfg, plans, self.argv, self._urls, model, self._in_flight.cap, self.server)
-        check_resume(store, manifest, self.cfg.fresh)
+        self._warmups.earlier = earlier = check_resume(store, manifest, self.cfg.fresh)
+        self.timings.update(earlier.timings)  # a resumed run keeps its earlier warm-ups' record
+        if manifest.warmup is not None:
+            manifest.warmup.configs = self._warmups.configs()
         store.write_manifest(manifest)
         store.open()  # streams the samples (a resumed big run is not loaded whole): the keys already answered
         try:
@@ -272,7 +275,9 @@ class Runner:
             server=self.server,
         )
         if sent:
-            self._lap(f"{p.task.name}.warmup")
+            key = f"{p.task.name}.warmup"
+            self._lap(key)
+            self.timings[key] = self._warmups.wall_s(p.task.name, self.timings[key])
         # the scoring process exits once it has summarised the run's last task, unless the caller owns it
         return phase.run(p, options, extra, close_scoring=last and self._given_scoring is None)
 
