@@ -12,7 +12,7 @@ import yaml
 
 from evalkit.contracts import Request, Response, SampleRecord
 from evalkit.errors import DataError
-from evalkit.scoring.estimators import Z95
+from evalkit.scoring.estimators import wilson_interval
 from evalkit.tasks.base import Task
 from evalkit.tasks.spec import TaskSettings, parse_spec
 
@@ -228,7 +228,10 @@ def test_summarize_by_hand(task):
     assert avg.value == pytest.approx(5 / 11)
     assert avg.n == 11
     assert avg.stderr == pytest.approx(se)
-    assert avg.ci95 == pytest.approx((5 / 11 - Z95 * se, 5 / 11 + Z95 * se))
+    # Wilson at the effective sample size of the clustered stderr, (5/11)(6/11)/se**2 = 18.1, kept within the 3
+    # problems and the 11 samples: 11
+    assert (5 / 11) * (6 / 11) / se**2 > 11
+    assert avg.ci95 == pytest.approx(wilson_interval(5, 11)) and avg.ci_method == "wilson-clustered"
 
     # pass@1: mean of per-problem accuracies 2/4, 2/3, 1/4
     p1 = metrics["pass@1"]
@@ -248,8 +251,11 @@ def test_summarize_by_hand(task):
     assert maj.value == pytest.approx(0.5)
     assert maj.n == 3
     assert maj.stderr == pytest.approx(0.5 / math.sqrt(3))
-    assert maj.ci95 == pytest.approx((0.0, 1.0))  # 0.5 ± 0.566, clipped to [0, 1]
-    assert metrics["pass@2"].ci95 is not None and metrics["pass@2"].ci95[1] == 1.0
+    # Wilson over the problems (each problem's estimate lies in [0, 1]); 2 of 2 at pass@4 keeps a width
+    assert maj.ci95 == pytest.approx(wilson_interval(1.5, 3)) and maj.ci_method == "wilson"
+    p2 = metrics["pass@2"].value
+    assert p2 is not None and metrics["pass@2"].ci95 == pytest.approx(wilson_interval(3 * p2, 3))
+    assert metrics["pass@4"].ci95 == pytest.approx(wilson_interval(2, 2)) and metrics["pass@4"].ci95[0] < 0.35
 
     assert extra["num_samples"] == 4
     assert extra["num_problems"] == 3

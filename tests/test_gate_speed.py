@@ -203,6 +203,32 @@ def test_run_repeats_writes_one_run_dir_per_repeat_that_the_gate_judges_together
     assert res.exit_code == 2 and "--repeats needs --output-dir DIR" in res.output
 
 
+def test_each_repeats_timings_are_its_own(tmp_path: Path) -> None:
+    """``evalkit run --repeats 3`` as a command: each repeat's ``timings_s`` count its own phases, so the three
+    add up to at most the command's wall time, and a later repeat's start-up is not the repeats before it."""
+    import subprocess
+    import time
+
+    with TestServer(Behaviour(ttft_s=0.02, itl_s=0.004)) as srv:
+        args = ["run", "gsm8k", "--endpoint", srv.url, "--limit", "8", "--max-tokens", "16", "--no-report", "-q"]
+        t0 = time.perf_counter()
+        res = subprocess.run(
+            [sys.executable, "-m", "evalkit.cli", *args, "--repeats", "3", "-o", str(tmp_path / "r")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        wall = time.perf_counter() - t0
+    assert res.returncode == 0, res.stderr
+    runs = [tmp_path / "r" / f"repeat-{k}" for k in (1, 2, 3)]
+    timings = [json.loads((d / "summary.json").read_text())["timings_s"] for d in runs]
+    totals = [sum(v for v in t.values() if v is not None) for t in timings]
+    print(f"startup {[t['startup'] for t in timings]} s, phases {totals} s, command {wall:.2f} s")
+    assert sum(totals) <= wall + 0.1  # no phase is counted in two repeats (0.1 s: /proc clock ticks, rounding)
+    for k in (1, 2):  # a later repeat's start-up is its own: less than the whole repeat before it
+        assert timings[k]["startup"] < totals[k - 1] and timings[k]["startup"] < 1.0
+
+
 def test_run_repeats_with_serve_starts_the_server_once(tmp_path: Path) -> None:
     from evalkit import api
 

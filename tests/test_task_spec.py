@@ -11,7 +11,7 @@ import pytest
 
 from evalkit.contracts import MetricValue, SampleRecord
 from evalkit.errors import TaskError
-from evalkit.scoring.estimators import Z95, wilson_interval
+from evalkit.scoring.estimators import wilson_interval
 from evalkit.scoring.metrics import METRICS, Samples, compute_metrics, count_statuses, metric_names
 from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.tasks.registry import KINDS, Registry
@@ -105,10 +105,16 @@ def test_sampled_metrics_by_hand():
     assert avg.value == pytest.approx(0.5) and avg.n == 6
     se = math.sqrt(3 / 2 * (1.0**2 + 0.0**2 + 1.0**2) / 36)  # CR1: residual sums 1, 0, -1 over N = 6
     assert avg.stderr == pytest.approx(se)
-    assert avg.ci95 == pytest.approx((max(0.0, 0.5 - Z95 * se), min(1.0, 0.5 + Z95 * se)))
+    # Wilson at the effective sample size of the clustered stderr: 0.5 * 0.5 / se**2 = 3 (kept within 3 problems
+    # and 6 samples)
+    assert 0.5 * 0.5 / se**2 == pytest.approx(3.0)
+    assert avg.ci95 == pytest.approx(wilson_interval(1.5, 3)) and avg.ci_method == "wilson-clustered"
     assert m["pass@1"].value == pytest.approx(0.5) and m["pass@1"].n == 3
     assert m["pass@2"].value == pytest.approx(2 / 3) and m["pass@2"].n == 3
     assert m["maj@2"].value == pytest.approx((1 + 0.5 + 0) / 3) and m["maj@2"].n == 3  # doc 1: a 7-5 tie
+    # pass@k and maj@K: Wilson over the problems (each problem's estimate lies in [0, 1])
+    assert m["pass@2"].ci95 == pytest.approx(wilson_interval(2, 3)) and m["pass@2"].ci_method == "wilson"
+    assert m["maj@2"].ci95 == pytest.approx(wilson_interval(1.5, 3)) and m["maj@2"].ci_method == "wilson"
     assert metric_names(["avg", "pass", "maj"], 8, "k") == ["avg@8", "pass@1", "pass@2", "pass@4", "pass@8", "maj@8"]
     assert set(METRICS) == {"accuracy", "avg", "pass", "maj", "logprob", "top1"}
 

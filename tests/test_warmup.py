@@ -199,15 +199,22 @@ def test_no_prefix_cache_reset_on_a_server_evalkit_did_not_start(tmp_path: Path)
     assert "prefix_cache_reset" not in read(tmp_path / "run")[1]["warmup"]
 
 
-def test_resumed_run_with_nothing_left_sends_no_warmup(tmp_path: Path) -> None:
+def test_resumed_run_with_nothing_left_sends_no_warmup_and_keeps_the_warmup_record(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["run", "aime25", "--limit", "2", "--num-samples", "1", "--max-tokens", "8", "-o", str(out), "-q"]
     with TestServer() as srv:
         assert evalkit(*args, "--endpoint", srv.url)[0] == 0
+        first_manifest, first, _ = read(out)
         srv.reset()
         assert evalkit(*args, "--endpoint", srv.url)[0] == 0
         assert srv.warmup_requests == [] and srv.requests == []
-    assert len(read(out)[2]) == 2
+    manifest, summary, samples = read(out)
+    assert len(samples) == 2
+    # the samples' speed was measured after the first run's warm-up: the resumed run keeps its record
+    assert first["warmup"]["requests"] == 2 and "aime25.warmup" in first["timings_s"]
+    assert summary["warmup"] == first["warmup"]
+    assert summary["timings_s"]["aime25.warmup"] == first["timings_s"]["aime25.warmup"]
+    assert manifest["warmup"] == first_manifest["warmup"] and len(manifest["warmup"]["configs"]) == 1
 
 
 def test_warmup_prompts_are_distinct_and_fit() -> None:

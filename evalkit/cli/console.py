@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evalkit.contracts import GroupSummary, SampleRecord, speed_metric
+from evalkit.contracts import GroupSummary, MetricValue, SampleRecord, speed_metric
 
 console = Console(stderr=True)
 
@@ -99,15 +99,8 @@ def print_summary(summary: dict[str, Any], run_dir: str) -> None:
         speed.add_column(col)
     for name, t in summary["tasks"].items():
         for metric, m in t["metrics"].items():
-            ci = m.get("ci95")
-            acc.add_row(
-                name,
-                metric,
-                _fmt(m["value"], 4),
-                _fmt(m.get("stderr"), 4),
-                f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-",
-                str(m["n"]),
-            )
+            mv = MetricValue.model_validate(m)
+            acc.add_row(name, metric, _fmt(mv.value, 4), _fmt(mv.stderr, 4), mv.ci_text(), str(mv.n))
         s, c = t["speed"], t["counts"]
         speed.add_row(
             name,
@@ -120,9 +113,7 @@ def print_summary(summary: dict[str, Any], run_dir: str) -> None:
         if not g.metrics:
             acc.add_row(label, "-", "-", "-", "-", "-")
         for metric, gm in g.metrics.items():
-            ci = gm.ci95
-            acc.add_row(label, metric, _fmt(gm.value, 4), _fmt(gm.stderr, 4),
-                        f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", str(gm.n))  # fmt: skip
+            acc.add_row(label, metric, _fmt(gm.value, 4), _fmt(gm.stderr, 4), gm.ci_text(), str(gm.n))
     out = Console()
     out.print(acc)
     out.print(speed)

@@ -262,8 +262,19 @@ class SchedulerStats:
     cpu_s: float = 0.0
 
 
+CI_METHODS: dict[str, str] = {
+    "wilson": "Wilson score interval of the share over its n documents (problems for pass@k and maj@K)",
+    "wilson-clustered": "Wilson score interval at the effective sample size of the stderr clustered by problem",
+    "normal": "value ± 1.96 stderr (mean over texts)",
+    "lm-eval-normal": "value ± 1.96 × lm-eval's stderr, clipped to [0, 1] for a share",
+}
+"""``MetricValue.ci_method``: how a metric's 95% interval was computed (evalkit.scoring.estimators), once, when
+the metric was; every output shows that interval."""
+
+
 class MetricValue(BaseModel):
-    """One accuracy metric in ``summary.json``: value with its standard error and 95% CI over ``n`` items."""
+    """One accuracy metric in ``summary.json``: value with its standard error and 95% CI over ``n`` items;
+    ``ci_method``: a key of :data:`CI_METHODS` (absent in run dirs written before it was recorded)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -271,6 +282,14 @@ class MetricValue(BaseModel):
     stderr: float | None = None
     ci95: tuple[float, float] | None = None
     n: int
+    ci_method: str | None = Field(default=None, exclude_if=_is_none)
+
+    def ci_text(self) -> str:
+        """The stored interval as the text outputs show it: ``[0.3852, 0.6523] wilson`` ("-" without one)."""
+        if self.ci95 is None:
+            return "-"
+        method = f" {self.ci_method}" if self.ci_method else ""
+        return f"[{self.ci95[0]:.4f}, {self.ci95[1]:.4f}]{method}"
 
 
 class EndpointSummary(BaseModel):

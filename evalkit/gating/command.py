@@ -308,7 +308,7 @@ def print_outcome(outcome: GateOutcome, console: Any) -> None:
     verdict and the files written, on a rich ``console``."""
     from rich.table import Table
 
-    from evalkit.gating.output import budget_text, evidence_text, observed_text
+    from evalkit.gating.output import budget_text, evidence_text, observed_text, stored_lines
 
     result = outcome.result
     source = str(outcome.policy_source) if outcome.policy_source else "default (no --policy file)"
@@ -324,6 +324,8 @@ def print_outcome(outcome: GateOutcome, console: Any) -> None:
         verdict = f"[{style[r.verdict]}]{r.verdict}[/{style[r.verdict]}]"
         table.add_row(r.name, verdict, observed_text(r), budget_text(r), evidence_text(r))
     console.print(table)
+    for line in stored_lines(result):
+        console.print(line, highlight=False, markup=False)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
     for reason in result.reasons:

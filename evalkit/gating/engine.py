@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from evalkit.gating.corpus import corpus_rule
 from evalkit.gating.economics import goodput_change_rule, limit_rules, undecided_reasons
 from evalkit.gating.errors import CannotCompare, PolicyError
@@ -10,7 +12,7 @@ from evalkit.gating.inputs import CorpusMetric, Identity, MetricSamples, RunInpu
 from evalkit.gating.matching import Unmatched, match_runs
 from evalkit.gating.numerics_rules import numerics_rules
 from evalkit.gating.policy import GATED_SPEED, Policy, default_policy
-from evalkit.gating.result import GateResult, Rule, overall
+from evalkit.gating.result import GateResult, Rule, StoredMetric, overall
 from evalkit.gating.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
 
 
@@ -290,8 +292,18 @@ def evaluate(
         rules=rules,
         reasons=reasons,
         notes=notes,
+        metrics=[*stored_metrics(baseline, "baseline"), *stored_metrics(candidate, "candidate")],
         policy=policy.model_dump(mode="json"),
     )
+
+
+def stored_metrics(run: RunInputs, side: Literal["baseline", "candidate"]) -> list[StoredMetric]:
+    """``run``'s metrics as its summary stores them (none for several runs merged), for the gate's outputs."""
+    return [
+        StoredMetric(side=side, task=task, metric=key, **m.model_dump())
+        for task, t in run.tasks.items()
+        for key, m in t.stored.items()
+    ]
 
 
 def evaluate_expected(candidate: RunInputs, policy: Policy) -> GateResult:
@@ -310,5 +322,6 @@ def evaluate_expected(candidate: RunInputs, policy: Policy) -> GateResult:
         candidate=candidate.label,
         rules=rules,
         reasons=reasons,
+        metrics=stored_metrics(candidate, "candidate"),
         policy=policy.model_dump(mode="json"),
     )

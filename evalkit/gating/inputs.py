@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from evalkit.contracts import STATUSES, PromptPositions
+from evalkit.contracts import STATUSES, MetricValue, PromptPositions
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,9 @@ class TaskInputs:
     not_gated: dict[str, str] = field(default_factory=dict)
     # lm-eval's corpus metrics (perplexities, bits per byte) as per-document (loglikelihood, length) pairs
     corpus: dict[str, CorpusMetric] = field(default_factory=dict)
+    # the metrics as the run's summary.json stores them (value, its 95% interval and ci_method), for the outputs;
+    # empty for several runs merged (no one run's interval is theirs)
+    stored: dict[str, MetricValue] = field(default_factory=dict)
 
     def speeds(self) -> tuple[SpeedRecords, ...]:
         """Each run's speed: ``runs`` when several runs were merged, else the one run's ``speed``."""

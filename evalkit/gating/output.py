@@ -13,7 +13,7 @@ from evalkit.contracts import speed_metric
 from evalkit.errors import warn
 from evalkit.gating import economics
 from evalkit.gating.numerics_rules import figure_text
-from evalkit.gating.result import GateResult, Rule
+from evalkit.gating.result import GateResult, Rule, StoredMetric
 from evalkit.scoring.numerics import FIGURE_LABELS
 
 GATE_JSON, GATE_MD, JUNIT_XML = "gate.json", "gate.md", "junit.xml"
@@ -94,6 +94,16 @@ def _mde(r: Rule) -> str:
     return f"{r.mde * 100:.2f} pts" if r.kind in ("accuracy", "expected") else f"{r.mde:.1%}"
 
 
+def _value(m: StoredMetric) -> str:
+    return f"{m.value:.4f}" if m.value is not None else "-"
+
+
+def stored_lines(result: GateResult) -> list[str]:
+    """Each side's metrics as its run stored them, one line each: ``baseline gsm8k exact_match,strict-match
+    0.5200 [0.3852, 0.6523] wilson (n=50)``."""
+    return [f"{m.side} {m.task} {m.metric} {_value(m)} {m.ci_text()} (n={m.n})" for m in result.metrics]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -112,6 +122,16 @@ def to_markdown(result: GateResult) -> str:
     for r in result.rules:
         row = (r.name, _MARK[r.verdict], observed_text(r), budget_text(r), evidence_text(r), _mde(r), r.note)
         lines.append("| " + " | ".join(_cell(x) for x in row) + " |")
+    if result.metrics:
+        lines += [
+            "",
+            "| run | task | metric | value | 95% CI (as the run stored it) | n |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            "| " + " | ".join(_cell(x) for x in (m.side, m.task, m.metric, _value(m), m.ci_text(), str(m.n))) + " |"
+            for m in result.metrics
+        ]
     if result.reasons:
         lines += ["", "**Cannot decide:**", *(f"- {_cell(n)}" for n in result.reasons)]
     if result.notes:
@@ -134,6 +154,11 @@ def to_junit(result: GateResult) -> str:
         errors="0",
         skipped=str(skipped),
     )
+    if result.metrics:  # each side's metrics with the interval its run stored
+        props = ET.SubElement(suite, "properties")
+        for m in result.metrics:
+            value = f"{_value(m)} {m.ci_text()} (n={m.n})"
+            ET.SubElement(props, "property", name=f"{m.side} {m.task} {m.metric}", value=value)
     for r in result.rules:
         case = ET.SubElement(suite, "testcase", classname=f"evalkit.gating.{r.task}", name=r.name)
         detail = (

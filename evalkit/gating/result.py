@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from evalkit.contracts import MetricValue
 from evalkit.gating.policy import Mode
 
 RuleVerdict = Literal["pass", "fail", "skip"]
@@ -45,6 +46,15 @@ class Rule(BaseModel):
 Verdict = Literal["pass", "fail", "cannot_decide"]
 
 
+class StoredMetric(MetricValue):
+    """One metric of one side's run as its ``summary.json`` stores it: value, 95% interval and ``ci_method`` (the
+    gate shows the interval the run computed, never one of its own)."""
+
+    side: Literal["baseline", "candidate"]
+    task: str
+    metric: str
+
+
 class GateResult(BaseModel):
     """The gate's answer (:func:`overall`): "fail" when any rule failed; else "cannot_decide" when ``reasons``
     name something that kept the gate from comparing what it claims (nothing comparable, coverage below the
@@ -57,6 +67,8 @@ class GateResult(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list)  # why the gate cannot decide (empty when it could)
     notes: list[str] = Field(default_factory=list)
+    # each side's metrics as its run stored them (one run per side; none for several runs merged)
+    metrics: list[StoredMetric] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=dict)
 
     @property

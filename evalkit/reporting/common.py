@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from evalkit.contracts import MetricValue
-from evalkit.scoring.estimators import proportion_interval
+from evalkit.contracts import CI_METHODS, MetricValue
+from evalkit.scoring.estimators import share_interval
 from evalkit.store.reader import TaskRead, as_int, as_num
 
 DASH = "—"
@@ -149,24 +149,20 @@ def _denominator(value: float, n: int, clusters: int | None) -> str:
 
 
 def metric_view(name: str, m: MetricValue, clusters: int | None = None) -> MetricView:
-    """A metric as shown. A proportion gets a Wilson 95% interval (it has a width at 0% and 100%, where
-    value ± 1.96 stderr collapses to a point), computed from ``value``, ``n`` and, when the samples come from
-    ``clusters`` problems, the clustered ``stderr``; other values keep the interval the store gives."""
-    value, n, stderr = as_num(m.value), m.n, as_num(m.stderr)
+    """A metric as shown, with the 95% interval the run stored (``ci95``, chosen by scoring/ and named by its
+    ``ci_method``). A run dir written before ``ci_method`` was recorded stored a normal interval for every metric;
+    a share of those gets the Wilson interval scoring/ now stores (:func:`share_interval`, at the effective sample
+    size when its samples come from ``clusters`` problems), so its report reads as a new run's would."""
+    value, n, method = as_num(m.value), m.n, m.ci_method
     lo, hi = (as_num(m.ci95[0]), as_num(m.ci95[1])) if m.ci95 is not None else (None, None)
-    if lo is None and hi is None and value is not None and stderr is not None:
-        lo, hi = value - 1.96 * stderr, value + 1.96 * stderr
     frac = all(-1e-9 <= x <= 1 + 1e-9 for x in (value, lo, hi) if x is not None)
-    denominator, note, kind = "", "", ""
-    if frac and value is not None and n:
-        iv = proportion_interval(value, n, stderr, clusters)
-        lo, hi, kind = iv.lo, iv.hi, "Wilson "
-        denominator = _denominator(value, n, clusters)
-        note = f"Wilson score interval for {iv.n_effective:,.1f} effective samples"
-        if iv.degenerate:
-            note += " (the clustered stderr is 0, so each problem counts once)"
-        elif iv.clustered:
-            note += " (design effect from the stderr clustered by problem)"
+    denominator = _denominator(value, n, clusters) if frac and value is not None and n else ""
+    if method is None and frac and value is not None and n:  # a run dir from before ci_method
+        (lo, hi), method = share_interval(value, n, as_num(m.stderr), clusters)
+    kind = "Wilson " if method in ("wilson", "wilson-clustered") else ""
+    note = CI_METHODS.get(method or "", "")
+    if method != m.ci_method:
+        note += " (computed by the report: this run dir records no ci_method)"
     f = fmt_pct if frac else fmt_sig
     ci_str = f"{kind}95% CI {f(lo)} – {f(hi)}" if lo is not None and hi is not None else "95% CI " + DASH
     return MetricView(

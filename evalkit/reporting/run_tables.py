@@ -435,7 +435,7 @@ def detail_view(detail: Any) -> DetailView:
             text = json.dumps(v, indent=1, ensure_ascii=False, default=str)
             nested.append(KV(str(k), text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + "\n…"))
         elif k == "ci" and isinstance(v, str):
-            scalars.append(KV("ci (summary.json)", f"{v}; the cards above show Wilson intervals"))
+            scalars.append(KV("ci (summary.json)", f"{v}; the cards above show these intervals"))
         elif isinstance(v, float) and 0 <= v <= 1 and ("rate" in k or "frac" in k or "share" in k):
             scalars.append(KV(str(k), fmt_pct(v, 2)))
         else:

@@ -336,7 +336,7 @@ def group_views(run: Run) -> list[GroupView]:
                 key,
                 f"{m.value:.4f}" if m.value is not None else "-",
                 f"{m.stderr:.4f}" if m.stderr is not None else "N/A",
-                f"[{m.ci95[0]:.4f}, {m.ci95[1]:.4f}]" if m.ci95 else "-",
+                m.ci_text(),
                 str(m.n),
             )
             for key, m in g.metrics.items()

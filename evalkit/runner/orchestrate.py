@@ -37,6 +37,8 @@ from evalkit.tasks.prompt_stream import PromptBuilder
 from evalkit.tasks.registry import Registry
 from evalkit.worker import Worker
 
+_runs_in_process = 0  # Runner.run calls this process has made: only the first one's start-up is the process's
+
 
 def process_age_s() -> float | None:
     """Seconds since this process started (interpreter start-up and imports included); None off Linux."""
@@ -83,6 +85,7 @@ class Runner:
         it). ``scoring``: a scoring Worker the caller owns and closes (runs one after another share it); else the
         run starts its own. ``after_run_imports``: modules the caller uses once the run is over (``evalkit run``:
         the history's writer), imported during the first warm-up with the report's."""
+        self._created = time.perf_counter()  # a later run of this process counts its start-up from here
         self._groups = lm_eval_groups(cfg.tasks, cfg.include_path)  # before its groups expand into their tasks
         self.cfg = cfg = lm_eval_expanded(cfg)
         self.progress = progress
@@ -127,7 +130,7 @@ class Runner:
     # -- main --------------------------------------------------------------------------------------------
     def run(self) -> RunOutcome:
         # where the whole command's time goes, in the summary's "timings_s"
-        self.timings: dict[str, float | None] = {"startup": process_age_s()}
+        self.timings: dict[str, float | None] = {"startup": self._startup_s()}
         self._t = time.perf_counter()
         self.cfg.billed_gpus()  # a price with no GPU count fails now, not after the requests
         tasks = self._tasks()
@@ -176,6 +179,16 @@ class Runner:
             if store is not None:
                 store.unlock()
 
+    def _startup_s(self) -> float | None:
+        """This run's start-up: the process's (interpreter, imports) for its first run; for a later run of the same
+        process (``--repeats``, a sweep's combinations, watch ticks) the seconds since this Runner was made, so
+        that no run counts the runs before it."""
+        global _runs_in_process
+        _runs_in_process += 1
+        if _runs_in_process == 1:
+            return process_age_s()
+        return round(time.perf_counter() - self._created, 3)
+
     def _lap(self, phase: str) -> None:
         now = time.perf_counter()
         self.timings[phase] = round(now - self._t, 3)
@@ -195,7 +208,10 @@ class Runner:
         manifest = new_manifest(
             self.cfg, plans, self.argv, self._urls, model, self._in_flight.cap, self.server, api_key
         )
-        check_resume(store, manifest, self.cfg.fresh)
+        self._warmups.earlier = earlier = check_resume(store, manifest, self.cfg.fresh)
+        self.timings.update(earlier.timings)  # a resumed run keeps its earlier warm-ups' record
+        if manifest.warmup is not None:
+            manifest.warmup.configs = self._warmups.configs()
         store.write_manifest(manifest)
         store.open()  # streams the samples (a resumed big run is not loaded whole): the keys already answered
         try:
@@ -261,7 +277,9 @@ class Runner:
             server=self.server,
         )
         if sent:
-            self._lap(f"{p.task.name}.warmup")
+            key = f"{p.task.name}.warmup"
+            self._lap(key)
+            self.timings[key] = self._warmups.wall_s(p.task.name, self.timings[key])
         # the scoring process exits once it has summarised the run's last task, unless the caller owns it
         return phase.run(p, options, extra, close_scoring=last and self._given_scoring is None)
 

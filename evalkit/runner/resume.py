@@ -10,12 +10,15 @@ from which endpoint. The gate refuses a candidate whose answers came from the ba
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from pydantic import ValidationError
+
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url
-from evalkit.contracts import Manifest, manifest_json
+from evalkit.contracts import Manifest, WarmupSummary, manifest_json
 from evalkit.errors import ConfigError
 from evalkit.runner.plan import TaskRun, settings_record, task_settings
 from evalkit.store.manifest import fingerprint
@@ -55,17 +58,28 @@ def manifest_endpoints(manifest: dict[str, Any]) -> list[str]:
     return [url] if isinstance(url, str) else []
 
 
-def check_resume(store: RunStore, manifest: Manifest, fresh: bool) -> None:
+@dataclass(frozen=True)
+class EarlierWarmup:
+    """What the warm-ups of the runs that wrote a resumed run dir recorded (its samples' speed came after them):
+    ``summary.json``'s ``warmup``, its ``timings_s["<task>.warmup"]`` and the manifest's ``warmup.configs``."""
+
+    summary: WarmupSummary | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # "<task>.warmup" -> seconds
+    configs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check_resume(store: RunStore, manifest: Manifest, fresh: bool) -> EarlierWarmup:
     """Before ``manifest`` is written to ``store``: with ``fresh``, whatever the dir holds (readable or not) is
     discarded; a run dir holding a run of another fingerprint is refused; one holding this run's keeps its
-    ``created_at`` and gains a ``resumed_at``, and when it sent to one endpoint and this run sends to others, the
-    samples that name no endpoint get that one (the module docstring)."""
+    ``created_at``, gains a ``resumed_at``, and its earlier warm-ups come back for the run to keep; when it sent to
+    one endpoint and this run sends to others, the samples that name no endpoint get that one (the module
+    docstring)."""
     if fresh:
         store.discard()
-        return
+        return EarlierWarmup()
     old = store.read_manifest()
     if old is None:
-        return
+        return EarlierWarmup()
     if fingerprint(old) != fingerprint(manifest_json(manifest)):
         raise ConfigError(
             f"{store.dir} holds a run with a different config (model, task version, data or settings); "
@@ -76,6 +90,28 @@ def check_resume(store: RunStore, manifest: Manifest, fresh: bool) -> None:
     earlier, now = manifest_endpoints(old), manifest_endpoints(manifest_json(manifest))
     if len(earlier) == 1 and set(earlier) != set(now):  # a sharded run's samples already name theirs
         store.stamp_endpoint(earlier[0])
+    return earlier_warmup(old, store.read_summary() or {})
+
+
+def earlier_warmup(manifest: dict[str, Any], summary: dict[str, Any]) -> EarlierWarmup:
+    """The warm-up record of a run dir's ``manifest`` and ``summary`` as written (a part that does not read as
+    evalkit writes it is left out)."""
+    try:
+        warm = WarmupSummary.model_validate(summary["warmup"]) if summary.get("warmup") is not None else None
+    except ValidationError:
+        warm = None
+    timings = summary.get("timings_s")
+    settings = manifest.get("warmup")
+    configs = settings.get("configs") if isinstance(settings, dict) else None
+    return EarlierWarmup(
+        summary=warm,
+        timings={
+            k: float(v)
+            for k, v in (timings.items() if isinstance(timings, dict) else ())
+            if isinstance(k, str) and k.endswith(".warmup") and isinstance(v, int | float) and not isinstance(v, bool)
+        },
+        configs=[c for c in configs if isinstance(c, dict)] if isinstance(configs, list) else [],
+    )
 
 
 def mark_answered(store: RunStore, plans: list[TaskRun], urls: list[str]) -> None:

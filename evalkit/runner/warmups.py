@@ -17,6 +17,7 @@ from evalkit.requests import warmup
 from evalkit.requests.client import ClientOptions
 from evalkit.requests.scheduler import InFlight
 from evalkit.runner.plan import TaskRun
+from evalkit.runner.resume import EarlierWarmup
 
 
 class Warmups:
@@ -31,6 +32,7 @@ class Warmups:
         self._imports = list(imports)  # emptied once the first warm-up has imported them
         self._warmed: set[warmup.SamplingKey] = set()  # the sampling configs warmed so far in this run
         self._results: list[tuple[str, warmup.WarmupResult]] = []  # (task, what its warm-up did)
+        self.earlier = EarlierWarmup()  # what the runs before this one in a resumed run dir warmed
 
     def warm_up(
         self,
@@ -87,20 +89,32 @@ class Warmups:
         return True
 
     def configs(self) -> list[dict[str, Any]]:
-        """The manifest's ``warmup.configs``: every sampling config warmed, with its task."""
-        return [pt.record(name) for name, w in self._results for pt in w.points]
+        """The manifest's ``warmup.configs``: every sampling config warmed, with its task (a resumed run dir's
+        earlier ones first)."""
+        return [*self.earlier.configs, *(pt.record(name) for name, w in self._results for pt in w.points)]
+
+    def wall_s(self, task: str, this_run: float | None) -> float | None:
+        """``timings_s["<task>.warmup"]``: the seconds the task's warm-ups took, in this run (``this_run``, None
+        when it sent none) and in the earlier runs of a resumed run dir."""
+        earlier = self.earlier.timings.get(f"{task}.warmup")
+        if earlier is None or this_run is None:
+            return this_run if earlier is None else earlier
+        return round(earlier + this_run, 3)
 
     def summary(self) -> WarmupSummary | None:
-        """``summary.json``'s ``warmup``: every task's warm-up together (None: none was sent)."""
+        """``summary.json``'s ``warmup``: every task's warm-up together, with a resumed run dir's earlier ones
+        (None: none was sent)."""
+        before = self.earlier.summary
         if not self._results:
-            return None
+            return before
         results = [w for _, w in self._results]
         resets = [w.prefix_cache_reset for w in results if w.prefix_cache_reset is not None]
+        errors = [before.first_error] if before is not None else []
         return WarmupSummary(
-            requests=sum(w.requests for w in results),
-            failed=sum(w.failed for w in results),
-            wall_s=round(sum(w.wall_s for w in results), 3),
-            first_error=next((w.first_error for w in results if w.first_error), None),
+            requests=sum(w.requests for w in results) + (before.requests if before else 0),
+            failed=sum(w.failed for w in results) + (before.failed if before else 0),
+            wall_s=round(sum(w.wall_s for w in results) + (before.wall_s if before else 0.0), 3),
+            first_error=next((e for e in [*errors, *(w.first_error for w in results)] if e), None),
             prefix_cache_reset=all(resets) if resets else None,
             prefix_cache_note=next((w.prefix_cache_note for w in results if w.prefix_cache_note), None),
         )

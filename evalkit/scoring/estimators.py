@@ -15,6 +15,8 @@ All functions are pure. Conventions:
   [0, 1] and keep a width at 0 and 1 (0 of 30 gives 0%–11.4%, where mean ± 1.96 stderr gives 0%–0%). Samples
   clustered by problem count as an *effective* number of independent samples (the design effect read from the
   clustered standard error), and as one per problem when that standard error is 0 and says nothing.
+  :func:`share_interval` is the one place a metric's stored interval (``ci95``) and its ``ci_method`` (a key of
+  ``contracts.CI_METHODS``) are chosen for a share; every output shows what it stored.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_ladder",
     "proportion_interval",
+    "share_interval",
     "wilson_interval",
 ]
 
@@ -161,3 +164,17 @@ def proportion_interval(
         n_eff, degenerate = float(clusters), True
     lo, hi = wilson_interval(v * n_eff, n_eff, z)
     return ProportionInterval(lo, hi, n_eff, clustered=True, degenerate=degenerate)
+
+
+def share_interval(
+    value: float, n: int, stderr: float | None = None, clusters: int | None = None
+) -> tuple[tuple[float, float], str]:
+    """A share's stored 95% interval and its ``ci_method``: :func:`proportion_interval`'s Wilson interval, over
+    ``n`` independent samples (``"wilson"``), or at the effective sample size of the ``stderr`` clustered by
+    ``clusters`` problems when the ``n`` samples come from fewer problems (``"wilson-clustered"``).
+
+    >>> share_interval(26 / 50, 50)
+    ((0.38522..., 0.65227...), 'wilson')
+    """
+    iv = proportion_interval(value, n, stderr, clusters)
+    return (iv.lo, iv.hi), "wilson-clustered" if iv.clustered else "wilson"

@@ -84,7 +84,8 @@ def group_result(name: str, group: GroupSummary, tasks: Mapping[str, TaskSummary
             _proportion(tasks[t].metrics.get(key)) for t in group.tasks if key in tasks[t].metrics
         ):
             ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1], as its tasks'
-        metrics[key] = MetricValue(value=value, stderr=stderr, ci95=ci, n=n)
+        method = "lm-eval-normal" if ci is not None else None  # lm-eval's pooled stderr of the group
+        metrics[key] = MetricValue(value=value, stderr=stderr, ci95=ci, n=n, ci_method=method)
     reason = None if metrics else "none of its tasks has a metric its aggregate_metric_list names"
     return group.model_copy(update={"sizes": sizes, "metrics": metrics, "reason": reason})
 

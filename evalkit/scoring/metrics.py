@@ -5,15 +5,22 @@ A task names its metrics (``metrics = ("avg", "pass", "maj")``, or ``metrics:`` 
 grouped by item (:class:`Samples`). The estimators are :mod:`evalkit.scoring.estimators`'s:
 
 - ``accuracy`` → ``accuracy,<key>``: share of scored samples judged correct; stderr ``sqrt(p(1-p)/n)``, Wilson
-  95% interval; n = samples. For one sample per item.
-- ``avg`` → ``avg@K``: mean correctness over all scored samples; stderr and 95% normal CI clustered by item
-  (clipped to [0, 1]); n = samples. For several samples per item.
+  95% interval (``ci_method`` ``wilson``); n = samples. For one sample per item.
+- ``avg`` → ``avg@K``: mean correctness over all scored samples; stderr clustered by item, Wilson 95% interval
+  at the effective sample size that stderr gives (``wilson-clustered``; between the items and the samples);
+  n = samples. For several samples per item.
 - ``pass`` → ``pass@k`` for k = 1, 2, 4, … and K: unbiased estimator averaged over items with at least k
-  scored samples; stderr across items; n = items.
-- ``maj`` → ``maj@K``: majority vote over each item's canonical answers, ties give fractional credit; n = items.
+  scored samples; stderr across items; Wilson 95% interval over the items (``wilson``: each item's estimate lies
+  in [0, 1], so the interval of a 0/1 share is the cautious one, and keeps a width at 100%); n = items.
+- ``maj`` → ``maj@K``: majority vote over each item's canonical answers, ties give fractional credit; stderr and
+  interval as pass@k's; n = items.
 - ``logprob`` → ``mean_token_logprob`` and ``top1`` → ``top1_rate`` (``logprobs`` tasks): the mean over texts of
   each text's mean actual-token logprob / share of positions whose actual token the server ranked first (the
-  samples' ``figures``, main pass only: ``sample_index`` 0); stderr over texts, normal 95% CI; n = texts.
+  samples' ``figures``, main pass only: ``sample_index`` 0); stderr over texts, normal 95% CI (``normal``);
+  n = texts.
+
+Each interval is chosen here (:func:`~evalkit.scoring.estimators.share_interval` for a share), stored with its
+``ci_method`` and shown as stored by every output.
 
 Samples with status ``api_error`` are never scored and are left out of every denominator; a verifier timeout
 (``correct`` None) counts as wrong.
@@ -29,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from evalkit.contracts import BASE_STATUSES, STATUSES, MetricValue, SampleRecord, Status
-from evalkit.scoring.estimators import maj_at_k, mean_ci_clustered, pass_at_k, pass_at_k_ladder, wilson_interval
+from evalkit.scoring.estimators import maj_at_k, mean_ci_clustered, pass_at_k, pass_at_k_ladder, share_interval
 
-CLUSTER_CI = "95% normal CI, clipped to [0, 1]; stderr clustered by problem (avg@K) or across problems"
-WILSON_CI = "Wilson 95% interval over answered requests"
+WILSON_CI = "Wilson 95% interval over the scored samples"
+CLUSTER_CI = "Wilson 95% interval at the effective sample size of the stderr clustered by problem"
+PROBLEMS_CI = "Wilson 95% interval over problems; stderr across problems"
 TEXT_CI = "95% normal CI of the mean over texts (each text's own figure, main pass)"
 MAJ_TIE_RULE = "fractional: 1/t when the gold answer is one of t answers tied for most votes"
 
@@ -90,14 +98,15 @@ class Samples:
         ]
 
 
-def clustered(values: list[list[float]], n: int) -> MetricValue:
-    """Mean of ``values`` (one list per item) with the item-clustered stderr and CI clipped to [0, 1]."""
+def share(values: list[list[float]], n: int, clusters: int | None = None) -> MetricValue:
+    """Mean of ``values`` (one list per item, each value in [0, 1]) over ``n`` samples with the item-clustered
+    stderr and the share's Wilson interval (at the effective sample size when the samples come from fewer
+    ``clusters`` items)."""
     if not values:
         return MetricValue(value=None, n=n)
-    mean, stderr, ci = mean_ci_clustered(values)
-    if ci is not None:
-        ci = (max(0.0, ci[0]), min(1.0, ci[1]))
-    return MetricValue(value=mean, stderr=stderr, ci95=ci, n=n)
+    mean, stderr, _ = mean_ci_clustered(values)
+    ci, method = share_interval(mean, n, stderr, clusters)
+    return MetricValue(value=mean, stderr=stderr, ci95=ci, n=n, ci_method=method)
 
 
 def _accuracy(s: Samples) -> dict[str, MetricValue]:
@@ -106,14 +115,15 @@ def _accuracy(s: Samples) -> dict[str, MetricValue]:
         return {name: MetricValue(value=None, n=0)}
     right, n = sum(1 for r in s.scored if s.is_correct(r)), len(s.scored)
     p = right / n
-    return {name: MetricValue(value=p, stderr=(p * (1 - p) / n) ** 0.5, ci95=wilson_interval(right, n), n=n)}
+    ci, method = share_interval(p, n)
+    return {name: MetricValue(value=p, stderr=(p * (1 - p) / n) ** 0.5, ci95=ci, n=n, ci_method=method)}
 
 
 def _avg(s: Samples) -> dict[str, MetricValue]:
     if s.k == 0:
         return {}
     values = [[1.0 if s.is_correct(r) else 0.0 for r in rs] for rs in s.answered()]
-    return {f"avg@{s.k}": clustered(values, n=len(s.scored))}
+    return {f"avg@{s.k}": share(values, n=len(s.scored), clusters=len(values))}
 
 
 def _pass(s: Samples) -> dict[str, MetricValue]:
@@ -121,7 +131,7 @@ def _pass(s: Samples) -> dict[str, MetricValue]:
     out = {}
     for j in pass_at_k_ladder(s.k):
         per = [[pass_at_k(n, c, j)] for n, c in counts if n >= j]
-        out[f"pass@{j}"] = clustered(per, n=len(per))
+        out[f"pass@{j}"] = share(per, n=len(per))
     return out
 
 
@@ -129,7 +139,7 @@ def _maj(s: Samples) -> dict[str, MetricValue]:
     if s.k == 0:
         return {}
     maj = [[maj_at_k(s.votes(d), s.canonical(s.gold_of(d)))] for d in s.doc_ids if d in s.by_doc]
-    return {f"maj@{s.k}": clustered(maj, n=len(maj))}
+    return {f"maj@{s.k}": share(maj, n=len(maj))}
 
 
 def _text_mean(s: Samples, figure: str, name: str) -> dict[str, MetricValue]:
@@ -137,7 +147,8 @@ def _text_mean(s: Samples, figure: str, name: str) -> dict[str, MetricValue]:
     if not values:
         return {name: MetricValue(value=None, n=0)}
     mean, stderr, ci = mean_ci_clustered(values)
-    return {name: MetricValue(value=mean, stderr=stderr, ci95=ci, n=len(values))}
+    method = "normal" if ci is not None else None
+    return {name: MetricValue(value=mean, stderr=stderr, ci95=ci, n=len(values), ci_method=method)}
 
 
 @dataclass(frozen=True)
@@ -150,8 +161,8 @@ class Metric:
 METRICS: dict[str, Metric] = {
     "accuracy": Metric(lambda k, key: [f"accuracy,{key}"], _accuracy, WILSON_CI),
     "avg": Metric(lambda k, key: [f"avg@{k}"], _avg, CLUSTER_CI),
-    "pass": Metric(lambda k, key: [f"pass@{j}" for j in pass_at_k_ladder(k)], _pass, CLUSTER_CI),
-    "maj": Metric(lambda k, key: [f"maj@{k}"], _maj, CLUSTER_CI),
+    "pass": Metric(lambda k, key: [f"pass@{j}" for j in pass_at_k_ladder(k)], _pass, PROBLEMS_CI),
+    "maj": Metric(lambda k, key: [f"maj@{k}"], _maj, PROBLEMS_CI),
     "logprob": Metric(
         lambda k, key: ["mean_token_logprob"], lambda s: _text_mean(s, "mean_logprob", "mean_token_logprob"), TEXT_CI
     ),

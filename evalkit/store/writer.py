@@ -326,6 +326,15 @@ class RunStore:
             )
         return manifest
 
+    def read_summary(self) -> dict[str, Any] | None:
+        """The summary the run in this dir last wrote, None if there is none or it does not read as a JSON object
+        (the run writes a new one from its samples)."""
+        try:
+            summary = read_json(self.summary_path)
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        return summary if isinstance(summary, dict) else None
+
     def write_summary(self, summary: RunSummary) -> None:
         self._write_json(self.summary_path, summary_json(summary))
 

@@ -182,14 +182,12 @@ def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str], pri
     row.update(economics_cells(speed, pricing))
     if combo.concurrency is None:
         row["concurrency"] = speed.get("concurrency")  # what auto settled on
-    from evalkit.reporting.common import metric_views
     from evalkit.store.reader import TaskRead
 
     for task in tasks:
-        for mv in metric_views(TaskRead.of(task, by_task.get(task))):  # the report's 95% interval (Wilson for a share)
-            row[f"{task} {mv.name}"] = mv.value
-            ci = f"[{mv.lo:.4f}, {mv.hi:.4f}]" if mv.lo is not None and mv.hi is not None else None
-            row[f"{task} {mv.name} ci95"] = ci
+        for key, mv in TaskRead.of(task, by_task.get(task)).metrics.items():  # with the 95% interval the run stored
+            row[f"{task} {key}"] = mv.value
+            row[f"{task} {key} ci95"] = f"[{mv.ci95[0]:.4f}, {mv.ci95[1]:.4f}]" if mv.ci95 else None
     row.update(group_cells(summary))
     return row
 

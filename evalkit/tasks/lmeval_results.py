@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalkit.contracts import CORPUS_AGGREGATIONS, MetricValue
+from evalkit.scoring.estimators import share_interval
 from evalkit.tasks.lmeval_scored import doc_results
 
 
@@ -54,7 +55,9 @@ def scored_metrics(
 
 
 def aggregate(task: Any, raw: dict[tuple[str, str], list[Any]]) -> dict[str, MetricValue]:
-    """Each (metric, filter)'s per-document values aggregated by the task, with lm-eval's stderr and a 95% CI."""
+    """Each (metric, filter)'s per-document values aggregated by the task, with lm-eval's stderr and a 95% CI: a
+    share of 0/1 documents (their mean) gets its Wilson interval (``ci_method`` ``wilson``), any other metric
+    value ± 1.96 × lm-eval's stderr (``lm-eval-normal``, clipped to [0, 1] when every value lies there)."""
     from lm_eval.api.metrics import stderr_for_metric
 
     out: dict[str, MetricValue] = {}
@@ -64,11 +67,24 @@ def aggregate(task: Any, raw: dict[tuple[str, str], list[Any]]) -> dict[str, Met
         value = float(agg(items))
         se_fn = stderr_for_metric(metric=agg, bootstrap_iters=100000)
         se = float(se_fn(items)) if se_fn is not None and len(items) > 1 else None
-        ci = (value - 1.96 * se, value + 1.96 * se) if se is not None else None
-        if ci is not None and all(isinstance(x, int | float) and 0 <= x <= 1 for x in items):
-            ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
-        out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items))
+        ci, method = lm_eval_interval(value, se, items)
+        out[f"{metric},{fname}"] = MetricValue(value=value, stderr=se, ci95=ci, n=len(items), ci_method=method)
     return out
+
+
+def lm_eval_interval(
+    value: float, se: float | None, items: Sequence[Any]
+) -> tuple[tuple[float, float] | None, str | None]:
+    """The 95% interval of an lm-eval metric of ``value`` over its per-document ``items`` and its ``ci_method``."""
+    binary = bool(items) and all(isinstance(x, int | float) and x in (0, 1) for x in items)
+    if binary and abs(value - sum(items) / len(items)) < 1e-9:  # a share of documents: Wilson, as evalkit's own
+        return share_interval(value, len(items))
+    if se is None:
+        return None, None
+    ci = (value - 1.96 * se, value + 1.96 * se)
+    if all(isinstance(x, int | float) and 0 <= x <= 1 for x in items):
+        ci = (max(0.0, ci[0]), min(1.0, ci[1]))  # a proportion's interval stays within [0, 1]
+    return ci, "lm-eval-normal"
 
 
 def aggregation_names(task: Any) -> dict[str, str]:
