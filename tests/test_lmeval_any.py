@@ -2,7 +2,8 @@
 ``tasks list --lm-eval``, loglikelihood requests built on lm-eval's token boundaries (the test server's
 ``/tokenize``) and sent as local-completions sends them, a recorded vLLM answer parsed to lm-eval's own value,
 per-document scoring, local data (``--data-dir``) and the one-line error without it, and the gate refusing runs
-of different task versions. Parity with lm-eval on real vLLM: tests/test_lmeval_any_vllm.py."""
+of different task versions; a task YAML that lm-eval cannot load is one line. Parity with lm-eval on real vLLM:
+tests/test_lmeval_any_vllm.py."""
 
 from __future__ import annotations
 
@@ -242,3 +243,26 @@ def test_a_sweep_runs_a_group_and_tabulates_its_tasks(
     group = summary["groups"]["lm-eval:gen_group"]  # the sweep's run records the group's aggregate too
     task = summary["tasks"]["lm-eval:tiny_gen"]["metrics"]["exact_match,none"]
     assert group["metrics"]["exact_match,none"]["value"] == task["value"] and group["sizes"] == {"lm-eval:tiny_gen": 6}
+
+
+def test_a_task_whose_function_does_not_import_is_one_line(tmp_path: Path, test_server: object) -> None:
+    """A ``!function`` whose module is missing (or lacks the function) was a 269-line traceback, exit 1: one line
+    naming the task's file and the import that failed, exit 2, nothing sent."""
+    from tests.test_bad_input import assert_one_error_line, invoke
+
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "d.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    (folder / "utils.py").write_text("def other(doc):\n    return doc['question']\n")
+    for name, fn in (("bad_module", "missing_module.fn"), ("bad_function", "utils.missing_fn")):
+        (folder / f"{name}.yaml").write_text(
+            f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'd.jsonl'}\n"
+            f"test_split: test\noutput_type: generate_until\ndoc_to_text: !function {fn}\n"
+            'doc_to_target: "{{answer}}"\nmetric_list:\n  - metric: exact_match\n'
+        )
+    url = test_server.url  # type: ignore[attr-defined]
+    run = ["run", "lm-eval:bad_module", "--include-path", str(folder), "--endpoint", url, "-o", str(tmp_path / "o")]
+    assert_one_error_line(invoke(run), "lm-eval task 'bad_module'", "bad_module.yaml", "'missing_module'")
+    assert test_server.requests == [] and not (tmp_path / "o" / "samples.jsonl").exists()  # type: ignore[attr-defined]
+    show = ["tasks", "show", "lm-eval:bad_function", "--include-path", str(folder)]
+    assert_one_error_line(invoke(show), "lm-eval task 'bad_function'", "bad_function.yaml", "missing_fn")
