@@ -9,6 +9,8 @@ and the credentials a server may quote back in what it sends (:func:`redact_text
 ['evalkit', 'run', '--endpoint', '***@host:8000', '--server-env', 'HF_TOKEN=***']
 >>> redact_text("invalid header Authorization: Bearer sk-live-123456", ["sk-live-123456"])
 'invalid header Authorization: ***'
+>>> redact_db_url("postgresql:/bob:s3cret pw@db/h")
+'postgresql:/***@db/h'
 """
 
 from __future__ import annotations
@@ -56,6 +58,33 @@ def redact_url(text: str) -> str:
     parameters named like a secret (``token``, ``api_key``, ``sig``, ``password``, ``auth``...) by ``***``."""
     text = _USERINFO.sub(lambda m: (m.group("scheme") or m.group("bare") or "") + "***@", text)
     return _QUERY_PARAM.sub(_query_secret, text)
+
+
+# a database URL's scheme as typed, with whatever separators follow it (``postgresql://``, ``postgresql:/``,
+# ``postgresql//``, ``postgresql:// ``): what comes after it up to the URL's last @ is its user and password
+_DB_SCHEME = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*[:/\s]+")
+
+
+def db_url_userinfo(url: str) -> str:
+    """The ``user:password`` part of a database URL, whatever its shape: all between its scheme (and the ``:``,
+    ``/`` and spaces after it) and its last ``@``; "" when it has no ``@``."""
+    head, at, _ = url.rpartition("@")
+    if not at:
+        return ""
+    scheme = _DB_SCHEME.match(head)
+    return head[scheme.end() :] if scheme else head
+
+
+def redact_db_url(url: str) -> str:
+    """A database URL (``EVALKIT_HISTORY_URL``) fit to show, whatever its shape (a missing ``/`` or ``:``, spaces,
+    an ``@`` or ``/`` in the password): its :func:`db_url_userinfo` replaced by ``***``, then
+    :func:`redact_url` (secret query parameters). Nothing of it is parsed first, so a URL that does not parse
+    is shown as safely as one that does."""
+    userinfo = db_url_userinfo(url)
+    if userinfo:
+        head, _, rest = url.rpartition("@")
+        url = head[: len(head) - len(userinfo)] + "***@" + rest
+    return redact_url(url)
 
 
 def _secret_variable(name: str) -> bool:

@@ -1,6 +1,6 @@
-"""Input and environment checks: non-finite numbers and out-of-range seeds are bad input (one line, exit 2); a
-mistyped EVALKIT_* variable, an unwritable prompt cache and a descriptor limit too small for the concurrency are
-each said in one line; a prompt cache that does not hold every document is rebuilt; ``evalkit report -o`` takes a
+"""Input and environment checks: non-finite numbers, out-of-range seeds, GPU counts and prices are bad input (one
+line, exit 2); a mistyped EVALKIT_* variable, an unwritable prompt cache and a descriptor limit too small for the
+concurrency are each said in one line; a prompt cache that does not hold every document is rebuilt; ``evalkit report -o`` takes a
 folder and refuses an unwritable place in one line; a client out of file descriptors is not a server failure."""
 
 from __future__ import annotations
@@ -76,6 +76,28 @@ def test_non_finite_numbers_are_refused(name: str, tmp_path: Path, server: TestS
 def test_seed_outside_int64_is_refused(flags: list[str], env: dict[str, str] | None, server: TestServer) -> None:
     out = invoke(["run", "gsm8k", "--endpoint", server.url, *flags], env)
     assert_one_error_line(out, "invalid value for 'seed'", "signed 64-bit integer", str(2**63 - 1))
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "field", "bound"),
+    [
+        (["--gpus-billed", "99999999999999999999"], None, "gpus_billed", "1000000"),
+        (["--gpus-billed", "1000001"], None, "gpus_billed", "1000000"),
+        ([], {"EVALKIT_GPUS_BILLED": str(2**64)}, "gpus_billed", "1000000"),
+        (["--cost-per-gpu-hour", "1e308"], None, "cost_per_gpu_hour", "1000000"),
+    ],
+    ids=["gpus-20-digits", "gpus-1000001", "gpus-env-2^64", "cost-1e308"],
+)
+def test_a_price_or_gpu_count_past_its_bound_is_refused_before_anything_is_written(
+    flags: list[str], env: dict[str, str] | None, field: str, bound: str, tmp_path: Path, server: TestServer
+) -> None:
+    """--gpus-billed 99999999999999999999 ended the run in a traceback writing manifest.json (past 64 bits), and
+    a price of 1e308 made the cost $inf: both are refused in one line before a request is sent."""
+    before = len(server.requests)
+    price = [] if field == "cost_per_gpu_hour" else ["--cost-per-gpu-hour", "2"]
+    out = invoke(["run", "gsm8k", "--endpoint", server.url, *price, *flags, "-o", str(tmp_path / "o")], env)
+    assert_one_error_line(out, f"invalid value for '{field}'", f"less than or equal to {bound}")
+    assert len(server.requests) == before and not (tmp_path / "o").exists()
 
 
 # ---------------------------------------------------------------------------------- unknown environment

@@ -2,7 +2,8 @@
 ``tasks list --lm-eval``, loglikelihood requests built on lm-eval's token boundaries (the test server's
 ``/tokenize``) and sent as local-completions sends them, a recorded vLLM answer parsed to lm-eval's own value,
 per-document scoring, local data (``--data-dir``) and the one-line error without it, and the gate refusing runs
-of different task versions. Parity with lm-eval on real vLLM: tests/test_lmeval_any_vllm.py."""
+of different task versions; a task YAML that lm-eval cannot load is one line. Parity with lm-eval on real vLLM:
+tests/test_lmeval_any_vllm.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -262,3 +264,86 @@ def test_a_task_named_like_a_path_keeps_its_prompt_cache_inside_the_cache_dir(tm
     assert task.build_requests(TaskSettings(limit=2))  # type: ignore[attr-defined]  # read back from the cache
     out = default_output_dir(load_config({"tasks": ["lm-eval:../../../escaped"]}), "org/m")
     assert out.parent == Path("reports") and out.name.startswith("lm-eval_.._.._.._escaped-m-"), out
+
+
+def test_a_task_whose_function_does_not_import_is_one_line(tmp_path: Path, test_server: object) -> None:
+    """A ``!function`` whose module is missing (or lacks the function) was a 269-line traceback, exit 1: one line
+    naming the task's file and the import that failed, exit 2, nothing sent."""
+    from tests.test_bad_input import assert_one_error_line, invoke
+
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "d.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    (folder / "utils.py").write_text("def other(doc):\n    return doc['question']\n")
+    for name, fn in (("bad_module", "missing_module.fn"), ("bad_function", "utils.missing_fn")):
+        (folder / f"{name}.yaml").write_text(
+            f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'd.jsonl'}\n"
+            f"test_split: test\noutput_type: generate_until\ndoc_to_text: !function {fn}\n"
+            'doc_to_target: "{{answer}}"\nmetric_list:\n  - metric: exact_match\n'
+        )
+    url = test_server.url  # type: ignore[attr-defined]
+    run = ["run", "lm-eval:bad_module", "--include-path", str(folder), "--endpoint", url, "-o", str(tmp_path / "o")]
+    assert_one_error_line(invoke(run), "lm-eval task 'bad_module'", "bad_module.yaml", "'missing_module'")
+    assert test_server.requests == [] and not (tmp_path / "o" / "samples.jsonl").exists()  # type: ignore[attr-defined]
+    show = ["tasks", "show", "lm-eval:bad_function", "--include-path", str(folder)]
+    assert_one_error_line(invoke(show), "lm-eval task 'bad_function'", "bad_function.yaml", "missing_fn")
+
+
+def _malformed_echo(mode: int, logprobs: dict[str, Any]) -> None:
+    """An echoed answer's logprobs made malformed in one way (``mode`` 1 to 5)."""
+    if mode == 1:
+        logprobs["token_logprobs"] = None
+    elif mode == 2:
+        logprobs["token_logprobs"] = [None, *(str(v) for v in logprobs["token_logprobs"][1:])]
+    elif mode == 3:
+        del logprobs["top_logprobs"]
+    elif mode == 4:
+        logprobs["top_logprobs"] = None
+    elif mode == 5:
+        logprobs["top_logprobs"] = [None] * len(logprobs["top_logprobs"])
+
+
+def test_a_malformed_echoed_answer_is_that_requests_failure_and_a_resume_passes_it(
+    tmp_path: Path, tasks: Path, test_server: object
+) -> None:
+    """Echoed token_logprobs null or strings, top_logprobs missing or null ended the run in lm-eval's
+    parse_logprobs (a traceback, no summary) and its resume on the same answer: each is now that request's
+    no_answer with the reason, its document left out of the metrics, the rest scored, the summary written."""
+    from tests.tampering import TamperingProxy
+
+    modes: dict[tuple[int, ...], int] = {}  # the first five prompts (doc 0's four choices, doc 1's first): a mode each
+
+    def tamper(path: str, body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+        if body.get("echo") and answer.get("choices"):
+            prompt = tuple(body["prompt"])
+            if prompt not in modes and len(modes) < 5:
+                modes[prompt] = len(modes) + 1
+            if prompt in modes:
+                _malformed_echo(modes[prompt], answer["choices"][0]["logprobs"])
+        return answer
+
+    out = tmp_path / "run"
+    args = ["run", "lm-eval:tiny_mc", "--include-path", str(tasks), "-o", str(out), "-q", "--concurrency", "1",
+            "--no-warmup", "--no-report"]  # fmt: skip
+    srv = test_server
+    with TamperingProxy(srv.url.removesuffix("/v1"), tamper) as proxy:  # type: ignore[attr-defined]
+        for attempt in ("first", "resume"):
+            res = CliRunner().invoke(app, [*args, "--endpoint", proxy.url])
+            if res.exception is not None and not isinstance(res.exception, SystemExit):
+                raise res.exception
+            assert res.exit_code == 0, res.output
+            records = [orjson.loads(x) for x in (out / "samples.jsonl").read_bytes().splitlines()]
+            failed = {(r["doc_id"], r["sample_index"]): r["extraction"] for r in records if r["status"] != "ok"}
+            assert sorted(failed) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)] and len(records) == 4 * len(QA)
+            assert "no echoed prompt logprobs" in failed[(0, 0)]
+            assert "token_logprobs holds '-" in failed[(0, 1)] and "top_logprobs is NoneType" in failed[(0, 3)]
+            assert "top_logprobs is NoneType" in failed[(0, 2)] and "not a mapping" in failed[(1, 0)]
+            summary = json.loads((out / "summary.json").read_text())["tasks"]["lm-eval:tiny_mc"]
+            assert summary["counts"]["no_answer"] == 5 and summary["metrics"]["acc,none"]["n"] == len(QA) - 2
+            if attempt == "first":  # a run that died on these answers kept none of them: the resume sends them
+                kept = [x for x, r in zip((out / "samples.jsonl").read_bytes().splitlines(), records, strict=True)
+                        if r["status"] == "ok"]  # fmt: skip
+                (out / "samples.jsonl").write_bytes(b"".join(x + b"\n" for x in kept))
+                (out / "summary.json").unlink()
+                sent = len(srv.requests)  # type: ignore[attr-defined]
+    assert len(srv.requests) - sent == 5  # type: ignore[attr-defined]

@@ -297,3 +297,46 @@ def test_watch_runs_numerics_like_any_task(tmp_path: Path) -> None:
     assert "tick 1: 6 requests" in res.output and "tick 2: 6 requests" in res.output, res.output
     ticks = sorted(p for p in out.rglob(POSITIONS))
     assert len(ticks) == 2 and all(len(read_positions(t.parent, "numerics")) == 6 for t in ticks)
+
+
+def _hostile_positions(answer: dict[str, Any], n: int) -> None:
+    """The ``n``-th scored answer made hostile in one way: a token id past int32, a key that is no token id, a
+    top-K key past int32, a continuation id past int64."""
+    choice = answer["choices"][0]
+    ids, entries = choice["prompt_token_ids"], choice["prompt_logprobs"]
+    if n == 1:  # the actual token's id 2**31, its entry under that key
+        entries[1][str(2**31)] = entries[1].pop(str(ids[1]))
+        ids[1] = 2**31
+    elif n == 2:
+        entries[2]["not-a-token"] = {"logprob": -0.5, "rank": 1, "decoded_token": "x"}
+    elif n == 3:
+        entries[1][str(2**40)] = {"logprob": -0.1, "rank": 1, "decoded_token": "x"}
+    elif n == 4:
+        choice["token_ids"] = [5, 2**63]
+
+
+def test_a_hostile_answer_is_that_samples_bad_positions_not_the_runs_end(tmp_path: Path) -> None:
+    """A token id >= 2**31 or a prompt_logprobs key that is no token id ended the run (a traceback, no summary):
+    each such answer is its sample's bad_positions; the others are scored and the summary written."""
+    from tests.tampering import TamperingProxy
+
+    seen = [0]
+
+    def tamper(path: str, body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+        if body.get("prompt_logprobs") and answer.get("choices"):
+            seen[0] += 1
+            _hostile_positions(answer, seen[0])
+        return answer
+
+    out = tmp_path / "run"
+    with TestServer() as srv, TamperingProxy(srv.url.removesuffix("/v1"), tamper) as proxy:
+        run(proxy.url, out, "--no-report", "--num-samples", "1", "--concurrency", "1", "--warmup", "0", limit=6)
+    recs = {r["doc_id"]: r for r in samples(out)}
+    bad = {d: r["extraction"] for d, r in recs.items() if r["status"] == "bad_positions"}
+    assert sorted(bad) == [0, 1, 2, 3] and [recs[d]["status"] for d in (4, 5)] == ["ok", "ok"], recs
+    assert "a prompt token id is out of range (0 to 2**31 - 1): 2147483648" in bad[0]
+    assert "position 2: a prompt_logprobs key is not a token id: 'not-a-token'" in bad[1]
+    assert "position 1: a prompt_logprobs key is out of range" in bad[2] and "a token id is out of range" in bad[3]
+    assert set(read_positions(out, "numerics")) == {recs[4]["key"], recs[5]["key"]}
+    task = json.loads((out / "summary.json").read_text())["tasks"]["numerics"]
+    assert task["counts"]["bad_positions"] == 4 and task["metrics"]["mean_token_logprob"]["n"] == 2

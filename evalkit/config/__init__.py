@@ -10,6 +10,8 @@ anything runs. It imports no other layer (``lint-imports``).
 
 from evalkit.config.server import ServerConfig
 from evalkit.config.settings import (
+    MAX_COST_PER_GPU_HOUR,
+    MAX_GPUS_BILLED,
     OTHER_ENV,
     SEED_MAX,
     SEED_MIN,
@@ -21,6 +23,8 @@ from evalkit.config.settings import (
 )
 
 __all__ = [
+    "MAX_COST_PER_GPU_HOUR",
+    "MAX_GPUS_BILLED",
     "OTHER_ENV",
     "SEED_MAX",
     "SEED_MIN",

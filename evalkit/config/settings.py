@@ -19,6 +19,9 @@ from evalkit.config.slos import parse_slos
 from evalkit.errors import ConfigError, warn
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
+# --gpus-billed and --cost-per-gpu-hour: more is a typo (past 2**63 GPUs unwritable, an infinite price $inf)
+MAX_GPUS_BILLED = 1_000_000
+MAX_COST_PER_GPU_HOUR = 1_000_000.0
 # EVALKIT_* variables read outside RunConfig: the prompt cache (evalkit/tasks/prompt_cache.py), the download cache
 # of scripts/setup_vllm_cpu.sh, the model of scripts/demo.sh and the vllm tests, the browser tests' Chromium, the
 # run history's database (evalkit/history/db.py) and the PostgreSQL server of its tests (scripts/postgres.sh)
@@ -96,8 +99,10 @@ class RunConfig(BaseSettings):
     headers: dict[str, str] = Field(default_factory=dict)  # extra HTTP headers sent with every request
     # latency SLOs in ms (ttft, tpot, e2el), as vllm bench serve --goodput: the summary's goodput figures
     goodput: dict[str, float] | None = None
-    cost_per_gpu_hour: float | None = Field(default=None, gt=0)  # dollars per GPU-hour: the summary's cost figures
-    gpus_billed: int | None = Field(default=None, ge=1)  # GPUs the cost is for (default: the started server's)
+    # dollars per GPU-hour: the summary's cost figures
+    cost_per_gpu_hour: float | None = Field(default=None, gt=0, le=MAX_COST_PER_GPU_HOUR)
+    # GPUs the cost is for (default: the started server's)
+    gpus_billed: int | None = Field(default=None, ge=1, le=MAX_GPUS_BILLED)
 
     @field_validator("concurrency", mode="before")
     @classmethod

@@ -15,7 +15,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 
 from evalkit.errors import EvalkitError
 from evalkit.history.location import ENV
-from evalkit.redact import redact_text, redact_url
+from evalkit.redact import db_url_userinfo, redact_db_url, redact_text, redact_url
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -32,19 +32,22 @@ class HistoryError(EvalkitError):
 
 
 def shown_url(url: str) -> str:
-    """``url`` as evalkit prints it: user and password replaced by ``***`` (:func:`evalkit.redact.redact_url`)."""
-    return redact_url(url)
+    """``url`` as evalkit prints it: user and password replaced by ``***``, whatever the URL's shape, parsed or
+    not (:func:`evalkit.redact.redact_db_url`)."""
+    return redact_db_url(url)
 
 
 def safe_message(err: BaseException, url: str | None) -> str:
     """``err`` as one line with the URL's password (and any credentials quoted in it) redacted."""
     secrets: list[str] = []
     if url:
+        userinfo = db_url_userinfo(url)
+        secrets += [userinfo, userinfo.partition(":")[2], userinfo.strip()]
         with contextlib.suppress(Exception):
             parsed = make_url(url)
             if parsed.password:
                 secrets.append(str(parsed.password))
-    text = " ".join(str(err).split(" (Background on this error")[0].split()) or type(err).__name__
+    text = " ".join(str(err).split()).split(" (Background on this error")[0] or type(err).__name__
     return redact_url(redact_text(text, secrets))[:400]
 
 
@@ -55,9 +58,22 @@ def _parse(url: str) -> URL:
         raise HistoryError(
             f"{ENV}={shown_url(url)} is not a database URL; set it to sqlite:///PATH, postgresql://USER@HOST/DB or off"
         ) from None
+    parsed = parsed.set(drivername=parsed.drivername.lower())  # a URL's scheme is case-insensitive (RFC 3986)
     if parsed.drivername in ("postgresql", "postgres"):  # the psycopg 3 driver (psycopg[binary] from PyPI)
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def _sqlite_folder(url: str, database: str) -> None:
+    """Make the folder of a SQLite history file; HistoryError (one line) when it cannot be made."""
+    folder = Path(database).expanduser().parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HistoryError(
+            f"cannot make the folder {folder} of the history database {shown_url(url)} ({e.strerror or e}); "
+            f"set {ENV} to sqlite:///PATH in a writable folder, or off"
+        ) from None
 
 
 def make_engine(url: str) -> Engine:
@@ -66,7 +82,7 @@ def make_engine(url: str) -> Engine:
     parsed = _parse(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _sqlite_folder(url, parsed.database)
         # the driver's own transaction handling off: each transaction is BEGIN IMMEDIATE (below), so a writer
         # takes the write lock at its start and another one waits for it (busy timeout), never a "database is
         # locked" halfway through a transaction that read first
@@ -87,6 +103,11 @@ def make_engine(url: str) -> Engine:
     args = {"connect_timeout": CONNECT_TIMEOUT_S} if parsed.get_backend_name() == "postgresql" else {}
     try:
         return sa.create_engine(parsed, connect_args=args, pool_pre_ping=True)
+    except sa.exc.NoSuchModuleError:
+        raise HistoryError(
+            f"{ENV}={shown_url(url)}: no database of kind {parsed.drivername!r}; "
+            "set it to sqlite:///PATH, postgresql://USER@HOST/DB or off"
+        ) from None
     except ImportError as e:
         raise HistoryError(
             f"no driver for {shown_url(url)} ({e}); install it (PostgreSQL: pip install 'psycopg[binary]')"
@@ -160,7 +181,14 @@ def open_engine(url: str) -> Engine:
     """An engine on ``url`` whose schema is at the newest migration (made and upgraded once per process and URL)."""
     if url in _engines:
         return _engines[url]
-    engine = make_engine(url)
+    try:
+        engine = make_engine(url)
+    except HistoryError:
+        raise
+    except Exception as e:  # anything else SQLAlchemy or a driver refuses the URL with: one line, never a traceback
+        raise HistoryError(
+            f"cannot open the history database {shown_url(url)}: {safe_message(e, url)}; check {ENV}"
+        ) from None
     try:
         _upgrade_waiting(engine)
     except HistoryError:

@@ -38,8 +38,26 @@ def parse_since(text: str) -> datetime:
     return when
 
 
+MAX_FILTER_CHARS = 256  # a longer --task/--model/--config or history: filter value names nothing evalkit recorded
+_HASH_PREFIX = re.compile(r"[0-9a-f]{1,64}")
+
+
+def _checked_filter(label: str, value: str) -> str:
+    """``value`` when it is at most MAX_FILTER_CHARS long; HistoryError naming ``label`` (not the value) else."""
+    if len(value) > MAX_FILTER_CHARS:
+        raise HistoryError(
+            f"{label} is {len(value):,} characters, over {MAX_FILTER_CHARS}; "
+            "pass a name as `evalkit history list` shows it"
+        )
+    return value
+
+
 def _config_matches(config: str) -> Any:
-    return or_(RunRow.config == config, RunRow.config_hash.startswith(config))
+    """The runs of config ``config``: by its name exactly, or by a prefix of its hash when ``config`` is hex digits
+    (a ``%`` or ``_`` in it is a character, never a wildcard)."""
+    if _HASH_PREFIX.fullmatch(config):
+        return or_(RunRow.config == config, RunRow.config_hash.startswith(config, autoescape=True))
+    return RunRow.config == config
 
 
 def run_query(
@@ -51,7 +69,11 @@ def run_query(
     verdict: str | None = None,
 ) -> Select[Any]:
     """Runs newest first, filtered: a task they ran, their model, their config (its name or a prefix of its
-    hash), created at or after ``since``, judged as a gate's candidate with ``verdict``."""
+    hash), created at or after ``since``, judged as a gate's candidate with ``verdict``. HistoryError when a
+    name is over MAX_FILTER_CHARS."""
+    for key, value in (("task", task), ("model", model), ("config", config)):
+        if value is not None:
+            _checked_filter(f"--{key}", value)
     q = select(RunRow).options(selectinload(RunRow.tasks).selectinload(TaskRow.metrics))
     if task is not None:
         q = q.where(exists().where(TaskRow.run_id == RunRow.id, TaskRow.task == task))
@@ -87,11 +109,16 @@ def verdicts(session: Session, run_ids: list[int]) -> dict[int, str]:
     return {run_id: verdict for run_id, verdict in rows}
 
 
+def _run_id(ref: str) -> bool:
+    """``ref`` reads as a run's id: ASCII digits of a 64-bit integer."""
+    return ref.isascii() and ref.isdigit() and int(ref) < 2**63
+
+
 def find_run(session: Session, ref: str) -> RunRow:
     """The run named by ``ref``: its id, or its run dir's path; HistoryError when there is none."""
     q = select(RunRow).options(selectinload(RunRow.tasks).selectinload(TaskRow.metrics))
     row = None
-    if ref.isdigit():
+    if _run_id(ref):
         row = session.scalar(q.where(RunRow.id == int(ref)))
     if row is None:
         row = session.scalar(q.where(RunRow.run_dir == str(Path(ref).resolve())))
@@ -215,13 +242,18 @@ def resolve_baseline(session: Session, ref: str) -> list[Path]:
     selector, _, query = body.partition("?")
     params = dict(parse_qsl(query, keep_blank_values=True))
     unknown = sorted(set(params) - set(BASELINE_KEYS))
-    if unknown or not (selector in SELECTORS or selector.isdigit()):
+    shown = ref if len(ref) <= MAX_FILTER_CHARS else ref[:MAX_FILTER_CHARS] + "…"
+    if unknown or not (selector in SELECTORS or _run_id(selector)):
         raise HistoryError(
-            f"--baseline {ref}: write history:latest-pass?config=NAME, history:latest?config=NAME or history:ID "
+            f"--baseline {shown}: write history:latest-pass?config=NAME, history:latest?config=NAME or history:ID "
             f"(filters: {', '.join(BASELINE_KEYS)})"
         )
-    filters: dict[str, Any] = {k: params[k] for k in BASELINE_KEYS if params.get(k)}
-    if selector.isdigit():
+    filters: dict[str, Any] = {
+        k: _checked_filter(f"--baseline {PREFIX}{selector}?{k}=…: the {k}", params[k])
+        for k in BASELINE_KEYS
+        if params.get(k)
+    }
+    if _run_id(selector):
         dirs = [find_run(session, selector).run_dir]
     elif selector == "latest":
         runs = list_runs(session, limit=1, **filters)
@@ -231,12 +263,12 @@ def resolve_baseline(session: Session, ref: str) -> list[Path]:
     if not dirs:
         what = "no gate passed a candidate run" if selector == "latest-pass" else "no run"
         raise HistoryError(
-            f"--baseline {ref}: {what} of {' '.join(f'{k}={v}' for k, v in filters.items()) or 'any config'} in the "
+            f"--baseline {shown}: {what} of {' '.join(f'{k}={v}' for k, v in filters.items()) or 'any config'} in the "
             "history; check `evalkit history list` and its filters"
         )
     gone = [d for d in dirs if not Path(d).is_dir()]
     if gone:
-        raise HistoryError(f"--baseline {ref}: its run dir {gone[0]} is gone; restore it or pass a run dir instead")
+        raise HistoryError(f"--baseline {shown}: its run dir {gone[0]} is gone; restore it or pass a run dir instead")
     return [Path(d) for d in dirs]
 
 

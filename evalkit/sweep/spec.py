@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evalkit.config import SEED_MAX, SEED_MIN, ServerConfig, read_config_file
+from evalkit.config import MAX_COST_PER_GPU_HOUR, MAX_GPUS_BILLED, SEED_MAX, SEED_MIN, ServerConfig, read_config_file
 from evalkit.config.server import world_size
 from evalkit.config.slos import parse_slos
 from evalkit.errors import ConfigError
@@ -55,7 +55,7 @@ class EndpointConfig(_Strict):
 
     endpoint: str | None = None
     model: str | None = None
-    gpus_billed: int | None = Field(default=None, ge=1)  # the GPUs behind it, for the cost columns
+    gpus_billed: int | None = Field(default=None, ge=1, le=MAX_GPUS_BILLED)  # the GPUs behind it, for the cost columns
 
 
 class Recommend(_Strict):
@@ -85,8 +85,9 @@ class SweepSpec(_Strict):
     repeats: int = Field(default=1, ge=1, le=20)
     warmup: int | None = Field(default=None, ge=0)  # each run's --warmup (None: the default warm-up)
     goodput: dict[str, float] | None = None  # each run's --goodput SLOs (ms)
-    cost_per_gpu_hour: float | None = Field(default=None, gt=0)  # each run's --cost-per-gpu-hour
-    gpus_billed: int | None = Field(default=None, ge=1)  # each run's --gpus-billed (default: its server's GPUs)
+    cost_per_gpu_hour: float | None = Field(default=None, gt=0, le=MAX_COST_PER_GPU_HOUR)  # each run's price
+    # each run's --gpus-billed (default: its server's GPUs)
+    gpus_billed: int | None = Field(default=None, ge=1, le=MAX_GPUS_BILLED)
     recommend: Recommend | None = None
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ Tokens come from a local Hugging Face tokenizer (``--tokenizer PATH``) or, witho
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -188,18 +189,46 @@ def scored_requests(task: str, lm: Any, entries: Sequence[dict[str, Any]]) -> li
     return out
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _malformed(logprobs: dict[str, Any], ctxlen: int) -> str | None:
+    """What keeps lm-eval's ``parse_logprobs`` from reading the continuation's positions (``[ctxlen:-1]``) of an
+    echoed answer: a token logprob that is not a finite number, ``top_logprobs`` missing, shorter than the
+    token logprobs, or a position's not a mapping of finite numbers; None when it reads."""
+    tokens = logprobs["token_logprobs"][ctxlen:-1]
+    bad = [v for v in tokens if not _number(v)]
+    if bad:
+        return f"token_logprobs holds {repr(bad[0])[:40]}, not a finite number"
+    tops = logprobs.get("top_logprobs")
+    if not isinstance(tops, list):
+        return f"top_logprobs is {type(tops).__name__}, not a list"
+    tops = tops[ctxlen:-1]
+    if len(tops) != len(tokens):
+        return f"{len(tops)} top_logprobs for {len(tokens)} token_logprobs"
+    if not all(isinstance(t, dict) and t and all(_number(v) for v in t.values()) for t in tops):
+        return "a position's top_logprobs is not a mapping of tokens to numbers"
+    return None
+
+
 def score_answer(request: Request, response: Response) -> Score:
     """The (loglikelihood, is_greedy) of one answer by lm-eval's ``LocalCompletionsAPI.parse_logprobs``, kept in
     ``extracted`` (the log-likelihood as ``repr``, so it reads back to the same float)."""
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
     target = orjson.loads(request.target or "{}")
+    ctxlen = int(target["ctxlen"])
     choice_logprobs = (response.logprobs or {}).get("logprobs")
     if not isinstance(choice_logprobs, dict) or not isinstance(choice_logprobs.get("token_logprobs"), list):
         note = "the answer has no echoed prompt logprobs (the server must support echo with logprobs)"
         return Score(status="no_answer", extracted={}, correct={}, extraction=note)
+    malformed = _malformed(choice_logprobs, ctxlen)
+    if malformed:
+        note = f"the answer's echoed logprobs are malformed: {malformed}; not scored"
+        return Score(status="no_answer", extracted={}, correct={}, extraction=note)
     out = {"choices": [{"index": 0, "logprobs": choice_logprobs}]}
-    ll, greedy = LocalCompletionsAPI.parse_logprobs(outputs=out, ctxlens=[int(target["ctxlen"])])[0]
+    ll, greedy = LocalCompletionsAPI.parse_logprobs(outputs=out, ctxlens=[ctxlen])[0]
     extracted: dict[str, str | None] = {
         "loglikelihood": repr(float(ll)),
         "is_greedy": "1" if greedy else "0",

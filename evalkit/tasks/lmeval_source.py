@@ -78,6 +78,24 @@ def _entry(name: str, include_path: tuple[str, ...]) -> Any:
     return entry
 
 
+def _load_full_config(factory: Any, entry: Any) -> dict[str, Any]:
+    """lm-eval's full config of ``entry`` (its YAML, includes and ``!function`` imports); TaskError (one line naming
+    the file) when lm-eval cannot load it: a ``!function`` whose module or function is missing or fails to import,
+    an ``include`` that is not there, YAML that does not parse."""
+    try:
+        cfg: dict[str, Any] = factory._load_full_config(entry, None)
+    except TaskError:
+        raise
+    except Exception as e:
+        where = f" ({entry.yaml_path})" if getattr(entry, "yaml_path", None) else ""
+        why = " ".join(str(e).split())[:300] or type(e).__name__
+        raise TaskError(
+            f"lm-eval task '{entry.name}'{where} does not load: {type(e).__name__}: {why}; fix the YAML "
+            "(a !function needs its module beside the YAML file) or leave the task out"
+        ) from None
+    return cfg
+
+
 def task_config(name: str, include_path: tuple[str, ...] = (), yaml_path: str | None = None) -> dict[str, Any]:
     """lm-eval's config of task ``name`` as its TaskFactory builds it (a copy); from ``yaml_path`` (the task's file,
     as the index found it) without indexing every task when given."""
@@ -91,7 +109,7 @@ def task_config(name: str, include_path: tuple[str, ...] = (), yaml_path: str | 
         entry = _entry(name, include_path)
     if entry.kind in (Kind.GROUP, Kind.TAG):
         raise TaskError(f"lm-eval's '{name}' is a group; run it as {PREFIX}{name} (evalkit runs each of its tasks)")
-    cfg: dict[str, Any] = TaskFactory()._load_full_config(entry, None)
+    cfg: dict[str, Any] = _load_full_config(TaskFactory(), entry)
     if "class" in cfg:
         raise TaskError(f"lm-eval's '{name}' is a Python task class; evalkit runs lm-eval's YAML tasks only")
     for key in ("tag", "group", "task_list"):
@@ -112,7 +130,7 @@ def leaf_tasks(name: str, include_path: tuple[str, ...] = ()) -> list[tuple[str,
         return [(t, {}) for t in sorted(entry.tags) if t in tm.task_index]
     if entry.kind != Kind.GROUP:
         return [(name, {})]
-    raw = tm._factory._load_full_config(entry, None)
+    raw = _load_full_config(tm._factory, entry)
     shared = {k: v for k, v in raw.items() if k not in group_fields}
     out: list[tuple[str, dict[str, Any]]] = []
     for item in raw.get("task") or []:

@@ -23,8 +23,9 @@ Task-file keys::
     texts: 64          # the text set: the first N documents of data.test
     noise_floor: 16    # texts sent again after the main pass (0: none)
 
-An answer whose ``prompt_logprobs`` do not fit its ``prompt_token_ids`` is ``bad_positions`` (not scored, no
-positions); a failed request is ``api_error`` as in every task.
+An answer whose ``prompt_logprobs`` do not fit its ``prompt_token_ids`` (a token id outside int32, a key that is
+not a token id included) is ``bad_positions`` (not scored, no positions); a failed request is ``api_error`` as in
+every task.
 """
 
 from __future__ import annotations
@@ -48,10 +49,23 @@ class BadPositions(ValueError):
     """An answer's positions do not fit its tokens; the message says how."""
 
 
+TOKEN_ID_LIMIT = 2**31  # positions.bin holds token ids as int32: a vocabulary never reaches this
+
+
 def _int(value: Any, what: str) -> int:
+    """``value`` as a token id: an integer from 0 to TOKEN_ID_LIMIT - 1; BadPositions else."""
     if type(value) is not int:
-        raise BadPositions(f"{what} is not an integer: {value!r}")
+        raise BadPositions(f"{what} is not an integer: {str(repr(value))[:80]}")
+    if not 0 <= value < TOKEN_ID_LIMIT:
+        raise BadPositions(f"{what} is out of range (0 to 2**31 - 1): {value}")
     return value
+
+
+def _key_id(key: Any, i: int) -> int:
+    """A ``prompt_logprobs`` key at position ``i`` (a token id written as a string) as a token id."""
+    if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 20):
+        raise BadPositions(f"position {i}: a prompt_logprobs key is not a token id: {str(repr(key))[:80]}")
+    return _int(int(key), f"position {i}: a prompt_logprobs key")
 
 
 def parse_positions(
@@ -89,7 +103,7 @@ def parse_positions(
         texts[i] = str(actual.get("decoded_token") or "")
         first_rank += actual.get("rank") == 1
         ranked = sorted(
-            (int(e["rank"]), -float(e["logprob"]), int(t))
+            (int(e["rank"]), -float(e["logprob"]), _key_id(t, i))
             for t, e in pos.items()
             if isinstance(e, dict) and isinstance(e.get("rank"), int) and isinstance(e.get("logprob"), int | float)
         )
