@@ -219,9 +219,10 @@ def server_record(urls: list[str], api_key: str | None, model: str, server: Any)
     SERVER_KEYS`), with a server evalkit started its provenance too (argv, env, GPUs, dtype, the ``max_num_seqs``
     it was given) and, over several endpoints, each one's own description in ``endpoints``."""
     described = [describe_server(u, api_key, model) for u in urls]
-    out: dict[str, Any] = {**(server.provenance() if server is not None else {}), **described[0]}
-    if server is not None:
-        out["max_num_seqs"] = server.cfg.max_num_seqs
+    provenance = server.provenance() if server is not None else {}
+    out: dict[str, Any] = {**provenance, **described[0]}
+    if provenance.get("max_num_seqs") is not None:  # vLLM does not say it; a server evalkit started was given it
+        out["max_num_seqs"] = provenance["max_num_seqs"]
     if len(described) > 1:
         out["endpoints"] = described
     return out

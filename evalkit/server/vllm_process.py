@@ -365,9 +365,10 @@ class VLLMServer:
 
     def provenance(self) -> dict[str, Any]:
         """What to record in the run manifest: version, exact argv, launcher, env overrides (secrets
-        redacted), startup time, the machine's GPUs and the dtype asked for (``dtype_choice``: why, where evalkit
-        chose it for the CPU build)."""
+        redacted), startup time, the machine's GPUs, the ``max_num_seqs`` it was given and the dtype asked for
+        (``dtype_choice``: why, where evalkit chose it for the CPU build)."""
         return {
+            "max_num_seqs": self.cfg.max_num_seqs,
             "dtype": self.cfg.dtype,
             "dtype_choice": self.dtype_note,
             "vllm_version": self.vllm_version(),
