@@ -139,19 +139,20 @@ def test_unreadable_stream_is_that_requests_api_error(tmp_path: Path, server: Te
 
 
 # ------------------------------------------------------------------------------- pings are not progress
-def test_ping_only_stream_fails_as_idle(tmp_path: Path, server: TestServer) -> None:
-    """A stream of ``: ping`` comments (each resets the socket's read timer) is abandoned once no data event came
-    for --idle-timeout, not after the total timeout (136 s here)."""
-    server.faults = [{"hostile": "ping_only", "stall_s": 15}] * 2
+def test_ping_only_stream_fails_at_the_ttft_timeout(tmp_path: Path, server: TestServer) -> None:
+    """A stream of ``: ping`` comments and no data event is abandoned at --ttft-timeout (pings are not a first
+    event), not after the stream's 15 s, and not re-sent into the server's queue. Pings once tokens flow meet the
+    idle timeout: tests/test_queueing.py."""
+    server.faults = [{"hostile": "ping_only", "stall_s": 15}]
     out = tmp_path / "r"
-    code, err, elapsed = run(out, server.url, "--idle-timeout", "1", "--max-error-rate", "0.5", limit=2)
+    code, err, elapsed = run(out, server.url, "--ttft-timeout", "1", "--max-error-rate", "0.5", limit=2)
     assert code == 0, err
     bad = by_doc(out)[0]
-    assert bad["status"] == "api_error" and bad["attempts"] == 2
-    assert "no data event" in bad["error"] and "1 s" in bad["error"], bad["error"]
+    assert bad["status"] == "api_error" and bad["attempts"] == 1
+    assert "no data event" in bad["error"] and "(1 s" in bad["error"], bad["error"]
     first, second = server.requests[:2]
-    assert first.aborted and second.aborted
-    assert 0.95 <= second.time - first.time < 3.0  # the first attempt was given up after ~1 s of pings
+    assert first.aborted and second.prompt != first.prompt and not second.aborted
+    assert 0.95 <= second.time - first.time < 3.0  # the first request was given up after ~1 s of pings
     assert elapsed < 12
     assert_written(out, "gsm8k")
 

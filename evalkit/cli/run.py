@@ -89,7 +89,16 @@ def run(
     ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write report.html.")] = False,
     idle_timeout: Annotated[
-        float | None, typer.Option(help="Seconds without data before a request is abandoned and retried.")
+        float | None,
+        typer.Option(
+            help="Seconds without a data event, once a request's tokens flow, before it is abandoned and re-sent (default 120)."
+        ),
+    ] = None,
+    ttft_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a request may wait for its first data event (its turn in the server's queue and its prefill; a non-streamed request: beyond its work's own bound) before it fails, not re-sent (default 1800)."
+        ),
     ] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Attempts per request (retries + 1).")] = None,
     allow_model_mismatch: Annotated[
@@ -218,6 +227,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         max_error_rate=take("max_error_rate"),
         report=False if take("no_report") else None,
         idle_timeout_s=take("idle_timeout"),
+        ttft_timeout_s=take("ttft_timeout"),
         max_attempts=take("max_attempts"),
         allow_model_mismatch=take("allow_model_mismatch") or None,
         goodput=take("goodput") or None,

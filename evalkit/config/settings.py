@@ -88,7 +88,8 @@ class RunConfig(BaseSettings):
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
     report: bool = True
     connect_timeout_s: float = Field(default=10.0, gt=0)
-    idle_timeout_s: float = Field(default=120.0, gt=0)
+    idle_timeout_s: float = Field(default=120.0, gt=0)  # between data events, once a request's tokens flow
+    ttft_timeout_s: float = Field(default=1800.0, gt=0)  # from a send to its first data event (queue wait, prefill)
     max_attempts: int = Field(default=5, ge=1)
     max_retry_s: float = Field(default=600.0, gt=0)
     allow_model_mismatch: bool = False  # accept responses naming a model the endpoint does not list (not the run's)

@@ -154,11 +154,13 @@ class Response:
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # latencies count from the request's first send (a re-sent request's include its failed attempts)
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
-    start_s: float | None = None
+    start_s: float | None = None  # the first send, in seconds since the client started
+    retry_lost_s: float | None = None  # a re-sent request: seconds from its first send to its answered attempt's
     endpoint: str | None = None  # the URL (no credentials) that answered, when the run has several endpoints
     # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
     # chunk carried a ``tool_calls`` field, [] when the server sent an empty list
@@ -231,11 +233,16 @@ class SampleRecord(BaseModel):
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # TTFT and E2E count from the request's first send: a re-sent request's include its failed attempts and their
+    # backoff, as a user waits them (vllm bench serve never re-sends); ``start_s`` is that first send
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     itl_ms: list[float] = Field(default_factory=list)
     start_s: float | None = None
+    # a re-sent request that was answered: seconds its failed attempts and their backoff took (from its first send
+    # to the answered attempt's); left out of the line otherwise
+    retry_lost_s: float | None = Field(default=None, exclude_if=_is_none)
     # the endpoint (URL without credentials) that answered: in a run sharded over several endpoints, and on answers
     # a resumed run kept from another endpoint; None: the manifest's endpoint
     endpoint: str | None = Field(default=None, exclude_if=_is_none)
@@ -303,6 +310,16 @@ class EndpointSummary(BaseModel):
     server: dict[str, Any] | None = None  # its /metrics deltas over the task (None: not scraped or not served)
 
 
+class ResentSummary(BaseModel):
+    """A task's requests that were sent more than once (after a failed attempt: a dropped connection, 408/409/429/
+    5xx, a stream that stalled once its tokens flowed), in its summary's ``resent``; absent when none was."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: int  # samples with a request sent more than once (answered or not)
+    lost_s: float  # seconds the answered ones lost to their failed attempts and backoff (their retry_lost_s, summed)
+
+
 class TaskSummary(BaseModel):
     """One task's entry in ``summary.json``: accuracy, request outcomes, speed and what the server and GPUs did."""
 
@@ -319,6 +336,7 @@ class TaskSummary(BaseModel):
     gpu: dict[str, Any] | None = None  # GPU sampling over the task (evalkit.server.gpu)
     # a run sharded over several endpoints: per endpoint (``speed`` above is all of them together)
     endpoints: list[EndpointSummary] | None = Field(default=None, exclude_if=_is_none)
+    resent: ResentSummary | None = Field(default=None, exclude_if=_is_none)  # absent: no request was re-sent
 
 
 class WarmupSummary(BaseModel):

@@ -2,14 +2,15 @@
 
 Every request status other than ``ok`` that reaches :data:`STATUS_SHARE` of a task's requests (any
 ``api_error``) gets a banner saying what happened and how the score treats it; so do a client-bound run, a
-stall of the server (no first token for seconds while requests waited) and clamped ``max_tokens``.
+stall of the server (no first token for seconds while requests waited), requests re-sent after a failed attempt
+and clamped ``max_tokens``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from evalkit.contracts import Speed
+from evalkit.contracts import ResentSummary, Speed
 from evalkit.reporting.analysis import primary_correct
 from evalkit.reporting.common import Banner, compact_json, fmt_ms, fmt_pct
 from evalkit.reporting.timecourse import first_token_stall
@@ -159,6 +160,18 @@ def shared_wait_banner(name: str, speed: Speed | None, server: dict[str, Any]) -
     )
 
 
+def resent_banner(name: str, resent: ResentSummary, total: int | None) -> Banner:
+    k = resent.requests
+    share = f" ({fmt_pct(k / total)} of {total:,})" if total else ""
+    return Banner(
+        "warn",
+        f"{name}: {k:,} {'request was' if k == 1 else 'requests were'} re-sent{share} after a failed attempt (a "
+        f"dropped connection, HTTP 408/409/429/5xx, a stream that stalled once its tokens flowed); the failed "
+        f"attempts and their backoff took {resent.lost_s:.1f} s in all. Latencies count from each request's first "
+        "send, as its user waited: the TTFT and E2E of the re-sent requests include that time.",
+    )
+
+
 def client_bound_banner(name: str, speed: Speed) -> Banner:
     lag = speed.loop_lag_ms_p99
     cpu = speed.client_cpu_s
@@ -199,6 +212,8 @@ def run_banners(run: Run) -> list[Banner]:
             k = counts.get(status) or 0
             if k > 0 and (status in ("api_error", *ALWAYS_SHOWN) or not total or k / total >= STATUS_SHARE):
                 out.append(status_banner(name, status, k, total, settings, samples))
+        if t.resent is not None and t.resent.requests > 0:
+            out.append(resent_banner(name, t.resent, total))
         timed = [s for s in samples if as_num(s.get("start_s")) is not None]
         if timed:
             stall = stall_banner(name, timed, server)

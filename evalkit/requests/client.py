@@ -4,10 +4,13 @@ Over 400 lines: one attempt's read of the stream (timing, checks and bounds on w
 kept together for the per-chunk cost, beside the retries and the dispatch over endpoints.
 
 Timing follows vLLM's ``vllm/benchmarks/serve.py``: ``time.perf_counter()`` from just before the request is
-sent; TTFT at the first chunk that carries generated text (content, reasoning, or a piece of a tool call: its
-name or arguments, which is where a tool-calling answer's tokens arrive); ITL between such chunks; TPOT =
-(latency - TTFT) / (output_tokens - 1) with output tokens from the final ``usage`` chunk
+first sent (a re-sent request's TTFT and E2E include its failed attempts and their backoff, which the Response
+gives apart as ``retry_lost_s``); TTFT at the first chunk that carries generated text (content, reasoning, or a
+piece of a tool call: its name or arguments, which is where a tool-calling answer's tokens arrive); ITL between
+such chunks; TPOT = (latency - TTFT) / (output_tokens - 1) with output tokens from the final ``usage`` chunk
 (``stream_options.include_usage``).
+
+Timeouts: :mod:`evalkit.requests.timeouts` (a request waiting its turn is bounded by the TTFT timeout, not re-sent).
 
 The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson, not through the
 ``openai`` package's chunk iterator, whose CPU per token would distort timings on a fast server (BENCHMARKS.md). Retries
@@ -35,7 +38,6 @@ import errno
 import random
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -55,6 +57,7 @@ from evalkit.limits import MAX_ERROR_BODY_BYTES, BodyTooLarge, max_stream_bytes,
 from evalkit.redact import redact_secrets, redact_text, secrets_of
 from evalkit.requests.endpoint import redirect_error
 from evalkit.requests.scored_answer import MalformedAnswer, max_scored_bytes, read_scored_answer
+from evalkit.requests.timeouts import ClientOptions, Deadline, timeout_message
 from evalkit.requests.tool_stream import ToolCallAssembler
 from evalkit.server.http_reads import read_capped
 
@@ -78,30 +81,18 @@ class RequestFailed(Exception):
         self.retry_after = retry_after
 
 
+class RequestTimedOut(Exception):
+    """No first event (or non-streamed answer) within its bound: not re-sent, it would queue again at the back."""
+
+    status = None
+
+
 class RequestRejected(Exception):
     """The server refused the request (400/401/403/404/422...): retrying cannot help."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    """Timeouts and retry bounds. ``idle_timeout_s``: the longest wait for the response headers or between
-    ``data:`` events; ``total_s`` per request is ``total_base_s + max_tokens * total_per_token_s``."""
-
-    connect_timeout_s: float = 10.0
-    idle_timeout_s: float = 120.0
-    total_base_s: float = 120.0
-    total_per_token_s: float = 0.5
-    max_attempts: int = 5
-    max_retry_s: float = 600.0
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-
-    def total_timeout(self, max_tokens: int) -> float:
-        return self.total_base_s + max_tokens * self.total_per_token_s
 
 
 MAX_PROMPT_TOKENS = 2**31 - 1
@@ -290,15 +281,20 @@ class Client:
         return body
 
     # -- one attempt -------------------------------------------------------------------------------------
-    async def _once(self, req: Request, body: bytes, endpoint: int = 0) -> Response:
+    async def _once(
+        self, req: Request, body: bytes, endpoint: int = 0, st: float | None = None, since: float | None = None
+    ) -> Response:
+        """One attempt sent at ``st`` (None: now); latencies count from ``since``, the first send (None: ``st``)."""
         assert self._session is not None, "use 'async with Client(...)'"
         url, headers = self._targets[endpoint]
         o = self.options
-        timeout = aiohttp.ClientTimeout(
-            total=o.total_timeout(req.gen.max_tokens), sock_connect=o.connect_timeout_s, sock_read=o.idle_timeout_s
-        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=o.connect_timeout_s, sock_read=None)
         chat = self.kind == "chat"
-        st = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        st = time.perf_counter() if st is None else st
+        since = st if since is None else since
+        first_bound = o.first_event_timeout(req)
+        answer_end = 0.0  # the loop time by which a streamed answer must end, set at its first event
         text_parts: list[str] = []
         reasoning_parts: list[str] = []
         itl: list[float] = []
@@ -311,10 +307,12 @@ class Client:
         scored: dict[str, Any] | None = None
         tools = ToolCallAssembler()
         accepted, received, most = self.accepted, 0, max_stream_bytes(req.gen.max_tokens)
+        timer = Deadline(loop.time() + first_bound)
         try:
-            async with self._session.post(
-                url, data=body, headers=headers, timeout=timeout, allow_redirects=False
-            ) as resp:
+            async with (
+                timer,
+                self._session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False) as resp,
+            ):
                 if 300 <= resp.status < 400:  # never followed: it may take the key elsewhere, or the POST as a GET
                     where = resp.headers.get("Location")
                     raise RequestRejected(redirect_error(resp.status, where, url), resp.status)
@@ -346,14 +344,12 @@ class Client:
                                 f"{req.gen.max_tokens}: more than any answer of that length"
                             )
                         if not line.startswith(b"data:"):
-                            # comments (": ping") and other fields are not progress: the idle timeout runs on
-                            if len(line) > 2 and time.perf_counter() - seen > o.idle_timeout_s:
-                                raise RequestFailed(
-                                    f"timed out: no data event within the idle timeout ({o.idle_timeout_s:g} s), "
-                                    "only SSE comments/pings"
-                                )
-                            continue
+                            continue  # comments (": ping") and other fields are not progress: the timer runs on
                         seen = time.perf_counter()
+                        now = loop.time()
+                        if not answer_end:  # the first event: from here the answer's bound and the idle timeout
+                            answer_end = now + o.total_timeout(req.gen.max_tokens)
+                        timer.reschedule(min(now + o.idle_timeout_s, answer_end))
                         data = line[5:].strip()
                         if data == b"[DONE]":
                             break
@@ -387,7 +383,7 @@ class Client:
                             if piece or rpiece or called:
                                 self.chunks_received += 1
                                 if ttft is None:
-                                    ttft = seen - st
+                                    ttft = seen - since
                                     self.first_tokens += 1
                                 else:
                                     itl.append((seen - last) * 1000.0)
@@ -406,8 +402,11 @@ class Client:
                     text = ""
         except (RequestFailed, RequestRejected):
             raise
-        except asyncio.TimeoutError as e:
-            raise RequestFailed(f"timed out ({type(e).__name__}): no data within the idle/total timeout") from None
+        except (asyncio.TimeoutError, TimeoutError) as e:
+            if not timer.expired:  # connecting
+                raise RequestFailed(f"timed out ({type(e).__name__}) connecting to the server") from None
+            message, resend = timeout_message(o, req, first_bound, answer_end, loop.time())
+            raise (RequestFailed(message) if resend else RequestTimedOut(message)) from None
         except aiohttp.ClientError as e:  # dropped connections, broken chunked encoding, unparsable HTTP
             if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):  # retried: others free theirs
                 raise RequestFailed(OUT_OF_DESCRIPTORS) from None
@@ -425,7 +424,7 @@ class Client:
             raise RequestFailed("stream ended without a finish_reason (connection cut?)")
         if not isinstance(finish, str):
             raise RequestFailed(f"malformed event from server: finish_reason {_show(finish)} is not a string")
-        e2e = end - st
+        e2e = end - since
         counts, note = read_usage(usage, req.gen.max_tokens)
         calls = tools.calls()
         if self._secrets:  # a server that echoes a credential into the answer (the texts are not otherwise changed)
@@ -447,7 +446,8 @@ class Client:
             tpot_ms=tpot,
             e2e_ms=e2e * 1000.0,
             itl_ms=itl,
-            start_s=st - self.t0,
+            start_s=since - self.t0,
+            retry_lost_s=st - since if st > since else None,
             tool_calls=calls,
             logprobs=scored,
         )
@@ -470,6 +470,7 @@ class Client:
         endpoints the Response names the one that answered (or the last one tried)."""
         body = orjson.dumps(self.payload(req))
         attempts = 0
+        since: float | None = None  # the request's first send: its latencies count from here
         endpoint: int | None = None
         sharded = len(self._targets) > 1
         try:
@@ -482,11 +483,13 @@ class Client:
                 with attempt:
                     attempts += 1
                     endpoint = self._dispatch(endpoint) if sharded else 0
-                    resp = await self._once(req, body, endpoint)
+                    sent = time.perf_counter()
+                    since = sent if since is None else since
+                    resp = await self._once(req, body, endpoint, sent, since)
                     resp.attempts = attempts
                     resp.endpoint = self.endpoints[endpoint] if sharded else None
                     return resp
-        except (RequestFailed, RequestRejected) as e:
+        except (RequestFailed, RequestRejected, RequestTimedOut) as e:
             where = self.endpoints[endpoint] if sharded and endpoint is not None else None
             error = redact_text(str(e), self._secrets)
             return Response(text=None, error=error, http_status=e.status, attempts=attempts, endpoint=where)

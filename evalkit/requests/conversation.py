@@ -10,8 +10,9 @@ has fewer turns than its ground truth). With ``drop_reasoning`` (the default) th
 messages of earlier turns is removed from the history when a new user turn starts, as DeepSeek-V3.2's inference
 guide asks (within a turn, the reasoning of its earlier requests is sent back).
 
-One conversation is one sample: its Response sums the requests' token counts and ``attempts`` and keeps, per user
-turn, its messages and each request in ``turns`` (``[{"user": [...], "requests": [...]}]``). Timings:
+One conversation is one sample: its Response sums the requests' token counts, ``attempts`` and ``retry_lost_s``
+and keeps, per user turn, its messages and each request in ``turns`` (``[{"user": [...], "requests": [...]}]``).
+Timings:
 ``ttft_ms`` is the first request's TTFT (when the user first sees tokens); ``e2e_ms`` runs from the first request
 sent to the last answer, tool execution and the gaps between requests included; ``tpot_ms`` is the requests'
 decode time (each one's ``e2e - ttft``) over their output tokens after the first of each; ``itl_ms`` holds the
@@ -105,6 +106,7 @@ def merge(steps: list[Response], turns: list[dict[str, Any]], error: str | None,
         e2e_ms=e2e,
         itl_ms=[gap for s in steps for gap in s.itl_ms],
         start_s=first.start_s,
+        retry_lost_s=sum(lost) if (lost := [s.retry_lost_s for s in steps if s.retry_lost_s is not None]) else None,
         endpoint=first.endpoint,
         tool_calls=[c for s in steps for c in (s.tool_calls or [])],
         turns=turns,

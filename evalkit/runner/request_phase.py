@@ -40,6 +40,7 @@ def client_options(cfg: RunConfig) -> ClientOptions:
     return ClientOptions(
         connect_timeout_s=cfg.connect_timeout_s,
         idle_timeout_s=cfg.idle_timeout_s,
+        ttft_timeout_s=cfg.ttft_timeout_s,
         max_attempts=cfg.max_attempts,
         max_retry_s=cfg.max_retry_s,
     )

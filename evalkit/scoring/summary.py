@@ -9,6 +9,7 @@ from evalkit.contracts import (
     UNRECORDED,
     EndpointSummary,
     MetricValue,
+    ResentSummary,
     SampleRecord,
     SchedulerStats,
     TaskSummary,
@@ -22,6 +23,22 @@ CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the same
 
 def _counts(records: list[SampleRecord]) -> dict[str, int]:
     return {"total": len(records), **count_statuses(records)}  # the tool-calling statuses only where they occur
+
+
+def _was_resent(r: SampleRecord) -> bool:
+    if r.retry_lost_s is not None:  # answered after a failed attempt
+        return True
+    return r.turns is None and r.attempts > 1  # a conversation's attempts sum its requests': only retry_lost_s tells
+
+
+def resent_summary(records: list[SampleRecord]) -> ResentSummary | None:
+    """The records whose request was sent more than once (an answered one has ``retry_lost_s``; a failed one, or
+    one of a run dir from before that field, ``attempts`` above 1); None when there are none."""
+    resent = [r for r in records if _was_resent(r)]
+    if not resent:
+        return None
+    lost = sum(r.retry_lost_s for r in resent if r.retry_lost_s is not None)
+    return ResentSummary(requests=len(resent), lost_s=round(lost, 3))
 
 
 def endpoint_summaries(
@@ -82,4 +99,5 @@ def task_summary(
         concurrency_trace=stats.concurrency_trace,
         concurrency_levels=stats.auto_levels,
         detail=detail,
+        resent=resent_summary(records),
     )

@@ -77,6 +77,7 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
         e2e_ms=resp.e2e_ms,
         itl_ms=resp.itl_ms,
         start_s=resp.start_s,
+        retry_lost_s=resp.retry_lost_s,
         endpoint=resp.endpoint,
         tool_calls=resp.tool_calls,
         turns=resp.turns,

@@ -40,6 +40,7 @@ from evalkit.contracts import (
     Manifest,
     ManifestTask,
     MetricValue,
+    ResentSummary,
     RunSummary,
     SampleRecord,
     Speed,
@@ -100,6 +101,7 @@ class TaskRead:
     server: dict[str, Any] | None = None
     gpu: dict[str, Any] | None = None
     endpoints: list[EndpointSummary] = field(default_factory=list)
+    resent: ResentSummary | None = None
 
     @classmethod
     def of(cls, name: str, raw: Any, listed: bool = True, dropped: list[Dropped] | None = None) -> TaskRead:

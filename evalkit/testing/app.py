@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 
 from evalkit.testing.answers import TOKEN_RE, last_user_text
 from evalkit.testing.hostile import PING, PING_INTERVAL_S, gzip_bomb
@@ -207,6 +208,13 @@ async def _run(
 ) -> web.StreamResponse:
     b, m, metrics = state.behaviour, job.model, state.metrics
     loop = asyncio.get_running_loop()
+    resp: web.StreamResponse | None = None
+    if job.stream:  # as vLLM: a streamed request's headers at once, its first event once it is scheduled
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        writer = await resp.prepare(request)
+        if isinstance(writer, StreamWriter):
+            writer.send_headers()
+        rec.status = 200
     await state.acquire(m)
     ptoks = sum(len(t) for t in job.prompt_tokens)
     metrics.gauge_add(m, running=1, kv_tokens=ptoks)
@@ -226,13 +234,8 @@ async def _run(
     produced = [0] * len(job.plans)
     last_sent: list[float | None] = [None] * len(job.plans)
     finished = [False] * len(job.plans)
-    resp: web.StreamResponse | None = None
     due = t0 + ttft  # when the next chunk is sent
     try:
-        if job.stream:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
-            await resp.prepare(request)
-            rec.status = 200
         for j in range(nsteps + 1):
             sent = max(produced)
             if drop is not None and (sent >= int(drop) or j == nsteps):

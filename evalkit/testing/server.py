@@ -48,6 +48,10 @@ or ``{}`` = behave normally for that request)::
                                              (tool-call arguments 1,500 deep / 8 MB);
                                              see evalkit.testing.hostile.HOSTILE_MODES
 
+Queueing: ``Behaviour(max_num_seqs=N)`` (``--max-num-seqs N``) runs N requests at once; the others wait their turn
+in arrival order (``vllm:num_requests_waiting``). As vLLM, a waiting streamed request has its response headers at
+once and its first ``data:`` event once it runs; a non-streamed one gets no byte until its answer is complete.
+
 Warm-up: a generation request with evalkit's warm-up header (``X-Evalkit-Warmup``) is answered as any other but
 kept apart: it is in ``srv.warmup_requests``, not ``srv.requests``, takes no fault and does not count towards
 ``switch_after``. ``Behaviour(first_batch_stall_s=S)`` (``--first-batch-stall S``): the first request of each new
