@@ -1,7 +1,8 @@
 """Input and environment checks: non-finite numbers, out-of-range seeds, GPU counts and prices are bad input (one
 line, exit 2); a mistyped EVALKIT_* variable, an unwritable prompt cache and a descriptor limit too small for the
-concurrency are each said in one line; a prompt cache that does not hold every document is rebuilt; ``evalkit report -o`` takes a
-folder and refuses an unwritable place in one line; a client out of file descriptors is not a server failure."""
+concurrency are each said in one line; a prompt cache that does not hold every document is rebuilt; ``evalkit
+report -o`` takes a folder and refuses an unwritable place in one line; a client out of file descriptors is not a
+server failure."""
 
 from __future__ import annotations
 
