@@ -90,6 +90,16 @@ def test_a_task_file_names_its_class_and_scorer_by_module(tmp_path):
     assert task.metric_names(TaskSettings(num_samples=2)) == ["avg@2", "pass@1", "pass@2", "maj@2"]
 
 
+def test_the_task_file_s_instruction_leads_the_prompt(tmp_path):
+    lite_dir(tmp_path, yaml_text=LITE + 'instruction: "Answer in \\\\boxed{}, please."\n')
+    task = Registry([tmp_path]).get("math500-lite")
+    (r,) = task.build_requests(TaskSettings(limit=1, num_samples=1))
+    assert r.prompt == "Answer in \\boxed{}, please.\n\n" + task.items[0]["problem"]
+    (tmp_path / "math500-lite.yaml").write_text(LITE + "instruction: [1]\n")
+    with pytest.raises(TaskError, match=r"math500-lite.yaml: instruction must be a string"):
+        Registry([tmp_path]).get("math500-lite")
+
+
 @pytest.mark.parametrize(
     ("scorer", "why"),
     [
