@@ -3,8 +3,10 @@ r"""AIME 2025: 30 integer-answer problems, K samples each, scored from the final
 Prompt: MathArena's, verbatim (``eth-sri/matharena`` ``configs/competitions/aime/aime_2025.yaml`` and the
 runner's ``f"{instruction}\n\n{problem}"``): the instruction first, a blank line, then the problem.
 
-Scoring: the reasoning is split off (:func:`evalkit.scoring.reasoning.split_reasoning`); the last box of the
-answer text is verified against the integer answer (:func:`evalkit.scoring.math_answer.score_answer`).
+A boxed-answer task (:class:`evalkit.tasks.boxed_task.BoxedAnswerTask`): this module sets the instruction, the
+defaults, and the data check (every answer an integer). Scoring: the boxed-answer scorer
+(:func:`evalkit.scoring.boxed_answer.score_boxed_answer`): the reasoning split off, the last box of the answer
+text verified against the integer answer, empty / truncated / no-answer responses recorded as such.
 
 Metrics (K = samples per problem, read from the records' sample indices): ``avg@K``, ``pass@k`` (k = 1, 2, 4, …
 and K) and ``maj@K`` (answers compared by :func:`evalkit.scoring.math_answer.canonical_answer`), computed by the
@@ -17,103 +19,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evalkit.contracts import GenParams, Request, Response, Score, Status
-from evalkit.errors import DataError, TaskError
-from evalkit.scoring.math_answer import canonical_answer, normalize_integer, score_answer
-from evalkit.scoring.reasoning import split_reasoning
+from evalkit.errors import DataError
+from evalkit.scoring.math_answer import normalize_integer
 from evalkit.tasks.base import Task
-from evalkit.tasks.data import read_jsonl
-from evalkit.tasks.spec import TaskSettings, TaskSpec
+from evalkit.tasks.boxed_task import BoxedAnswerTask
+from evalkit.tasks.spec import TaskSpec
 
 # MathArena's AIME 2025 instruction ("\\boxed{{}}" in their YAML is a str.format escape for "\boxed{}").
 INSTRUCTION = "Put your final answer within \\boxed{}.\nThe answer is an integer between 0 and 999 inclusive."
 
-EXTRACTOR = "boxed"  # key of Score.extracted / Score.correct
 BUILTIN_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_p": 0.95, "num_samples": 8, "max_tokens": 32768}
 
 
-def build_prompt(problem: str) -> str:
-    """MathArena's ``f"{instruction}\\n\\n{problem}"`` (concatenated: the instruction holds braces)."""
-    return INSTRUCTION + "\n\n" + problem
-
-
-class Aime25Task(Task):
-    endpoint_kind = "chat"
+class Aime25Task(BoxedAnswerTask):
     builtin_defaults = BUILTIN_DEFAULTS
-    metrics = ("avg", "pass", "maj")
-    key = EXTRACTOR
-
-    @staticmethod
-    def canonical(answer: str | None) -> str | None:
-        return canonical_answer(answer)
+    instruction = INSTRUCTION  # MathArena's f"{instruction}\n\n{problem}": the base class's prompt
+    data_fix = "restore the file from the package"
 
     def __init__(self, spec: TaskSpec) -> None:
         super().__init__(spec)
-        self.items = self.problems = load_problems(self.data_files["test"])
+        self.problems = self.items
 
-    def build_requests(self, settings: TaskSettings) -> list[Request]:
-        kind = settings.endpoint_kind or self.endpoint_kind
-        k = settings.num_samples
-        if k < 1:
-            raise TaskError(f"{self.name}: num_samples must be at least 1, got {k}")
-        max_tokens = self.setting(settings, "max_tokens")
-        if max_tokens is None:
-            raise TaskError(f"{self.name}: max_tokens is not set; pass --max-tokens")
-        temperature, top_p = self.setting(settings, "temperature"), self.setting(settings, "top_p")
-        requests: list[Request] = []
-        for doc_id, problem in settings.select(self.problems):
-            text = build_prompt(problem["problem"])
-            messages = ({"role": "user", "content": text},) if kind == "chat" else None
-            for i in range(k):
-                gen = GenParams(
-                    max_tokens=int(max_tokens),
-                    temperature=0.0 if temperature is None else float(temperature),
-                    top_p=None if top_p is None else float(top_p),
-                    seed=None if settings.seed is None else settings.seed + i,  # K distinct samples
-                    chat_template_kwargs=settings.chat_template_kwargs,
-                )
-                requests.append(
-                    Request(
-                        task=self.name, doc_id=doc_id, sample_index=i, prompt=text, gen=gen,
-                        target=problem["answer"], messages=messages,
-                    )
-                )  # fmt: skip
-        return requests
-
-    def score(self, request: Request, response: Response) -> Score:
-        if request.target is None:
-            raise TaskError(f"{self.name}: request doc {request.doc_id} has no target")
-        answer, reasoning = split_reasoning(response.text, response.reasoning)
-        if not answer:
-            status: Status
-            if not reasoning:
-                status = "empty"
-            else:  # thought but never answered: cut off mid-thought, or stopped without an answer
-                status = "truncated" if response.finish_reason == "length" else "no_answer"
-            return Score(
-                status=status, extracted={EXTRACTOR: None}, correct={EXTRACTOR: False}, extraction="none",
-                answer=answer, reasoning=reasoning,
-            )  # fmt: skip
-        s = score_answer(answer, request.target, finish_reason=response.finish_reason)
-        return Score(
-            status=s.status, extracted={EXTRACTOR: s.extracted}, correct={EXTRACTOR: s.correct}, extraction=s.how,
-            answer=answer, reasoning=reasoning,
-        )  # fmt: skip
-
-
-def load_problems(path: Path) -> list[dict[str, str]]:
-    problems: list[dict[str, str]] = []
-    for i, row in enumerate(read_jsonl(path), 1):
-        missing = [key for key in ("id", "problem", "answer") if key not in row]
-        if missing:
-            raise DataError(f"{path}: row {i} lacks {', '.join(missing)}; restore the file from the package")
-        answer = str(row["answer"]).strip()
-        if normalize_integer(answer) is None:
-            raise DataError(f"{path}: row {i} ({row['id']}) answer {answer!r} is not an integer")
-        problems.append({"id": str(row["id"]), "problem": str(row["problem"]), "answer": answer})
-    if not problems:
-        raise DataError(f"{path}: no problems; restore the file from the package")
-    return problems
+    def parse_row(self, path: Path, number: int, row: dict[str, Any]) -> dict[str, Any]:
+        """A row as the base class reads it, whose answer must be an integer."""
+        problem = super().parse_row(path, number, row)
+        if normalize_integer(problem["answer"]) is None:
+            raise DataError(f"{path}: row {number} ({problem['id']}) answer {problem['answer']!r} is not an integer")
+        return problem
 
 
 def make_task(spec: TaskSpec) -> Task:

@@ -5,7 +5,9 @@ kinds table of ``evalkit/tasks/registry.py`` (``lm-eval``, ``python``, ``tool-ca
 through the ``evalkit.task_kinds`` entry point group). A task writes two methods, :meth:`Task.build_requests`
 and :meth:`Task.score`; :meth:`Task.summarize` computes the metrics it names (``metrics``, see
 :mod:`evalkit.scoring.metrics`) from the scores, unless the task brings its own (lm-eval's aggregations).
-A ``python`` task is a module beside its YAML with ``make_task(spec)`` (e.g. ``tasks/aime25.py``).
+A ``python`` task is an importable class its YAML names (``class: module:Class``) or a module beside its YAML
+with ``make_task(spec)`` (e.g. ``tasks/aime25.py``); boxed-answer math tasks subclass
+:class:`evalkit.tasks.boxed_task.BoxedAnswerTask`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Task(ABC):
     metrics: tuple[str, ...] = ("accuracy",)  # what the default summarize() reports (a task file's ``metrics``)
     key = "correct"  # the key of the scores' ``correct`` / ``extracted`` that the metrics read
     items: Sequence[dict[str, Any]] = ()  # the documents; the default summary reads their ``id`` / ``answer``
+    takes_scorer: ClassVar[bool] = False  # True when ``score`` uses the task file's ``scorer`` (the registry
+    # refuses a file that names one for a task that does not)
 
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec

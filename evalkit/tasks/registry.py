@@ -7,7 +7,9 @@ the file, ``defaults``...) and built by its kind, a class in :data:`KINDS`:
 - ``lm-eval``: lm-eval's own task definition (``evalkit/tasks/lmeval_task.py``); a name ``lm-eval:NAME`` that no
   file declares is lm-eval's task NAME from its own index (``evalkit/tasks/lmeval_source.py``);
 - ``python``: ``module`` (a ``.py`` file beside the YAML) with ``make_task(spec)`` (e.g. ``tasks/aime25.py``; a
-  module written for the older ``make_task(spec_dict, root)`` still gets the file's mapping and folder);
+  module written for the older ``make_task(spec_dict, root)`` still gets the file's mapping and folder), or
+  ``class``: an importable ``module:Class`` (a :class:`evalkit.tasks.base.Task` subclass, built by its
+  ``from_spec(spec)``) or ``module:function`` of the spec, e.g. ``evalkit.tasks.boxed_task:BoxedAnswerTask``;
 - ``tool-calls``: BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``;
   ``category: multi_turn``: ``evalkit/tasks/multi_turn_task.py``);
 - ``logprobs``: a fixed text set scored teacher-forced with ``prompt_logprobs`` (``evalkit/tasks/logprobs_task.py``).
@@ -36,7 +38,7 @@ from evalkit.errors import TaskError
 from evalkit.tasks.base import Task
 from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.tasks.lmeval_source import PREFIX as LM_EVAL_PREFIX
-from evalkit.tasks.spec import TaskSpec, parse_spec, read_yaml
+from evalkit.tasks.spec import TaskSpec, import_named, import_target, parse_spec, read_yaml
 
 ENTRY_POINT_GROUP = "evalkit.task_kinds"
 # kind -> "module:attribute" of its Task class (imported when a task of the kind is built)
@@ -59,19 +61,21 @@ def kind_factory(kind: str) -> KindFactory:
     target = KINDS.get(kind) or plugin_kinds().get(kind)
     if target is None:
         raise TaskError(f"unknown task kind {kind!r}; known: {', '.join(known_kinds())}")
-    module_name, _, attr = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
+        obj = import_target(target)
+    except (ImportError, AttributeError, ValueError) as e:
         raise TaskError(f"task kind {kind!r}: cannot load {target} ({e}); reinstall the package that adds it") from None
-    if isinstance(obj, type) and issubclass(obj, Task):
-        factory: KindFactory = obj.from_spec
-        return factory
-    if not callable(obj):
+    factory = as_factory(obj)
+    if factory is None:
         raise TaskError(f"task kind {kind!r}: {target} is neither a Task class nor a function of the spec")
-    return obj
+    return factory
+
+
+def as_factory(obj: Any) -> KindFactory | None:
+    """What builds a task from ``obj``: a Task class's ``from_spec``, a function of the spec; None otherwise."""
+    if isinstance(obj, type):
+        return obj.from_spec if issubclass(obj, Task) else None
+    return obj if callable(obj) else None
 
 
 def known_kinds() -> list[str]:
@@ -138,11 +142,20 @@ class Registry:
 
     def get(self, name: str) -> Task:
         entry = self.entry(name)
-        return kind_factory(entry.kind)(entry.spec)
+        task = kind_factory(entry.kind)(entry.spec)
+        if entry.spec.scorer is not None and not getattr(task, "takes_scorer", False):
+            raise TaskError(
+                f"{entry.path}: {type(task).__name__} scores with its own code and takes no 'scorer'; remove it, "
+                "or name a task class that takes one (class: evalkit.tasks.boxed_task:BoxedAnswerTask)"
+            )
+        return task
 
 
 def load_python_task(spec: TaskSpec) -> Task:
-    """The ``python`` kind: ``make_task(spec)`` of the module the task file names (default ``<name>.py``)."""
+    """The ``python`` kind: the ``class`` the task file names by module, else ``make_task(spec)`` of the module
+    file it names (default ``<name>.py``)."""
+    if "class" in spec.options:
+        return _load_task_class(spec)
     module_file = spec.root / str(spec.options.get("module", f"{spec.name}.py"))
     if not module_file.is_file():
         raise TaskError(f"task '{spec.name}': module {module_file} not found; set 'module' in {spec.path.name}")
@@ -162,3 +175,16 @@ def load_python_task(spec: TaskSpec) -> Task:
         legacy = False
     task: Task = factory(dict(spec.raw), spec.root) if legacy else factory(spec)
     return task
+
+
+def _load_task_class(spec: TaskSpec) -> Task:
+    """The task built by the importable ``class: module:Class`` (or ``module:function``) of a ``python`` task."""
+    target = spec.options["class"]
+    fix = "name a Task subclass as class: module:Class (e.g. evalkit.tasks.boxed_task:BoxedAnswerTask)"
+    if "module" in spec.options:
+        raise TaskError(f"{spec.path}: set either 'class' (an importable module:Class) or 'module' (a file), not both")
+    obj = import_named(target, "class", spec.path, fix)
+    factory = as_factory(obj)
+    if factory is None:
+        raise TaskError(f"{spec.path}: class {target!r} is neither a Task subclass nor a function of the spec; {fix}")
+    return factory(spec)

@@ -9,7 +9,11 @@ here, each failing with one line that names the file or task and the fix:
 - ``defaults`` only names keys of :class:`TaskSettings`;
 - ``endpoint_kind``, when given, is ``chat`` or ``completions``;
 - ``metrics``, when given, lists names of :data:`evalkit.scoring.metrics.METRICS` (what the default summary
-  reports, e.g. ``[avg, pass, maj]``).
+  reports, e.g. ``[avg, pass, maj]``);
+- ``scorer``, when given, names an importable function ``module:function`` of ``(request, response) -> Score``
+  (as lm-eval's ``!function`` does), imported here so that a wrong name fails as the file is read; a task
+  class that takes one (``takes_scorer``, e.g. :class:`evalkit.tasks.boxed_task.BoxedAnswerTask`) scores with
+  it, any other refuses the file.
 
 The other keys (``category``, ``tool_choice``, ``max_steps``, ``module``, ``lm_eval``...) belong to a kind and are
 read with :meth:`TaskSpec.choice` and :meth:`TaskSpec.positive_int`.
@@ -17,20 +21,22 @@ read with :meth:`TaskSpec.choice` and :meth:`TaskSpec.positive_int`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import yaml
 
-from evalkit.contracts import EndpointKind
+from evalkit.contracts import EndpointKind, Request, Response, Score
 from evalkit.errors import TaskError
 
 T = TypeVar("T")
 
 ENDPOINT_KINDS = ("chat", "completions")
-_COMMON = ("name", "kind", "version", "description", "data", "defaults", "endpoint_kind", "metrics")
+_COMMON = ("name", "kind", "version", "description", "data", "defaults", "endpoint_kind", "metrics", "scorer")
+Scorer = Callable[[Request, Response], Score]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class TaskSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)  # keys of TaskSettings, as the file sets them
     endpoint_kind: EndpointKind | None = None
     metrics: tuple[str, ...] | None = None  # the file's ``metrics`` (None: the kind's)
+    scorer: str | None = None  # the file's ``scorer``, "module:function" (None: the task's own)
     options: Mapping[str, Any] = field(default_factory=dict)  # the kind's own keys
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the file's mapping as read
 
@@ -100,6 +107,10 @@ class TaskSpec:
         """The kind's built-in defaults overridden by the file's."""
         return {**builtin, **self.defaults}
 
+    def scorer_function(self) -> Scorer | None:
+        """The function ``scorer`` names (checked importable when the file was read), or None."""
+        return None if self.scorer is None else cast("Scorer", import_target(self.scorer))
+
     def choice(self, key: str, allowed: Sequence[str], default: str) -> str:
         """Option ``key`` (``default`` when absent), one of ``allowed``."""
         value = str(self.options.get(key, default))
@@ -112,6 +123,41 @@ class TaskSpec:
         if type(value) is not int or value < 1:
             raise TaskError(f"{self.name}: {key} must be a positive integer, got {value!r}")
         return value
+
+
+def import_target(target: str) -> Any:
+    """The object ``"module:attribute"`` names (a dotted attribute reaches a nested one); ImportError,
+    AttributeError or ValueError when there is none."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{target!r} is not module:attribute")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def import_named(target: Any, key: str, path: Path, fix: str) -> Any:
+    """The object a task file's ``key`` names as ``module:attribute``; one line naming the file and ``fix`` when
+    it is not a string or cannot be imported."""
+    if not isinstance(target, str):
+        raise TaskError(f"{path}: {key} must be a string, got {target!r}; {fix}")
+    try:
+        return import_target(target)
+    except Exception as e:  # a module that fails to import for any reason: one line naming the file
+        why = (str(e).splitlines() or [type(e).__name__])[0]
+        raise TaskError(f"{path}: {key} {target!r} cannot be imported ({why}); {fix}") from None
+
+
+def _check_scorer(raw: Mapping[str, Any], path: Path) -> str | None:
+    """The file's ``scorer``, imported once to check that it names a function."""
+    target = raw.get("scorer")
+    if target is None:
+        return None
+    fix = "name a function as scorer: module:function (e.g. evalkit.scoring.boxed_answer:score_boxed_answer)"
+    if not callable(import_named(target, "scorer", path, fix)):
+        raise TaskError(f"{path}: scorer {target!r} is not a function; {fix}")
+    return str(target)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -154,6 +200,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path, kinds: Sequence[str] | None =
 
         if not isinstance(metrics, list) or not metrics or not set(metrics) <= set(METRICS):
             raise TaskError(f"{name}: metrics must be a list of {', '.join(METRICS)}, got {metrics!r}")
+    scorer = _check_scorer(raw, path)
     root = path.parent
     return TaskSpec(
         name=name,
@@ -165,6 +212,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path, kinds: Sequence[str] | None =
         defaults=dict(defaults),
         endpoint_kind=cast("EndpointKind | None", endpoint_kind),
         metrics=None if metrics is None else tuple(metrics),
+        scorer=scorer,
         options={k: v for k, v in raw.items() if k not in _COMMON},
         raw=dict(raw),
     )
