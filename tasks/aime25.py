@@ -15,7 +15,6 @@ are left out of every denominator (counted in detail). A verifier timeout (``cor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from evalkit.contracts import GenParams, Request, Response, Score, Status
 from evalkit.errors import DataError, TaskError
@@ -29,7 +28,6 @@ from evalkit.tasks.spec import TaskSettings, TaskSpec
 INSTRUCTION = "Put your final answer within \\boxed{}.\nThe answer is an integer between 0 and 999 inclusive."
 
 EXTRACTOR = "boxed"  # key of Score.extracted / Score.correct
-BUILTIN_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_p": 0.95, "num_samples": 8, "max_tokens": 32768}
 
 
 def build_prompt(problem: str) -> str:
@@ -38,8 +36,7 @@ def build_prompt(problem: str) -> str:
 
 
 class Aime25Task(Task):
-    endpoint_kind = "chat"
-    builtin_defaults = BUILTIN_DEFAULTS
+    endpoint_kind = "chat"  # its sampling defaults are the task file's (aime25.yaml's defaults:), not the class's
     metrics = ("avg", "pass", "maj")
     key = EXTRACTOR
 
