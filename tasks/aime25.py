@@ -3,8 +3,8 @@ r"""AIME 2025: 30 integer-answer problems, K samples each, scored from the final
 Prompt: MathArena's, verbatim (``eth-sri/matharena`` ``configs/competitions/aime/aime_2025.yaml`` and the
 runner's ``f"{instruction}\n\n{problem}"``): the instruction first, a blank line, then the problem.
 
-A boxed-answer task (:class:`evalkit.tasks.boxed_task.BoxedAnswerTask`): this module sets the instruction, the
-defaults, and the data check (every answer an integer). Scoring: the boxed-answer scorer
+A boxed-answer task (:class:`evalkit.tasks.boxed_task.BoxedAnswerTask`): this module sets the instruction and
+the data check (every answer an integer). Scoring: the boxed-answer scorer
 (:func:`evalkit.scoring.boxed_answer.score_boxed_answer`): the reasoning split off, the last box of the answer
 text verified against the integer answer, empty / truncated / no-answer responses recorded as such.
 
@@ -28,11 +28,8 @@ from evalkit.tasks.spec import TaskSpec
 # MathArena's AIME 2025 instruction ("\\boxed{{}}" in their YAML is a str.format escape for "\boxed{}").
 INSTRUCTION = "Put your final answer within \\boxed{}.\nThe answer is an integer between 0 and 999 inclusive."
 
-BUILTIN_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_p": 0.95, "num_samples": 8, "max_tokens": 32768}
-
 
 class Aime25Task(BoxedAnswerTask):
-    builtin_defaults = BUILTIN_DEFAULTS
     instruction = INSTRUCTION  # MathArena's f"{instruction}\n\n{problem}": the base class's prompt
     data_fix = "restore the file from the package"
 

@@ -70,6 +70,13 @@ def test_make_task(task):
     assert task.problems[-1]["id"] == "2025-II-15"
 
 
+def test_the_task_file_is_the_one_source_of_its_defaults(spec):
+    """The class states no defaults of its own: a task file's ``defaults:`` are the task's, whole."""
+    narrowed = load_module().make_task(parse_spec({**spec, "defaults": {"max_tokens": 100}}, YAML))
+    assert narrowed.defaults() == {"max_tokens": 100}
+    assert load_module().Aime25Task.builtin_defaults == {}
+
+
 def test_make_task_rejects_bad_data(tmp_path, spec):
     (tmp_path / "d.jsonl").write_text('{"id": "x", "problem": "p", "answer": "seventy"}\n')
     with pytest.raises(DataError, match="not an integer"):

@@ -11,7 +11,7 @@ from evalkit.gating.errors import CannotCompare, PolicyError
 from evalkit.gating.inputs import CorpusMetric, Identity, MetricSamples, RunInputs, StatusCounts, TaskInputs
 from evalkit.gating.matching import Unmatched, match_runs
 from evalkit.gating.numerics_rules import numerics_rules
-from evalkit.gating.policy import GATED_SPEED, Policy, default_policy
+from evalkit.gating.policy import Policy, default_policy
 from evalkit.gating.result import GateResult, Rule, StoredMetric, overall
 from evalkit.gating.rules import accuracy_rule, expected_rule, rate_rules, speed_rule
 
@@ -210,11 +210,7 @@ def _speed_rules(task: str, base: TaskInputs, cand: TaskInputs, policy: Policy) 
     sp = policy.speed
     unmatched: Unmatched = "fail" if policy.require_matched_load else ("whole" if sp.judge_unmatched_load else "skip")
     match = match_runs(list(base.speeds()), list(cand.speeds()), sp.min_requests, unmatched)
-    rules = [
-        speed_rule(task, key, rule, match, sp.min_requests)
-        for key in GATED_SPEED
-        if (rule := getattr(sp, key)) is not None
-    ]
+    rules = [speed_rule(task, gated, rule, match, sp.min_requests) for gated, rule in sp.judged()]
     if sp.max_goodput_drop is not None:
         apart = None if match.base is not None and match.cand is not None else (match.note, match.verdict)
         rules.append(goodput_change_rule(task, base.speeds(), cand.speeds(), sp.max_goodput_drop, unmatched=apart))

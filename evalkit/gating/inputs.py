@@ -110,7 +110,8 @@ class SpeedRecords:
 
 @dataclass(frozen=True)
 class StatusCounts:
-    """How many requests ended in each status (``total`` = all requests of the task)."""
+    """How many requests ended in each status (``total`` = all requests of the task): a field per status of
+    :data:`evalkit.contracts.STATUSES`, in its order."""
 
     total: int = 0
     ok: int = 0
@@ -123,9 +124,9 @@ class StatusCounts:
     bad_arguments: int = 0
     bad_positions: int = 0
 
-    def rate(self, status: str) -> float | None:
-        """Share of all requests with ``status``; None when the task has no requests."""
-        return getattr(self, status) / self.total if self.total else None
+    def rate(self, *statuses: str) -> float | None:
+        """Share of all requests with one of ``statuses``; None when the task has no requests."""
+        return sum(getattr(self, s) for s in statuses) / self.total if self.total else None
 
     @classmethod
     def of(cls, statuses: Iterable[object]) -> StatusCounts:

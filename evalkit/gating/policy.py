@@ -4,7 +4,7 @@ typed strictly: ``true`` is not a number, nor ``"0.1"``; non-finite numbers are 
 With no file the default policy applies: an accuracy drop of more than 1 point that is significant at alpha 0.05
 (one-sided) fails, and so does a perplexity or bits-per-byte increase significantly beyond 1%; output tokens/s
 dropping, or TTFT p50 or TPOT p50 rising, by more than 10% fails when several runs per side show it significant,
-or, with one run per side, by more than the metric's run-to-run noise budget (:data:`NOISE_BUDGETS`); speed at
+or, with one run per side, by more than the metric's run-to-run noise budget (:data:`GATED_SPEEDS`); speed at
 different load is not judged; any failed request (api_error) in the candidate fails; a task holding teacher-forced
 positions (``numerics``) is judged by :class:`NumericsPolicy`'s budgets instead of accuracy and speed. Example file::
 
@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from evalkit.config.files import read_settings_file
 from evalkit.gating.errors import PolicyError
+from evalkit.gating.rule_catalogue import GATED_SPEEDS, RATE_RULES, GatedSpeed, RateRule
 
 MAX_RESAMPLES = 100_000  # bootstrap replicates: at 1,000+ items each rule then takes seconds, not hours
 SEED_LIMIT = 2**32  # bootstrap seeds: 0 <= seed < 2**32
@@ -102,9 +104,9 @@ class SpeedRule(_Strict):
     """One speed metric's rule. With several runs per side: fail when the candidate is worse by more than
     ``max_change`` (0.10 = 10%) and that is significant at ``alpha`` (Welch's t-test over the runs). With one run
     per side there is no run-to-run variation to test against: fail when worse by more than ``noise`` (the
-    run-to-run noise budget; None: :data:`NOISE_BUDGETS`' value for the metric) or ``max_change``, whichever is
-    larger. ``min_abs_ms`` (latencies; None: :data:`LATENCY_FLOORS_MS`): a change of fewer milliseconds never
-    fails."""
+    run-to-run noise budget; None: the figure's in the rule catalogue, :data:`GATED_SPEEDS`) or ``max_change``,
+    whichever is larger. ``min_abs_ms`` (latencies; None: the figure's ``floor_ms`` there): a change of fewer
+    milliseconds never fails."""
 
     max_change: float = Field(default=0.10, gt=0)
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
@@ -112,27 +114,19 @@ class SpeedRule(_Strict):
     min_abs_ms: float | None = Field(default=None, ge=0)
 
 
-# One run per side: how far a speed figure moves between identical runs of one config (H200, vLLM 0.26,
-# SmolLM2-135M, GSM8K at concurrency 256; BENCHMARKS.md "Run-to-run noise"). A worsening beyond the budget fails.
-NOISE_BUDGETS: dict[str, float] = {
-    "output_tokens_per_s": 0.35,
-    "ttft_p50_ms": 1.0,
-    "tpot_p50_ms": 0.80,
-    "e2e_p50_ms": 0.80,
-}
-# Latency changes smaller than this (ms) never fail: timer and scheduling jitter, not a regression.
-LATENCY_FLOORS_MS: dict[str, float] = {"ttft_p50_ms": 5.0, "tpot_p50_ms": 0.5, "e2e_p50_ms": 10.0}
+# One run per side: each gated figure's run-to-run noise budget; latency changes smaller than its floor (ms) never
+# fail. Both are the rule catalogue's (:data:`evalkit.gating.rule_catalogue.GATED_SPEEDS`), by key.
+NOISE_BUDGETS: dict[str, float] = {g.key: g.noise for g in GATED_SPEEDS}
+LATENCY_FLOORS_MS: dict[str, float] = {g.key: g.floor_ms for g in GATED_SPEEDS if g.floor_ms is not None}
 
 
-class SpeedPolicy(_Strict):
+class SpeedLimits(_Strict):
     """Speed rules (None turns one off), the fewest answered requests per run a comparison needs, and whether
     runs measured at different load (concurrency, request rate) are compared at all (``judge_unmatched_load``:
-    false leaves their speed not judged)."""
+    false leaves their speed not judged). The rules' fields, one per figure of ``gated`` (the rule catalogue's
+    :data:`GATED_SPEEDS`), come first: :func:`speed_policy_model` adds them."""
 
-    output_tokens_per_s: SpeedRule | None = Field(default_factory=SpeedRule)
-    ttft_p50_ms: SpeedRule | None = Field(default_factory=SpeedRule)
-    tpot_p50_ms: SpeedRule | None = Field(default_factory=SpeedRule)
-    e2e_p50_ms: SpeedRule | None = None
+    gated: ClassVar[tuple[GatedSpeed, ...]] = ()
     min_requests: int = Field(default=30, ge=2)
     judge_unmatched_load: bool = False
     # the run's own figures (evalkit/gating/economics.py), off unless set: goodput within the SLOs the candidate
@@ -143,22 +137,59 @@ class SpeedPolicy(_Strict):
     max_goodput_drop: float | None = Field(default=None, ge=0, le=1)
     max_cost_per_million_output_tokens: float | None = Field(default=None, gt=0)
 
+    def judged(self) -> list[tuple[GatedSpeed, SpeedRule]]:
+        """The figures this policy judges (its rule is not None) with their rules, in the catalogue's order."""
+        return [(g, rule) for g in self.gated if (rule := getattr(self, g.key)) is not None]
 
-GATED_SPEED: tuple[str, ...] = tuple(
-    k for k, f in SpeedPolicy.model_fields.items() if SpeedRule in get_args(f.annotation)
-)
+
+def speed_policy_model(gated: Sequence[GatedSpeed]) -> type[SpeedLimits]:
+    """The ``speed:`` model: a :class:`SpeedRule` field (None by default unless ``judged``) per figure of
+    ``gated``, then :class:`SpeedLimits`' fields."""
+    rules: dict[str, Any] = {
+        g.key: (SpeedRule | None, Field(default_factory=SpeedRule) if g.judged else None) for g in gated
+    }
+    rule_fields = create_model("SpeedRules", __base__=_Strict, __module__=__name__, **rules)
+    model = cast(
+        type[SpeedLimits],
+        create_model(
+            "SpeedPolicy", __base__=(SpeedLimits, rule_fields), __doc__=SpeedLimits.__doc__, __module__=__name__
+        ),
+    )
+    model.gated = tuple(gated)
+    return model
+
+
+GATED_SPEED: tuple[str, ...] = tuple(g.key for g in GATED_SPEEDS)
 """The speed figures a policy can judge (:class:`SpeedPolicy`'s rule fields, named by the speed catalogue's keys,
 :data:`evalkit.contracts.SPEED_METRICS`), in the order the gate reports them."""
 
 
-class RatesPolicy(_Strict):
-    """Largest allowed share of the candidate's requests per status (None: not checked)."""
+class RateLimits(_Strict):
+    """Largest allowed share of the candidate's requests per status (None: not checked): a field per rule of
+    ``rules`` (the rule catalogue's :data:`RATE_RULES`), added by :func:`rates_policy_model`."""
 
-    max_error_rate: float | None = Field(default=0.0, ge=0, le=1)
-    max_truncated_rate: float | None = Field(default=None, ge=0, le=1)
-    max_empty_rate: float | None = Field(default=None, ge=0, le=1)
-    max_tool_text_rate: float | None = Field(default=None, ge=0, le=1)  # tool calls the server did not parse
-    max_tool_calls_empty_rate: float | None = Field(default=None, ge=0, le=1)  # finish tool_calls, no calls
+    rules: ClassVar[tuple[RateRule, ...]] = ()
+
+    def limits(self) -> list[tuple[RateRule, float]]:
+        """The rate rules this policy sets (not None) with their ceilings, in the catalogue's order."""
+        return [(r, limit) for r in self.rules if (limit := getattr(self, r.key)) is not None]
+
+
+def rates_policy_model(rules: Sequence[RateRule]) -> type[RateLimits]:
+    """The ``rates:`` model: a field per rate rule, a share from 0 to 1 (None: not checked), its default the
+    rule's."""
+    fields: dict[str, Any] = {r.key: (float | None, Field(default=r.default, ge=0, le=1)) for r in rules}
+    model = create_model("RatesPolicy", __base__=RateLimits, __doc__=RateLimits.__doc__, __module__=__name__, **fields)
+    model.rules = tuple(rules)
+    return model
+
+
+if TYPE_CHECKING:  # the rule fields are built from the catalogue; code reads them through judged() / limits()
+    SpeedPolicy = SpeedLimits
+    RatesPolicy = RateLimits
+else:
+    SpeedPolicy = speed_policy_model(GATED_SPEEDS)
+    RatesPolicy = rates_policy_model(RATE_RULES)
 
 
 class ExpectedScore(_Strict):

@@ -10,16 +10,9 @@ from scipy.stats import gmean
 from evalkit.contracts import QUANTILES, speed_metric
 from evalkit.gating.inputs import MetricSamples, StatusCounts
 from evalkit.gating.matching import RunsMatch, SpeedSlice
-from evalkit.gating.policy import (
-    LATENCY_FLOORS_MS,
-    NOISE_BUDGETS,
-    AccuracyRule,
-    BootstrapSettings,
-    ExpectedScore,
-    RatesPolicy,
-    SpeedRule,
-)
+from evalkit.gating.policy import AccuracyRule, BootstrapSettings, ExpectedScore, RatesPolicy, SpeedRule
 from evalkit.gating.result import EPS, Rule, RuleVerdict, decide
+from evalkit.gating.rule_catalogue import GatedSpeed
 from evalkit.gating.stats import (
     Estimate,
     binomial_vs_expected,
@@ -31,13 +24,6 @@ from evalkit.gating.stats import (
 
 # a rate's SpeedSlice field where it is not the catalogue's: output tokens/s is summed from the requests' tokens
 SLICE_FIELDS = {"output_tokens_per_s": "output_tokens"}
-RATES = {
-    "max_error_rate": ("api_error", "error rate"),
-    "max_truncated_rate": ("truncated", "truncation rate"),
-    "max_empty_rate": ("empty", "empty-answer rate"),
-    "max_tool_text_rate": ("tool_text", "unparsed tool-call rate"),
-    "max_tool_calls_empty_rate": ("tool_calls_empty", "empty tool_calls rate"),
-}
 
 
 def sums(items: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
@@ -156,13 +142,11 @@ def expected_rule(task: str, cand: MetricSamples | None, exp: ExpectedScore, boo
 
 
 def rate_rules(task: str, counts: StatusCounts, rates: RatesPolicy) -> list[Rule]:
-    """The candidate's error, truncation and empty-answer rates against their maxima (those the policy sets)."""
+    """The candidate's rates of the rule catalogue's statuses (error, truncation, empty answers, ...) against
+    their maxima (those the policy sets)."""
     out: list[Rule] = []
-    for key, (status, label) in RATES.items():
-        limit = getattr(rates, key)
-        if limit is None:
-            continue
-        rate = counts.rate(status)
+    for rule, limit in rates.limits():
+        label, rate = rule.label, counts.rate(*rule.statuses)
         if rate is None:
             out.append(
                 Rule(
@@ -176,6 +160,7 @@ def rate_rules(task: str, counts: StatusCounts, rates: RatesPolicy) -> list[Rule
             )
             continue
         verdict: RuleVerdict = "fail" if rate > limit else "pass"
+        hits = sum(getattr(counts, s) for s in rule.statuses)
         out.append(
             Rule(
                 name=f"{task}: {label}",
@@ -186,7 +171,7 @@ def rate_rules(task: str, counts: StatusCounts, rates: RatesPolicy) -> list[Rule
                 candidate=rate,
                 budget=limit,
                 decided_by="threshold",
-                note=f"{getattr(counts, status)} of {counts.total} requests {status}",
+                note=f"{hits} of {counts.total} requests {' or '.join(rule.statuses)}",
             )
         )
     return out
@@ -209,12 +194,13 @@ def _speed_skip(name: str, task: str, rule: SpeedRule, note: str, verdict: RuleV
     return Rule(name=name, task=task, kind="speed", verdict=verdict, budget=rule.max_change, note=note)
 
 
-def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_requests: int) -> Rule:
+def speed_rule(task: str, gated: GatedSpeed, rule: SpeedRule, match: RunsMatch, min_requests: int) -> Rule:
     """Relative change of one speed figure (each run's median latency, or its output tokens/s). Several runs per
     side: fails when worse by more than ``max_change`` and Welch's test over the runs says so at ``alpha``. One
     run per side: fails when worse by more than the run-to-run noise budget (or ``max_change``, if larger); no
     significance is claimed from the requests of one run. A latency change under the rule's floor never fails.
     Not compared (load not matched): skipped, or failed when the policy requires matched load."""
+    key = gated.key
     metric = speed_metric(key)
     field, lower_is_better = SLICE_FIELDS.get(key, metric.field), metric.lower_is_better
     name = f"{task}: {metric.label}"
@@ -242,7 +228,7 @@ def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_reque
     else:
         change = c_mid / b_mid - 1.0
         worse = change if lower_is_better else -change
-        budget = max(rule.max_change, rule.noise if rule.noise is not None else NOISE_BUDGETS[key])
+        budget = max(rule.max_change, rule.noise if rule.noise is not None else gated.noise)
         failed = worse > budget + EPS
         what = f"worse by {worse:.1%}" if worse > 0 else f"no worse (better by {-worse:.1%})"
         note = (
@@ -253,7 +239,7 @@ def speed_rule(task: str, key: str, rule: SpeedRule, match: RunsMatch, min_reque
             observed=change, budget=budget, decided_by="threshold",
             method=f"one run per side: against the run-to-run noise budget of {budget:.0%}, no significance test",
         )  # fmt: skip
-    floor = rule.min_abs_ms if rule.min_abs_ms is not None else LATENCY_FLOORS_MS.get(key)
+    floor = rule.min_abs_ms if rule.min_abs_ms is not None else gated.floor_ms
     if failed and floor is not None and field != "output_tokens" and abs(c_mid - b_mid) < floor:
         failed = False
         note += f"; the change of {abs(c_mid - b_mid):.3g} ms is under the {floor:g} ms floor, so it does not fail"
