@@ -162,14 +162,14 @@ class VLLMServer:
             warn(line)
         self.cfg, self.dtype_note = with_cpu_dtype(self.cfg, cpu_flags(), is_cpu_build(self.cfg.python))
         cfg = self.cfg
-        if self.dtype_note is not None:
-            print(f"evalkit: {self.dtype_note}", file=sys.stderr, flush=True)
         self.launcher = resolve_launcher(cfg)
         if cfg.port is None:
             self.port = free_port(cfg.host)
         else:
             check_port_free(cfg.host, cfg.port)
             self.port = cfg.port
+        if self.dtype_note is not None:  # said once the server is about to launch (bad input stays one line)
+            print(f"evalkit: {self.dtype_note}", file=sys.stderr, flush=True)
         self.argv = build_argv(cfg, self.port, self.launcher)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         become_subreaper()
