@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from evalkit.version import __version__
 
 if TYPE_CHECKING:
     from evalkit.api import gate, open_run, report, run

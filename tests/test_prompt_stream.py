@@ -14,11 +14,11 @@ import pytest
 from evalkit.config import load_config
 from evalkit.contracts import Request
 from evalkit.runner import Runner
-from evalkit.tasks.prompt_stream import PromptBuilder
+from evalkit.runner.prompt_stream import PromptBuilder
+from evalkit.runner.worker import WorkerError
 from evalkit.tasks.registry import Registry
 from evalkit.tasks.spec import TaskSettings
 from evalkit.testing.server import TestServer
-from evalkit.worker import WorkerError
 from tests.parity import lm_eval_gsm8k_config
 
 

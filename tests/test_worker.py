@@ -1,4 +1,4 @@
-"""Scoring runs in a process of its own (evalkit/worker.py): the process timing the requests never shares its GIL
+"""Scoring runs in a process of its own (evalkit/runner/worker.py): the process timing the requests never shares its GIL
 with a scorer, a dying scorer is a clear error that keeps what was stored, and scores equal in-process ones."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from evalkit.config import load_config
 from evalkit.contracts import GenParams, Request, Response
 from evalkit.errors import RunError
 from evalkit.runner import Runner
+from evalkit.runner.worker import Worker, WorkerError
 from evalkit.store.writer import load_for_summary
 from evalkit.tasks.registry import Registry
-from evalkit.worker import Worker, WorkerError
 
 PROBE_YAML = """\
 name: probe

@@ -62,7 +62,7 @@ SystemInstructionOption = Annotated[
 
 def _version(value: bool) -> None:
     if value:
-        from evalkit import __version__
+        from evalkit.version import __version__
 
         typer.echo(f"evalkit {__version__}")
         raise typer.Exit()

@@ -9,10 +9,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from evalkit.config.endpoint import credentials, server_root
+from evalkit.runner.worker import Worker
 from evalkit.server import metrics
 from evalkit.server.gpu import EnergyDevices, GpuSampler
 from evalkit.server.metrics import MetricsSampler, Snapshot, scrape
-from evalkit.worker import Worker
 
 
 def preload(worker: Worker) -> None:

@@ -25,17 +25,17 @@ from evalkit.requests.scheduler import fit_open_files
 from evalkit.runner.endpoints import endpoint_urls, served_model, start_server
 from evalkit.runner.observe import preload
 from evalkit.runner.plan import TaskRun, default_output_dir, lm_eval_expanded, new_manifest, plan_tasks, task_settings
+from evalkit.runner.prompt_stream import PromptBuilder
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
 from evalkit.runner.resume import check_resume, mark_answered
 from evalkit.runner.warmups import Warmups
+from evalkit.runner.worker import Worker
 from evalkit.scoring.groups import group_results
 from evalkit.store.files import write_error
 from evalkit.store.writer import RunStore
 from evalkit.tasks.base import Task
 from evalkit.tasks.lmeval_source import lm_eval_groups
-from evalkit.tasks.prompt_stream import PromptBuilder
 from evalkit.tasks.registry import Registry
-from evalkit.worker import Worker
 
 _runs_in_process = 0  # Runner.run calls this process has made: only the first one's start-up is the process's
 
@@ -136,10 +136,10 @@ class Runner:
         tasks = self._tasks()
         self._settings = settings = {task.name: task_settings(task, self.cfg) for task in tasks}
         # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now
-        # on, beside setup (and a server start), and each request is sent as it comes (tasks/prompt_stream.py)
+        # on, beside setup (and a server start), and each request is sent as it comes (runner/prompt_stream.py)
         slow = [(task.name, settings[task.name]) for task in tasks if not task.quick_to_build(settings[task.name])]
         self._builder = PromptBuilder(self.cfg.tasks_dir, slow) if slow else None
-        # scoring runs in a process of its own (evalkit/worker.py), so that it never holds the GIL the event loop
+        # scoring runs in a process of its own (evalkit/runner/worker.py), so that it never holds the GIL the event loop
         # timing the requests needs; each task's scorer loads there from now on, beside server start, prompts and
         # the first requests (answers that come before it is ready wait for it; a failure to load surfaces there)
         self._scoring = self._given_scoring or Worker(self.cfg.tasks_dir)

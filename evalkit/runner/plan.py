@@ -11,21 +11,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from evalkit import __version__
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url
 from evalkit.contracts import Endpoint, EndpointKind, Manifest, ManifestTask, Request, WarmupSettings
 from evalkit.redact import redact_argv
 from evalkit.requests import warmup
 from evalkit.requests.clamp import clamp_max_tokens
+from evalkit.runner.prompt_stream import PromptBuilder, RequestStream
 from evalkit.server.self_report import describe_server
 from evalkit.store.files import safe_file_name
 from evalkit.store.manifest import package_versions
 from evalkit.tasks.base import Task
 from evalkit.tasks.lmeval_chat import chat_options
 from evalkit.tasks.lmeval_source import expand_lm_eval_tasks
-from evalkit.tasks.prompt_stream import PromptBuilder, RequestStream
 from evalkit.tasks.spec import TaskSettings
+from evalkit.version import __version__
 
 
 def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:

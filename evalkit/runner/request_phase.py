@@ -22,6 +22,7 @@ from evalkit.requests.conversation import converse
 from evalkit.requests.scheduler import InFlight, execute
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
+from evalkit.runner.worker import Worker
 from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.server.gpu import energy_devices
@@ -29,7 +30,6 @@ from evalkit.store.identity import record_for, request_key
 from evalkit.store.positions import PositionsWriter
 from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.spec import TaskSettings
-from evalkit.worker import Worker
 
 Progress = Callable[[str, int, int, SampleRecord | None], None]  # task, done, total, last record
 READ_BACK_BESIDE_BYTES = 64 << 20  # a samples.jsonl up to this size is read back while the scoring process summarises

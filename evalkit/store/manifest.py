@@ -6,7 +6,7 @@ import platform
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from evalkit import __version__
+from evalkit.version import __version__
 
 
 def package_versions() -> dict[str, str | None]:

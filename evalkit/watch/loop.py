@@ -30,6 +30,7 @@ from evalkit.gating.policy import Policy
 from evalkit.history import record_tick
 from evalkit.runner import Runner
 from evalkit.runner.plan import lm_eval_expanded
+from evalkit.runner.worker import Worker, WorkerError
 from evalkit.server.gpu import gpu_info
 from evalkit.store.reader import as_num, open_run
 from evalkit.tasks.registry import Registry
@@ -50,7 +51,6 @@ from evalkit.watch.history import (
 )
 from evalkit.watch.webhook import Webhook, webhook_target
 from evalkit.watch.window import Accuracy, judge, merge, tick_inputs, watch_policy
-from evalkit.worker import Worker, WorkerError
 
 CANARY_USER = "evalkit-canary"
 CANARY_HEADER = "X-Evalkit-Canary"

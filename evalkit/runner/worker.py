@@ -1,6 +1,6 @@
 """Work that holds the GIL for long runs in child processes, never in the process that times the requests.
 
-Two jobs run this way (``python -m evalkit.worker``, one process each):
+Two jobs run this way (``python -m evalkit.runner.worker``, one process each):
 
 - **scoring**: loading lm-eval's task (imports of lm_eval and datasets, ~2 s of pure Python), its filters and
   metrics (~0.5 ms an answer), math-verify's parsing. In a thread of the timing process each of these holds the
@@ -12,7 +12,7 @@ Two jobs run this way (``python -m evalkit.worker``, one process each):
   there, in a thread of the child while answers stream (``preload``), not at the end of the parent's run.
 - **prompt building** with a cold prompt cache (lm-eval builds the 1319 GSM8K 5-shot prompts in ~6 s): the
   builder streams each task's requests back as lm-eval builds them, so the first requests go out while later
-  prompts are still being built (see ``evalkit/tasks/prompt_stream.py``).
+  prompts are still being built (see ``evalkit/runner/prompt_stream.py``).
 
 Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
 ``(id, ok, result or exception)``; a streaming op (``build``) first sends any number of ``(id, "part", payload)``.
@@ -94,7 +94,7 @@ class Worker:
     def __init__(self, tasks_dirs: list[Path] | None = None, job: str = "scoring") -> None:
         self.job = job
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "evalkit.worker"],
+            [sys.executable, "-m", "evalkit.runner.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

@@ -1,8 +1,8 @@
 """Prompts that take seconds to build (lm-eval with a cold prompt cache) are built in a worker process and sent
 as they come: the first request goes out while lm-eval is still building the later prompts.
 
-The builder (``evalkit/worker.py``) loads every such task, reports how many requests each has (the run is planned,
-and its manifest written, from these counts), then builds them in order with lm-eval's own loop, streaming each
+The builder (``evalkit/runner/worker.py``) loads every such task, reports how many requests each has (the run is
+planned, and its manifest written, from these counts), then builds them in order with lm-eval's own loop, streaming each
 request back and writing the prompt cache at the end. Here each task's requests wait in a ``RequestStream`` until
 the event loop takes them.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.contracts import Request
+from evalkit.runner.worker import Worker, settle
 from evalkit.tasks.spec import TaskSettings
-from evalkit.worker import Worker, settle
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
