@@ -78,7 +78,8 @@ def gate(
     expected_from: str | None = None,
 ) -> GateOutcome:
     """The release gate on BASELINE CANDIDATE (or CANDIDATE alone; ``baselines`` / ``candidates``: several runs
-    per side), as ``evalkit gate``: :func:`evalkit.gating.command.gate_runs`, whose compare.html is
+    per side), as ``evalkit gate``: the sides by :func:`evalkit.gating.command.gate_sides`, decided and written
+    by :func:`evalkit.gating.command.run_gate`, whose compare.html is
     :func:`evalkit.reporting.write_gate_compare`. A baseline may be a ``history:`` value (``history:latest-pass?
     config=NAME``): the run dirs the run history names for it (docs/history.md). ``expected_from``: a model of
     the reference scores evalkit ships, whose scores for the candidate's tasks become ``expected:`` rules.
@@ -88,7 +89,7 @@ def gate(
         outcome = gate("reports/base", "reports/cand", policy="gate.yaml")
         outcome.result.verdict, outcome.exit_code      # "pass" 0, "fail" 1, "cannot_decide" 2
     """
-    from evalkit.gating.command import gate_runs
+    from evalkit.gating.command import gate_sides, run_gate
     from evalkit.history.query import is_history_ref
     from evalkit.reporting import write_gate_compare
 
@@ -101,12 +102,12 @@ def gate(
         from evalkit.history.reference import expected_from as reference_rules
 
         expected = reference_rules(expected_from, [Path(c) for c in [*runs[-1:], *(candidates or [])]])
-    return gate_runs(
-        *runs,
-        baselines=baselines,
-        candidates=candidates,
-        policy=policy,
-        output=output,
+    bases, cands = gate_sides(runs, baselines or (), candidates or ())
+    return run_gate(
+        bases or None,
+        cands,
+        Path(policy) if policy is not None else None,
+        Path(output) if output is not None else None,
         force=force,
         env=env,
         write_compare=write_gate_compare,

@@ -146,10 +146,15 @@ def run_gate(
     result.notes += (base.notes if base is not None else []) + cand.notes + _batch_invariant_notes(roles)
     result.notes += _server_notes(bases, cands)
     out = out_dir if out_dir is not None else default_out_dir(cands[0])
-    files = write_outputs(result, out)
-    if base is not None and write_compare is not None:
-        files[COMPARE_HTML] = write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
-    summary = append_step_summary(to_markdown(result), env)
+    try:
+        files = write_outputs(result, out)
+        if base is not None and write_compare is not None:
+            files[COMPARE_HTML] = write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
+        summary = append_step_summary(to_markdown(result), env)
+    except OSError as e:
+        raise GateInputError(
+            f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"
+        ) from None
     return GateOutcome(result, policy, policy_file, out, files, summary, bases, cands)
 
 
@@ -217,29 +222,13 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def gate_runs(
-    *runs: str | Path,
-    baselines: Sequence[str | Path] | None = None,
-    candidates: Sequence[str | Path] | None = None,
-    policy: str | Path | None = None,
-    output: str | Path | None = None,
-    force: bool = False,
-    env: Mapping[str, str] | None = None,
-    write_compare: CompareWriter | None = None,
-    expected: Sequence[Mapping[str, Any]] = (),
-) -> GateOutcome:
-    """``evalkit gate`` (also ``evalkit.gate(...)``): ``runs`` is BASELINE CANDIDATE, or CANDIDATE alone to check
-    it against the policy's expected scores or against ``baselines``; otherwise ``baselines`` / ``candidates``
-    name every run dir of either side (several runs of one config per side), and mixing them with ``runs`` (two
-    of them, or any beside ``candidates``) is refused as ambiguous; see :func:`run_gate`. Bad input and outputs
-    that cannot be written raise :class:`~evalkit.errors.EvalkitError` (one line).
-
-    Example::
-
-        outcome = gate_runs("reports/base", "reports/cand", policy="gate.yaml")
-        outcome.result.verdict, [r.name for r in outcome.result.failed], outcome.files["gate.json"]
-        gate_runs(baselines=["b1", "b2", "b3"], candidates=["c1", "c2", "c3"])  # speed on run-to-run variation
-    """
+def gate_sides(
+    runs: Sequence[str | Path], baselines: Sequence[str | Path] = (), candidates: Sequence[str | Path] = ()
+) -> tuple[list[Path], list[Path]]:
+    """The baseline and candidate run dirs of ``evalkit gate``'s arguments: ``runs`` is BASELINE CANDIDATE, or
+    CANDIDATE alone (checked against the policy's expected scores or against ``baselines``); otherwise
+    ``baselines`` / ``candidates`` name every run dir of either side (several runs of one config per side), and
+    mixing them with ``runs`` (two of them, or any beside ``candidates``) is refused as ambiguous (one line)."""
     if len(runs) > 2:
         raise GateInputError(f"evalkit gate takes BASELINE CANDIDATE or CANDIDATE alone, got {len(runs)} run dirs")
     mixed = [flag for flag, given in (("--baseline", baselines), ("--candidate", candidates)) if given]
@@ -252,19 +241,7 @@ def gate_runs(
     dirs = [Path(r) for r in runs]
     base = dirs[:1] if len(dirs) == 2 else []
     cand = dirs[-1:]
-    base += [Path(b) for b in baselines or ()]
-    cand += [Path(c) for c in candidates or ()]
-    try:
-        policy_file = Path(policy) if policy is not None else None
-        out_dir = Path(output) if output is not None else None
-        return run_gate(
-            base or None, cand, policy_file, out_dir, force=force, env=env, write_compare=write_compare,
-            expected=expected,
-        )  # fmt: skip
-    except OSError as e:
-        raise GateInputError(
-            f"cannot write the gate's outputs ({e.strerror}: {e.filename}); pass -o a writable folder"
-        ) from None
+    return base + [Path(b) for b in baselines], cand + [Path(c) for c in candidates]
 
 
 def policy_lines(policy: Policy) -> list[str]:
