@@ -1,1 +1,1 @@
-"""Benchmarks (not tests): they print ratios measured side by side in one run. See BENCHMARKS.md."""
+"""Benchmarks (not tests): they print ratios measured side by side in one run. Figures: docs/benchmarks.md."""

@@ -141,7 +141,7 @@ def test_several_runs_of_one_side_must_be_one_setup(runs: dict[str, list[Path]],
 def test_false_fail_rate_of_the_speed_rule_on_identical_configs(sd: float) -> None:
     """Identical configs whose runs spread log-normally by ``sd`` (run-to-run, as measured on the H200): the
     3-vs-3 rule (10% budget, alpha 0.05) fails at most 5% of pairs; its power against a 25% slowdown is
-    printed (BENCHMARKS.md states it)."""
+    printed (docs/benchmarks/archive/gate-statistics.md states it)."""
     rng = np.random.default_rng(0)
     sims = 2000
 

@@ -64,7 +64,7 @@ def test_bf16_twice_passes_and_float32_fails_on_a_numerics_rule(tmp_path: Path) 
         if r["kind"] == "numerics":
             print(f"[numerics gate] bf16 vs float32: {r['name']} = {r['observed']:.4g} CI {r['ci']} ({r['verdict']})")
     pair = compare_runs(*(from_run_dir(tmp_path / r).tasks["numerics"].numerics.main for r in ("bf16", "f32")))
-    for f in FIGURES:  # BENCHMARKS.md: how many texts tell float32 from bf16 against a floor of 0
+    for f in FIGURES:  # docs/benchmarks/archive/numerics.md: how many texts tell float32 from bf16 against a floor of 0
         v = pair.per_text(f)
         need = texts_to_separate(v, 1.0 if f == "top1" else 0.0)
         print(f"[numerics gate] {f}: per text {v.min():.4g}..{v.max():.4g}, texts to separate at 95% power: {need}")

@@ -19,7 +19,14 @@ from evalkit.testing import server as test_server
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
-PAGES = [README, *sorted((REPO / "docs").glob("*.md")), REPO / "reports" / "README.md", REPO / "docker" / "README.md"]
+PAGES = [
+    README,
+    *sorted((REPO / "docs").rglob("*.md")),  # the benchmarks' archive (docs/benchmarks/archive/) included
+    REPO / "reports" / "README.md",
+    REPO / "docker" / "README.md",
+    REPO / "ARCHITECTURE.md",
+    REPO / "BENCHMARKS.md",  # the pointer to docs/benchmarks.md
+]
 QUICKSTART = "## Try it in a minute"
 LINK = re.compile(r"!?\[(?:[^\]]|\][^(])*\]\(([^)\s]+)\)")
 

@@ -2,13 +2,14 @@
 tp1, tp3 and dp2, a GSM8K slice and the numerics task at one fixed concurrency), each server started once; its
 table, comparison report, per-engine /metrics of dp2, no vLLM process left after each server, and the gate
 between layouts (accuracy paired, speed, numerics against tp1's noise floor). ``pytest -s`` prints the figures
-(BENCHMARKS.md records them).
+(docs/benchmarks/archive/cpu-vllm-layouts.md records them).
 
 Two controls make the numerics comparable on every CI machine: one request in flight (the example's level is 4)
 and tp1 on one core, as each dp2 engine is. On a CPU whose bf16 kernels depend on the batch and on the thread
 count (Intel AMX), a batched run's own noise floor read top-1 98.4%, mean KL 7.8e-4, beyond the gate's budgets
 (it rightly cannot decide), and dp2 against a two-thread tp1 read top-1 99.5%, mean KL 3.0e-4; with both
-controls dp2 is bit-identical to tp1 there too (BENCHMARKS.md, "CPU vLLM numerics on an Intel AMX machine")."""
+controls dp2 is bit-identical to tp1 there too (docs/benchmarks/archive/numerics.md, "CPU vLLM numerics on an Intel
+AMX machine")."""
 
 from __future__ import annotations
 

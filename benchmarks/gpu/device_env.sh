@@ -5,7 +5,7 @@
 #
 # The lent machine sets PYTHONDONTWRITEBYTECODE=1 and the bundle is installed with --no-compile: without the
 # compileall below every process compiles each module it imports from source, every time, a cost that falls on
-# whichever side of a comparison imports more (evalkit, not a bare client; BENCHMARKS.md, H200 lease 9).
+# whichever side of a comparison imports more (evalkit, not a bare client; docs/benchmarks/archive/gpu-leases.md, H200 lease 9).
 # compileall writes the .pyc files whatever that variable says and recompiles only what changed.
 . /root/stash/s/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH HF_DATASETS_OFFLINE=1 TQDM_DISABLE=1 PYTHONUNBUFFERED=1

@@ -1,5 +1,5 @@
 #!/bin/bash
-# On the lent H200, after ../shared/gpu's receive.sh printed READY (see BENCHMARKS.md), three steps, one call each:
+# On the lent H200, after ../shared/gpu's receive.sh printed READY (see docs/benchmarks/archive/gpu-leases.md), three steps, one call each:
 #   serve   start a dev-mode vLLM on :8000 (same flags as the 2026-12-02 runs) and wait until it answers
 #   bench   benchmarks/bench_gsm8k.py: ROUNDS (default 5) interleaved rounds of the raw sweep and evalkit at defaults (and, with
 #           FIXED=N, evalkit at a fixed N), then lm-eval local-completions at the best raw concurrency -> $OUT/bench.json

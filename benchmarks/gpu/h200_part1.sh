@@ -1,5 +1,5 @@
 #!/bin/bash
-# On the lent H200, after ../shared/gpu's receive.sh printed READY (see BENCHMARKS.md):
+# On the lent H200, after ../shared/gpu's receive.sh printed READY (see docs/benchmarks/archive/gpu-leases.md):
 # evalkit starts vLLM itself, twice (--max-num-seqs 256 and 64), on the full GSM8K test set; then the
 # comparison report; then a persistent dev-mode server for part 2. Results go to $OUT/part1.tgz.
 set -uo pipefail

@@ -4,7 +4,7 @@
 # (SmolLM2-135M, max-num-seqs 256: a gold GSM8K answer a request, one token a chunk, every request slower in
 # proportion past 80 running, so throughput stays flat as vLLM's did). It measures evalkit's fixed costs (start-up,
 # imports, setup, warm-up, scoring, exit) on the lent machine's CPUs and Python in one call, without the carrying
-# calls and server start that real vLLM needs there (../shared/gpu/README.md). Figures: BENCHMARKS.md.
+# calls and server start that real vLLM needs there (../shared/gpu/README.md). Figures: docs/benchmarks.md.
 #
 # Carry `.whl`: the wheels of evalkit's requirements that the machine's image lacks, made here with
 #   python3 -m pip install --dry-run --ignore-installed --quiet --report /tmp/report.json -e .

@@ -26,8 +26,8 @@ from evalkit.gating.stats import corpus_bootstrap
 
 MIN_CORPUS_DOCS = 20
 """The fewest documents scored in both runs a corpus rule decides on: a bootstrap over fewer documents has few
-distinct resamples, and its false-alarm rate at the budget's edge rises (BENCHMARKS.md, "The gate's perplexity
-rule")."""
+distinct resamples, and its false-alarm rate at the budget's edge rises
+(docs/benchmarks/archive/gate-statistics.md, "The gate's perplexity rule")."""
 
 
 def corpus_rule(

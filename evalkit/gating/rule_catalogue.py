@@ -62,7 +62,8 @@ class GatedSpeed:
 
 
 # Noise budgets: how far each figure moves between identical runs of one config (H200, vLLM 0.26, SmolLM2-135M,
-# GSM8K at concurrency 256; BENCHMARKS.md "Run-to-run noise"). Floors: timer and scheduling jitter, not a regression.
+# GSM8K at concurrency 256; docs/benchmarks/archive/gate-statistics.md). Floors: timer and scheduling jitter, not a
+# regression.
 GATED_SPEEDS: tuple[GatedSpeed, ...] = (
     GatedSpeed("output_tokens_per_s", noise=0.35),
     GatedSpeed("ttft_p50_ms", noise=1.0, floor_ms=5.0),

@@ -131,7 +131,7 @@ class AutoConcurrency:
         unknown).
 
         The server's counter is the one to trust: under load vLLM coalesces several tokens into one SSE chunk,
-        so chunk counts under-read exactly the levels being compared (BENCHMARKS.md, H200)."""
+        so chunk counts under-read exactly the levels being compared (docs/benchmarks/archive/gpu-leases.md)."""
         assert client._session is not None
         first = await _server_counts(client._session, self.metrics_url)
         c0, w0 = client.chunks_received, time.perf_counter()

@@ -13,8 +13,9 @@ such chunks; TPOT = (latency - TTFT) / (output_tokens - 1) with output tokens fr
 Timeouts: :mod:`evalkit.requests.timeouts` (a request waiting its turn is bounded by the TTFT timeout, not re-sent).
 
 The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson, not through the
-``openai`` package's chunk iterator, whose CPU per token would distort timings on a fast server (BENCHMARKS.md). Retries
-live here and only here (tenacity), and the SDK's own retries are never used for generation.
+``openai`` package's chunk iterator, whose CPU per token would distort timings on a fast server
+(docs/benchmarks.md). Retries live here and only here (tenacity), and the SDK's own retries are never used for
+generation.
 
 What the server sends is checked off the per-chunk path: text pieces are joined once at the end (a piece that
 is not a string fails the attempt as a malformed event), ``finish_reason`` and ``usage`` are checked once per

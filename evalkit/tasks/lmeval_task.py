@@ -244,7 +244,7 @@ class LmEvalTask(Task):
         also goes to ``on_entry`` (in order) as soon as lm-eval has built it.
 
         The cache is keyed by task version, data hash, lm-eval's task file and version and the few-shot settings,
-        so later runs and sweeps skip lm-eval's build (its cost: BENCHMARKS.md).
+        so later runs and sweeps skip lm-eval's build (its cost: docs/benchmarks.md).
         """
         with self._lock:  # one build at a time
             built = self._read_cache(num_fewshot)
