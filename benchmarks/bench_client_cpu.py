@@ -12,7 +12,7 @@ then sends the same requests (distinct prompts, ``max_tokens`` 1000, answers pad
 - ``plain-oj``: the same loop with ``orjson.loads`` and orjson-encoded bodies (context: what evalkit's own
   bookkeeping costs on top of a loop that parses as fast as it does),
 - ``evalkit``: ``Client.generate`` (orjson, text, TTFT/ITL/TPOT, tenacity retries) under the same semaphore,
-- ``execute``: evalkit's scheduler :func:`evalkit.requests.scheduler.execute` around the same Client (context),
+- ``execute``: evalkit's scheduler :func:`evalkit.client.scheduler.execute` around the same Client (context),
 - ``sdk``:     ``AsyncOpenAI(...).{completions,chat.completions}.create(stream=True)`` iterated (context).
 
 CPU is ``time.process_time()`` of this process around each pass (session set-up included for all). The
@@ -37,8 +37,8 @@ import aiohttp
 import orjson
 
 from benchmarks.raw_client import run as raw_run
+from evalkit.client.http_client import Client
 from evalkit.contracts import GenParams, Request
-from evalkit.requests.client import Client
 from evalkit.testing.server import SubprocessServer
 
 MODEL = "test-model"
@@ -133,7 +133,7 @@ async def run_evalkit(base: str, kind: str, reqs: list[Request], concurrency: in
 
 
 async def run_execute(base: str, kind: str, reqs: list[Request], concurrency: int) -> dict[str, float]:
-    from evalkit.requests.scheduler import execute
+    from evalkit.client.scheduler import execute
 
     tokens = 0
 

@@ -61,8 +61,8 @@ def main() -> None:
     a = ap.parse_args()
 
     import evalkit
-    from evalkit.requests.client import Client
-    from evalkit.requests.endpoint import list_models, resolve_model
+    from evalkit.client.http_client import Client
+    from evalkit.client.model_discovery import list_models, resolve_model
     from evalkit.tasks.lmeval_source import expand_lm_eval_tasks
     from evalkit.tasks.registry import Registry
     from evalkit.tasks.spec import TaskSettings

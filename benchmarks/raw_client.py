@@ -67,7 +67,7 @@ async def run(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[
 
 def gsm8k_bodies(model: str, limit: int | None) -> list[dict[str, Any]]:
     """Request bodies for GSM8K exactly as evalkit (and lm-eval local-completions) send them."""
-    from evalkit.requests.client import Client
+    from evalkit.client.http_client import Client
     from evalkit.tasks.registry import Registry
     from evalkit.tasks.spec import TaskSettings
 

@@ -4,7 +4,7 @@
   :class:`RunResult`, whose ``manifest`` and ``summary`` are the :mod:`evalkit.contracts` models.
 - :func:`open_run` reads a run dir (:class:`evalkit.store.reader.Run`: ``typed_summary()``, ``records()``).
 - :func:`report` renders ``report.html`` or a comparison from run dirs alone (``evalkit report``).
-- :func:`gate` is the release gate (``evalkit gate``): a :class:`~evalkit.gating.command.GateOutcome` holding the
+- :func:`gate` is the release gate (``evalkit gate``): a :class:`~evalkit.gating.gate_runs.GateOutcome` holding the
   :class:`~evalkit.gating.result.GateResult` and the files written.
 
 All four are also ``evalkit.run``, ``evalkit.open_run``, ``evalkit.report`` and ``evalkit.gate``. Bad input
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used: the command starts without pydantic models, scipy, lm-eval or jinja2
     from evalkit.contracts import Manifest, RunSummary
-    from evalkit.gating.command import GateOutcome
+    from evalkit.gating.gate_runs import GateOutcome
     from evalkit.store.reader import Run
 
 __all__ = ["RunResult", "gate", "offline_environment", "open_run", "report", "run", "run_repeats"]
@@ -56,13 +56,13 @@ def open_run(run_dir: str | Path, *, with_samples: bool = True) -> Run:
 
 def report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | None = None) -> Path:
     """Render one run's ``report.html`` or the comparison of several, as ``evalkit report``:
-    :func:`evalkit.reporting.command.write_report`.
+    :func:`evalkit.reporting.write.write_report`.
 
     Example::
 
         report(["reports/base", "reports/cand"], "compare.html")
     """
-    from evalkit.reporting.command import write_report
+    from evalkit.reporting.write import write_report
 
     return write_report(run_dirs, output)
 
@@ -78,8 +78,8 @@ def gate(
     expected_from: str | None = None,
 ) -> GateOutcome:
     """The release gate on BASELINE CANDIDATE (or CANDIDATE alone; ``baselines`` / ``candidates``: several runs
-    per side), as ``evalkit gate``: the sides by :func:`evalkit.gating.command.gate_sides`, decided and written
-    by :func:`evalkit.gating.command.run_gate`, whose compare.html is
+    per side), as ``evalkit gate``: the sides by :func:`evalkit.gating.gate_runs.gate_sides`, decided and written
+    by :func:`evalkit.gating.gate_runs.run_gate`, whose compare.html is
     :func:`evalkit.reporting.write_gate_compare`. A baseline may be a ``history:`` value (``history:latest-pass?
     config=NAME``): the run dirs the run history names for it (docs/history.md). ``expected_from``: a model of
     the reference scores evalkit ships, whose scores for the candidate's tasks become ``expected:`` rules.
@@ -89,7 +89,7 @@ def gate(
         outcome = gate("reports/base", "reports/cand", policy="gate.yaml")
         outcome.result.verdict, outcome.exit_code      # "pass" 0, "fail" 1, "cannot_decide" 2
     """
-    from evalkit.gating.command import gate_sides, run_gate
+    from evalkit.gating.gate_runs import gate_sides, run_gate
     from evalkit.history.query import is_history_ref
     from evalkit.reporting import write_gate_compare
 

@@ -10,8 +10,8 @@ text verified against the integer answer, empty / truncated / no-answer response
 
 Metrics (K = samples per problem, read from the records' sample indices): ``avg@K``, ``pass@k`` (k = 1, 2, 4, …
 and K) and ``maj@K`` (answers compared by :func:`evalkit.scoring.math_answer.canonical_answer`), computed by the
-default summary (:mod:`evalkit.scoring.metrics` says how). Samples with status ``api_error`` are never scored and
-are left out of every denominator (counted in detail). A verifier timeout (``correct`` None) counts as wrong.
+default summary (:mod:`evalkit.scoring.metric_registry` says how). Samples with status ``api_error`` are never
+scored and are left out of every denominator (counted in detail). A verifier timeout (``correct`` None) counts as wrong.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from evalkit.contracts import PromptPositions
-from evalkit.store.positions import PositionsWriter
+from evalkit.store.positions_file import PositionsWriter
 
 TASK = "numerics"
 

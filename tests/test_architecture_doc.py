@@ -25,7 +25,7 @@ def drawing() -> str:
 
 
 def drawn_layers(text: str) -> list[str]:
-    """The drawing's rows as import-linter layers: ``tasks/ | requests/`` → ``evalkit.tasks | evalkit.requests``."""
+    """The drawing's rows as import-linter layers: ``tasks/ | requests/`` → ``evalkit.tasks | evalkit.client``."""
     rows = [m.group(1) for line in text.splitlines() if (m := ROW.match(line))]
     names = [[name.removesuffix("/").removesuffix(".py") for name in row.split(" | ")] for row in rows]
     return [" | ".join(f"evalkit.{name}" for name in row) for row in names]

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.client.http_client import Client
+from evalkit.client.scheduler import execute
 from evalkit.config import load_config
 from evalkit.contracts import GenParams, Request, Response
-from evalkit.requests.client import Client
-from evalkit.requests.scheduler import execute
 from evalkit.runner import Runner
 from evalkit.testing.server import Behaviour, SubprocessServer, TestServer, serving
 
@@ -242,7 +242,7 @@ def test_server_counts_read_from_real_vllm_metrics():
     import aiohttp
     from aiohttp import web
 
-    from evalkit.requests.auto_concurrency import _server_counts
+    from evalkit.client.auto_concurrency import _server_counts
 
     one = (Path(__file__).parent / "data" / "vllm_metrics_0.32_round1.txt").read_text()
     # a second data-parallel engine with the same series, 3 requests running there

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.config.server import ServerConfig
+from evalkit.config.server_config import ServerConfig
 from evalkit.server import vllm_process
 from evalkit.server.launch import build_argv, cpu_dtype, cpu_flags, with_cpu_dtype
 from evalkit.server.vllm_process import VLLMServer

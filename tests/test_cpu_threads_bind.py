@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from evalkit.config.server import ServerConfig
+from evalkit.config.server_config import ServerConfig
 from evalkit.server.launch import cpu_threads_bind, launch_env
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.sweep import load_spec, plan

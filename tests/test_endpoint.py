@@ -1,8 +1,8 @@
 import pytest
 
+from evalkit.client.model_discovery import ServedModel, resolve_model
 from evalkit.config.endpoint import display_url, normalize_base_url, server_root
 from evalkit.errors import EndpointError
-from evalkit.requests.endpoint import ServedModel, resolve_model
 
 
 @pytest.mark.parametrize(

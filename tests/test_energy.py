@@ -11,7 +11,7 @@ import types
 import pytest
 
 import evalkit
-from evalkit.config.server import ServerConfig
+from evalkit.config.server_config import ServerConfig
 from evalkit.server.gpu import EnergyDevices, GpuSampler, energy_devices
 
 

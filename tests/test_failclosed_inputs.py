@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from evalkit.config.files import MAX_BYTES, MAX_DEPTH, read_settings_file
+from evalkit.config.settings_files import MAX_BYTES, MAX_DEPTH, read_settings_file
 from evalkit.errors import ConfigError
 from evalkit.gating import PolicyError, load_policy, policy_from_dict
 from evalkit.gating.policy import MAX_RESAMPLES

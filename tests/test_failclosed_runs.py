@@ -24,10 +24,10 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.client.clamp import clamp_max_tokens
 from evalkit.contracts import GenParams, Request
 from evalkit.limits import MAX_STORED_CHARS, STREAM_BASE_BYTES
 from evalkit.redact import redact_text
-from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.testing.hostile import HUGE_ARGUMENTS_BYTES, OVERSIZED_MODES, gzip_bomb
 from evalkit.testing.server import Behaviour, TestServer
 from tests.report_fixtures import sample_data

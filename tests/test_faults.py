@@ -15,8 +15,8 @@ from aiohttp import web
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.client.http_client import RETRYABLE_STATUS, Client, ClientOptions
 from evalkit.contracts import GenParams, Request, Response
-from evalkit.requests.client import RETRYABLE_STATUS, Client, ClientOptions
 from evalkit.testing.server import Behaviour, TestServer, serving
 
 

@@ -16,8 +16,8 @@ from evalkit.cli import app
 from evalkit.config import load_config
 from evalkit.gating.stats import speed_runs_change
 from evalkit.runner import Runner
-from evalkit.sweep.plan import plan
-from evalkit.sweep.spec import SweepSpec
+from evalkit.sweep.combinations import plan
+from evalkit.sweep.sweep_file import SweepSpec
 from evalkit.testing.server import Behaviour, TestServer
 
 N = 40

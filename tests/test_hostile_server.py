@@ -159,9 +159,9 @@ def test_ping_only_stream_fails_at_the_ttft_timeout(tmp_path: Path, server: Test
 
 # ---------------------------------------------------------------------------------- lm-eval's LM class
 def test_lm_class_survives_a_hostile_stream(server: TestServer) -> None:
-    """lm-eval's path (evalkit.requests.lm_eval_model.EvalkitLM -> execute -> Client): bad usage is a note, a
+    """lm-eval's path (evalkit.client.lm_eval_model.EvalkitLM -> execute -> Client): bad usage is a note, a
     malformed event is retried, and what came back is the answer text."""
-    from evalkit.requests.lm_eval_model import EvalkitLM
+    from evalkit.client.lm_eval_model import EvalkitLM
 
     server.faults = [{"hostile": "usage_list"}, {"hostile": "content_int"}]
     lm = EvalkitLM(base_url=server.url, num_concurrent=1)

@@ -281,7 +281,7 @@ def test_concurrency_is_capped_by_the_open_file_limit(tmp_path: Path, server: Te
 
 CLIENT_OUT_OF_FILES = """
 import asyncio, sys
-from evalkit.requests.client import Client, ClientOptions
+from evalkit.client.http_client import Client, ClientOptions
 from evalkit.contracts import GenParams, Request
 
 async def main():

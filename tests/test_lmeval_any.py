@@ -91,7 +91,7 @@ def _tokens(url: str, text: str) -> list[int]:
 
 
 def test_multiple_choice_requests_on_lm_evals_token_boundaries(tasks: Path, test_server: object) -> None:
-    from evalkit.requests.client import Client
+    from evalkit.client.http_client import Client
 
     url = test_server.url.removesuffix("/v1")  # type: ignore[attr-defined]
     task = _task(tasks, "tiny_mc")
@@ -114,8 +114,8 @@ def test_multiple_choice_requests_on_lm_evals_token_boundaries(tasks: Path, test
 
 
 def test_a_recorded_vllm_answer_parses_to_lm_evals_value() -> None:
+    from evalkit.client.scored_answer import read_scored_answer
     from evalkit.contracts import Request
-    from evalkit.requests.scored_answer import read_scored_answer
 
     rec = json.loads(RECORDED.read_text())
     answer = read_scored_answer(json.dumps(rec["answer"]).encode(), "smollm2-135m", None)
@@ -199,8 +199,8 @@ def test_requests_sent_as_token_ids_are_not_clamped_by_their_text() -> None:
     """A rolling window's record keeps the whole document as its text; its ids are what is sent (and counted)."""
     import asyncio
 
+    from evalkit.client.clamp import clamp_max_tokens
     from evalkit.contracts import Request
-    from evalkit.requests.clamp import clamp_max_tokens
 
     req = Request(task="t", doc_id=0, sample_index=0, prompt="word " * 500, gen=lmeval_scored.SCORED_GEN,
                   prompt_ids=(1, 2, 3))  # fmt: skip

@@ -125,8 +125,8 @@ def _compare_and_sweep_show_groups(out: Path, summary: dict[str, Any]) -> None:
     from evalkit.reporting import render_compare_html
     from evalkit.reporting.compare_view import build_compare_view
     from evalkit.store.reader import open_run
-    from evalkit.sweep.plan import Combination
-    from evalkit.sweep.run import table_row
+    from evalkit.sweep.combination_runs import table_row
+    from evalkit.sweep.combinations import Combination
 
     nest = summary["groups"]["lm-eval:grp_nest"]["metrics"]["acc,none"]
     shown = f"{nest['value']:.4f} ± {nest['stderr']:.4f}"

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from evalkit.client.conversation import converse
+from evalkit.client.http_client import Client
 from evalkit.config import load_config
 from evalkit.contracts import Response
 from evalkit.errors import RunError
-from evalkit.requests.client import Client
-from evalkit.requests.conversation import converse
 from evalkit.runner import Runner
 from evalkit.scoring.bfcl_exec import Backends, named_arguments, parse_call
 from evalkit.scoring.bfcl_multi_turn import check_conversation

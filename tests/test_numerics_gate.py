@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.gating import evaluate, from_run_dir, policy_from_dict
 from evalkit.reporting import render_compare_html, render_run_html
-from evalkit.sweep.numerics import add_numerics_columns
+from evalkit.sweep.numerics_columns import add_numerics_columns
 from evalkit.watch.window import merge, tick_inputs
 from tests.numerics_fixtures import TASK, build_numerics_run, positions, side, text_logits
 from tests.report_fixtures import CANARY, HOSTILE, IMG

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.contracts import GenParams, Request, Response
 from evalkit.errors import TaskError
-from evalkit.store.positions import POSITIONS, read_positions
+from evalkit.store.positions_file import POSITIONS, read_positions
 from evalkit.tasks.registry import Registry
 from evalkit.tasks.spec import TaskSettings
 from evalkit.testing.server import Behaviour, TestServer

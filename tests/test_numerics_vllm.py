@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.server.vllm_process import VLLMServer
-from evalkit.store.positions import read_positions
+from evalkit.store.positions_file import read_positions
 from tests.vllm_env import NAME, VLLM_MARKS, smollm2_server
 
 pytestmark = VLLM_MARKS

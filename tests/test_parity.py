@@ -53,7 +53,7 @@ def test_gsm8k_parity_with_lm_eval_local_completions(tmp_path, test_server):
 @pytest.mark.slow
 def test_evalkit_lm_class_under_lm_evals_own_evaluator(test_server):
     """lm-eval's evaluator driving evalkit's LM class gives the same results as local-completions."""
-    from evalkit.requests.lm_eval_model import EvalkitLM
+    from evalkit.client.lm_eval_model import EvalkitLM
 
     ref = run_lm_eval(test_server.url, "test-model", 10)
     timings = []
@@ -71,7 +71,7 @@ def test_importing_evalkit_lm_keeps_lm_evals_own_models() -> None:
     import sys
 
     code = (
-        "import evalkit.requests.lm_eval_model; from lm_eval.api.registry import get_model; "
+        "import evalkit.client.lm_eval_model; from lm_eval.api.registry import get_model; "
         "print(get_model('local-completions'))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -10,7 +10,7 @@ import pytest
 
 from evalkit.contracts import PromptPositions
 from evalkit.errors import StoreError
-from evalkit.store.positions import MAGIC, POSITIONS, PositionsWriter, encode, read_positions
+from evalkit.store.positions_file import MAGIC, POSITIONS, PositionsWriter, encode, read_positions
 
 
 def positions(key: str, n: int = 5, k: int = 3, m: int = 4, doc_id: int = 0, shift: float = 0.0) -> PromptPositions:

@@ -59,7 +59,7 @@ def test_type_checker_and_toml_fallback_follow_the_floor():
     major, minor = floor()
     assert PYPROJECT["tool"]["mypy"]["python_version"] == f"{major}.{minor}"
     assert PYPROJECT["tool"]["ruff"]["target-version"] == f"py{major}{minor}"
-    if (major, minor) < (3, 11):  # tomllib is 3.11+: config/files.py reads TOML with tomli below it
+    if (major, minor) < (3, 11):  # tomllib is 3.11+: config/settings_files.py reads TOML with tomli below it
         deps = PYPROJECT["project"]["dependencies"]
         assert any(re.fullmatch(r"tomli\b.*;\s*python_version\s*<\s*['\"]3\.11['\"]", d) for d in deps), deps
 

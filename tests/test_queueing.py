@@ -18,8 +18,8 @@ from aiohttp import web
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.client.http_client import Client, ClientOptions
 from evalkit.contracts import GenParams, Request, Response
-from evalkit.requests.client import Client, ClientOptions
 from evalkit.testing.server import Behaviour, TestServer, long_answer_fn, serving
 
 

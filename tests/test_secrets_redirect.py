@@ -20,16 +20,16 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.client.auto_concurrency import _server_counts
+from evalkit.client.clamp import clamp_max_tokens
+from evalkit.client.http_client import Client
+from evalkit.client.model_discovery import list_models
 from evalkit.config import ServerConfig
 from evalkit.config.endpoint import normalize_base_url
 from evalkit.contracts import GenParams, Request
 from evalkit.errors import EndpointError
 from evalkit.redact import redact_argv, redact_env, redact_url
 from evalkit.reporting.provenance import argv_str
-from evalkit.requests.auto_concurrency import _server_counts
-from evalkit.requests.clamp import clamp_max_tokens
-from evalkit.requests.client import Client
-from evalkit.requests.endpoint import list_models
 from evalkit.server.metrics import scrape
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.testing.server import Behaviour, TestServer

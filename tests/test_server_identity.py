@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from evalkit.config import load_config
-from evalkit.gating.command import run_gate
+from evalkit.gating.gate_runs import run_gate
 from evalkit.reporting import render_compare_html
 from evalkit.runner import Runner
 from evalkit.server.self_report import SERVER_KEYS

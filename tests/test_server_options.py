@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.cli.run import run, run_settings
 from evalkit.cli.server_options import NOT_OPTIONS, SERVER_OPTIONS
-from evalkit.config.server import ServerConfig
+from evalkit.config.server_config import ServerConfig
 
 
 def _value_type(annotation: Any) -> Any:

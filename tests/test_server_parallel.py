@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.config import load_config
-from evalkit.config.server import ServerConfig, layout_warnings, local_gpus
+from evalkit.config.server_config import ServerConfig, layout_warnings, local_gpus
 from evalkit.errors import ConfigError
 from evalkit.server.launch import MULTICAST_OFF, build_argv
 from evalkit.server.vllm_process import VLLMServer

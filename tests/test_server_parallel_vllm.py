@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from evalkit.config.server import ServerConfig, local_gpus, world_size
+from evalkit.config.server_config import ServerConfig, local_gpus, world_size
 from evalkit.server.launch import build_argv
 from tests.vllm_env import MODEL_DIR, VLLM_MARKS, serve_parser
 

@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.client.auto_concurrency import _server_counts
+from evalkit.client.http_client import Client, ClientOptions
 from evalkit.config.endpoint import display_url
 from evalkit.contracts import EndpointSummary
-from evalkit.requests.auto_concurrency import _server_counts
-from evalkit.requests.client import Client, ClientOptions
 from evalkit.testing.server import Behaviour, TestServer
 
 

@@ -20,8 +20,8 @@ from evalkit.contracts import (
 from evalkit.gating.policy import GATED_SPEED, LATENCY_FLOORS_MS, NOISE_BUDGETS, SpeedPolicy
 from evalkit.reporting import compare_view, run_tables, run_view
 from evalkit.scoring.speed import percentiles, speed_summary
-from evalkit.sweep import run as sweep_run
-from evalkit.watch.history import TICK_SPEED, tick_speed_key
+from evalkit.sweep import combination_runs as sweep_run
+from evalkit.watch.tick_log import TICK_SPEED, tick_speed_key
 
 
 def test_quantiles_are_the_percentile_fields() -> None:

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.contracts import SampleRecord
 from evalkit.scoring.speed import STEADY_MIN_REQUESTS, steady_state, steady_window
-from evalkit.sweep.plan import Combination
-from evalkit.sweep.run import SPEED_COLUMNS, table_row
+from evalkit.sweep.combination_runs import SPEED_COLUMNS, table_row
+from evalkit.sweep.combinations import Combination
 from evalkit.testing.server import Behaviour, TestServer
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.gating.command import run_gate
+from evalkit.gating.gate_runs import run_gate
 from evalkit.reporting import render_compare, write_gate_compare
-from evalkit.sweep.run import concurrency_charts
+from evalkit.sweep.combination_runs import concurrency_charts
 from tests.report_fixtures import build_gsm8k_run
 from tests.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page, screenshot
 

@@ -12,7 +12,7 @@ import pytest
 from evalkit.contracts import MetricValue, SampleRecord
 from evalkit.errors import TaskError
 from evalkit.scoring.estimators import wilson_interval
-from evalkit.scoring.metrics import METRICS, Samples, compute_metrics, count_statuses, metric_names
+from evalkit.scoring.metric_registry import METRICS, Samples, compute_metrics, count_statuses, metric_names
 from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.tasks.registry import KINDS, Registry
 from evalkit.tasks.spec import load_spec, parse_spec

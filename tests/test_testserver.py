@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from evalkit.testing.answers import count_tokens, is_correct, load_data, render_chat
-from evalkit.testing.metrics import parse_prometheus
 from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
+from evalkit.testing.vllm_metrics import parse_prometheus
 
 GSM = load_data().gsm_list
 Q0, A0 = GSM[0]  # Janet's ducks, "#### 18"

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from evalkit.client.http_client import Client
+from evalkit.client.tool_stream import ToolCallAssembler
 from evalkit.config import ServerConfig, load_config
 from evalkit.contracts import Response
 from evalkit.errors import RunError
-from evalkit.requests.client import Client
-from evalkit.requests.tool_stream import ToolCallAssembler
 from evalkit.runner import Runner
 from evalkit.scoring.tool_calls import score_tool_answer
 from evalkit.server.launch import build_argv
@@ -251,7 +251,7 @@ def test_serve_flags_for_tool_calling() -> None:
 
 
 def test_the_gate_fails_a_candidate_whose_parser_drops_calls(tmp_path) -> None:
-    from evalkit.gating.command import run_gate
+    from evalkit.gating.gate_runs import run_gate
 
     with TestServer(Behaviour(tool_variant="right")) as srv:
         run(srv, tmp_path / "base", ["bfcl-simple"], limit=30)

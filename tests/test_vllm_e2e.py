@@ -474,9 +474,9 @@ def test_real_vllm_accepts_the_history_a_conversation_sends_back(live_server: VL
     import asyncio
     import copy
 
+    from evalkit.client.conversation import converse
+    from evalkit.client.http_client import Client
     from evalkit.contracts import Conversation, GenParams, Request, Response
-    from evalkit.requests.client import Client
-    from evalkit.requests.conversation import converse
 
     tools = (
         {

@@ -1,4 +1,4 @@
-"""The warm-up before the timed phase (evalkit/requests/warmup.py): against the test server's first-batch stall
+"""The warm-up before the timed phase (evalkit/client/warmup.py): against the test server's first-batch stall
 (the first request of each new sampling config holds every request in flight, as vLLM compiling its top-k/top-p
 kernel), the default warm-up takes the stall out of the run's speed figures; warm-up requests use the run's
 sampling settings with their own distinct prompts, are never scored or stored as samples, are recorded in the
@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
+from evalkit.client import warmup
 from evalkit.config import load_config
-from evalkit.requests import warmup
 from evalkit.runner import Runner
 from evalkit.sweep import load_spec, plan
 from evalkit.testing.server import Behaviour, SubprocessServer, TestServer

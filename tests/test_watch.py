@@ -23,7 +23,7 @@ from evalkit.runner import Runner
 from evalkit.testing.answers import default_answer
 from evalkit.testing.server import Behaviour, TestServer
 from evalkit.watch import CANARY_HEADER, CANARY_USER, Watch, WatchSettings, read_history, ticks_to_detect
-from evalkit.watch.history import rotation, slice_for
+from evalkit.watch.tick_log import rotation, slice_for
 
 pytestmark = pytest.mark.slow
 

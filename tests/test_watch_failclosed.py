@@ -27,7 +27,7 @@ from evalkit.errors import ConfigError
 from evalkit.runner import Runner
 from evalkit.testing.server import Behaviour, TestServer
 from evalkit.watch import Watch, WatchMetrics, Webhook, read_history
-from evalkit.watch.history import exit_code
+from evalkit.watch.tick_log import exit_code
 from evalkit.watch.webhook import webhook_target
 from tests.test_watch import RUN, baseline_run, settings
 from tests.test_watch_monitoring import MONITORING, check_expr, exported, rules

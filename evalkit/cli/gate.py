@@ -58,7 +58,7 @@ def gate(
     from rich.console import Console
 
     from evalkit import api
-    from evalkit.gating.command import print_outcome
+    from evalkit.gating.gate_runs import print_outcome
     from evalkit.history import record_gate
 
     try:

@@ -78,7 +78,7 @@ def sweep(
     when every combination has a finished run of the sweep file's settings, 1 when one failed or has none (the
     others still ran; its row's error cell says why), 2 when the input is bad (sweep file, -o) and nothing ran."""
     from evalkit.sweep import load_spec, run_sweep
-    from evalkit.sweep.run import collect as collect_runs
+    from evalkit.sweep.combination_runs import collect as collect_runs
 
     try:
         spec = load_spec(file)

@@ -105,7 +105,7 @@ def watch(
     import signal
 
     from evalkit.watch import Watch, WatchSettings
-    from evalkit.watch.history import exit_code, outcome_line
+    from evalkit.watch.tick_log import exit_code, outcome_line
 
     if endpoint is None or task is None or output is None:
         fail(EvalkitError("evalkit watch needs --endpoint URL, --task NAME and -o DIR; see evalkit watch --help"))
@@ -163,7 +163,7 @@ def watch_report(
     ] = None,
 ) -> None:
     """One self-contained HTML page of a watch's history: accuracy with its interval, speed, verdict changes."""
-    from evalkit.watch.report import render_watch
+    from evalkit.watch.watch_page import render_watch
 
     try:
         path = render_watch(watch_dir, output)

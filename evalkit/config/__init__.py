@@ -3,12 +3,12 @@ anything runs. It imports no other layer (``lint-imports``).
 
 - :mod:`~evalkit.config.settings`: :class:`RunConfig`, resolved by :func:`load_config` (CLI > config file >
   ``EVALKIT_*`` env > defaults);
-- :mod:`~evalkit.config.server`: :class:`ServerConfig`, the vLLM server a run starts, and the checks of its
+- :mod:`~evalkit.config.server_config`: :class:`ServerConfig`, the vLLM server a run starts, and the checks of its
   layout over GPUs and nodes;
-- :mod:`~evalkit.config.files`: the one reader of settings files (run config, sweep file, gate policy).
+- :mod:`~evalkit.config.settings_files`: the one reader of settings files (run config, sweep file, gate policy).
 """
 
-from evalkit.config.server import ServerConfig
+from evalkit.config.server_config import ServerConfig
 from evalkit.config.settings import (
     MAX_COST_PER_GPU_HOUR,
     MAX_GPUS_BILLED,

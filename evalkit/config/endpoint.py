@@ -3,7 +3,7 @@
 
 Credentials go to the endpoint's own origin and nowhere else: ``user:password@`` is taken out of the URL
 (:func:`credentials`) and sent, like the API key, only in the ``Authorization`` header. String work only, no
-network: what reads from the server is :mod:`evalkit.server.http_reads` and :mod:`evalkit.requests`.
+network: what reads from the server is :mod:`evalkit.server.http_reads` and :mod:`evalkit.client`.
 """
 
 from __future__ import annotations

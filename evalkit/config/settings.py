@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from evalkit.config.files import read_settings_file
-from evalkit.config.server import ServerConfig, world_size
+from evalkit.config.server_config import ServerConfig, world_size
+from evalkit.config.settings_files import read_settings_file
 from evalkit.config.slos import parse_slos
 from evalkit.errors import ConfigError, warn
 
@@ -59,7 +59,7 @@ class RunConfig(BaseSettings):
     concurrency: int | Literal["auto"] = "auto"
     max_concurrency: int = Field(default=512, ge=1)
     auto_start: int = Field(default=128, ge=1)
-    # warm-up requests per sampling config before the timed phase (evalkit/requests/warmup.py); None: the run's
+    # warm-up requests per sampling config before the timed phase (evalkit/client/warmup.py); None: the run's
     # concurrency level; 0: none
     warmup: int | None = Field(default=None, ge=0)
     limit: int | None = Field(default=None, ge=1)
@@ -222,7 +222,7 @@ def warn_unknown_env(environ: Mapping[str, str]) -> None:
 
 def read_config_file(path: Path, what: str = "config file") -> dict[str, Any]:
     """A YAML, TOML (``.toml``) or JSON (``.json``) config file as a dict, read by
-    :func:`evalkit.config.files.read_settings_file` (size, encoding, YAML aliases and nesting checked)."""
+    :func:`evalkit.config.settings_files.read_settings_file` (size, encoding, YAML aliases and nesting checked)."""
     data = read_settings_file(path, what, ConfigError)
     if "api_key" in data:
         raise ConfigError(f"{what} {path}: api_key does not belong in a file; set EVALKIT_API_KEY or api_key_file")

@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalkit.contracts.positions import PromptPositions
-from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
+from evalkit.contracts.speed_catalogue import (  # noqa: F401 - part of the contract
     LATENCIES,
     QUANTILES,
     SPEED,
@@ -135,7 +135,7 @@ class Request:
     messages: tuple[dict[str, str], ...] | None = None
     tools: tuple[dict[str, Any], ...] | None = None  # chat only: OpenAI ``tools`` (function definitions)
     tool_choice: str | None = None  # "auto", "required" or "none" (sent with ``tools``)
-    conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.requests.conversation)
+    conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.client.conversation)
     # completions only: the prompt as token ids, sent instead of ``prompt`` (which stays its text, for the record)
     prompt_ids: tuple[int, ...] | None = None
 
@@ -418,7 +418,7 @@ class WarmupSettings(BaseModel):
 
     requests: int | None  # per sampling config as asked (--warmup N); None: the run's concurrency level
     max_tokens: int  # the most each warm-up request generates (less where the run's requests ask for less)
-    prompts_sha256: str  # the shipped warm-up text (evalkit/requests/warmup.txt)
+    prompts_sha256: str  # the shipped warm-up text (evalkit/client/warmup.txt)
     configs: list[dict[str, Any]] = Field(default_factory=list)
 
 

@@ -1,6 +1,6 @@
 """Teacher-forced token positions: what a server's ``prompt_logprobs`` said about one scored text (re-exported by
 :mod:`evalkit.contracts`). A ``logprobs`` task (the built-in ``numerics``) records one :class:`PromptPositions`
-per request in the run dir's ``positions.bin`` (:mod:`evalkit.store.positions`); the gate and the report compare
+per request in the run dir's ``positions.bin`` (:mod:`evalkit.store.positions_file`); the gate and the report compare
 two runs' positions text by text."""
 
 from __future__ import annotations

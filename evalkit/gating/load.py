@@ -40,7 +40,7 @@ from evalkit.gating.inputs import (
 from evalkit.gating.per_doc import per_doc_inputs
 from evalkit.scoring.numerics import split_passes
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
-from evalkit.store.positions import POSITIONS, read_positions
+from evalkit.store.positions_file import POSITIONS, read_positions
 from evalkit.store.reader import Dropped, ManifestTaskRead, TaskRead, open_run
 
 T = TypeVar("T")

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from evalkit.config.files import read_settings_file
+from evalkit.config.settings_files import read_settings_file
 from evalkit.gating.errors import PolicyError
 from evalkit.gating.rule_catalogue import GATED_SPEEDS, RATE_RULES, GatedSpeed, RateRule
 
@@ -263,7 +263,8 @@ def policy_from_dict(data: dict[str, Any], source: str = "policy") -> Policy:
 
 def load_policy(path: str | Path | None) -> Policy:
     """The policy in the YAML file ``path`` (the default policy when ``path`` is None or the file is empty); the
-    file is read by :func:`evalkit.config.files.read_settings_file` (size, encoding, aliases and nesting checked)."""
+    file is read by :func:`evalkit.config.settings_files.read_settings_file` (size, encoding, aliases and nesting
+    checked)."""
     if path is None:
         return default_policy()
     p = Path(path)

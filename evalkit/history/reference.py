@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evalkit.config.files import read_settings_file
+from evalkit.config.settings_files import read_settings_file
 from evalkit.errors import EvalkitError
 from evalkit.store.reader import open_run
 

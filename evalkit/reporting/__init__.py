@@ -104,7 +104,7 @@ def write_gate_compare(
     run_dirs: list[Path], out: Path, result: GateResult, baseline: RunInputs, candidate: RunInputs
 ) -> Path:
     """The gate's compare.html: the comparison of the runs gated, with the gate's own verdict (what
-    :func:`evalkit.gating.command.run_gate` takes as ``write_compare``)."""
+    :func:`evalkit.gating.gate_runs.run_gate` takes as ``write_compare``)."""
     from evalkit.reporting.verdict_view import Verdict
 
     return render_compare(run_dirs, out, verdict=Verdict(result, baseline, candidate))

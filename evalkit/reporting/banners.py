@@ -12,7 +12,7 @@ from typing import Any
 
 from evalkit.contracts import ResentSummary, Speed
 from evalkit.reporting.analysis import primary_correct
-from evalkit.reporting.common import Banner, compact_json, fmt_ms, fmt_pct
+from evalkit.reporting.formatting import Banner, compact_json, fmt_ms, fmt_pct
 from evalkit.reporting.timecourse import first_token_stall
 from evalkit.scoring.speed import percentile
 from evalkit.store.reader import Run, as_dict, as_int, as_num

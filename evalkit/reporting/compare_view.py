@@ -11,7 +11,10 @@ from typing import Any
 from evalkit.contracts import Speed, speed_metric
 from evalkit.gating.servers import server_note
 from evalkit.reporting.analysis import pareto_front
-from evalkit.reporting.common import (
+from evalkit.reporting.compare_groups import CompareGroupRow, compare_group_rows
+from evalkit.reporting.economics_view import economics_scatters
+from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
+from evalkit.reporting.formatting import (
     DASH,
     KV,
     Banner,
@@ -24,9 +27,6 @@ from evalkit.reporting.common import (
     metric_views,
     now_iso,
 )
-from evalkit.reporting.compare_groups import CompareGroupRow, compare_group_rows
-from evalkit.reporting.economics_view import economics_scatters
-from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.reporting.numerics_view import NumericsCompare, build_numerics_sections
 from evalkit.reporting.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
 from evalkit.reporting.timecourse import timeline, timeline_chart

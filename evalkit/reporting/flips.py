@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalkit.reporting.analysis import Flip, compute_flips, cut_text
-from evalkit.reporting.common import KV, fmt_pct, short
+from evalkit.reporting.formatting import KV, fmt_pct, short
 from evalkit.reporting.sample_data import gold_answer, split_fewshot
 from evalkit.reporting.samples import TextPool, TextRef
 from evalkit.store.reader import Run, as_dict, as_int, as_str

@@ -21,7 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from evalkit.contracts import QUANTILES
-from evalkit.reporting.common import DASH, fmt_int, fmt_ms, fmt_num, fmt_pct, letter
+from evalkit.reporting.formatting import DASH, fmt_int, fmt_ms, fmt_num, fmt_pct, letter
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 TEMPLATES = PACKAGE_DIR / "templates"

@@ -25,7 +25,7 @@ from evalkit.scoring.numerics import (
     compare_runs,
     noise_floor,
 )
-from evalkit.store.positions import POSITIONS
+from evalkit.store.positions_file import POSITIONS
 from evalkit.store.reader import Run
 
 CSS = Path(__file__).resolve().parent / "static" / "numerics.css"

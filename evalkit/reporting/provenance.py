@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalkit.redact import redact_argv
-from evalkit.reporting.common import KV, compact_json
+from evalkit.reporting.formatting import KV, compact_json
 from evalkit.store.reader import ManifestRead, Run, as_dict, as_list, as_num, as_str
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from evalkit.config.slos import slos_text
 from evalkit.contracts import LATENCIES, QUANTILES, Percentiles, Speed, SteadyState, speed_metric
-from evalkit.reporting.common import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
+from evalkit.reporting.formatting import DASH, KV, TEXT_LIMIT, fmt_int, fmt_ms, fmt_num, fmt_pct, fmt_sig, short
 from evalkit.scoring.estimators import wilson_interval
 from evalkit.store.reader import as_dict, as_int, as_list, as_num, as_str
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from evalkit.contracts import LATENCIES, STATUSES, EndpointSummary, Percentiles, Speed, speed_metric
 from evalkit.reporting.analysis import accuracy_by_length, cdf_points, length_bucket_labels, sample_values
 from evalkit.reporting.banners import run_banners
-from evalkit.reporting.common import (
+from evalkit.reporting.formatting import (
     DASH,
     KV,
     Banner,
@@ -40,7 +40,7 @@ from evalkit.reporting.run_tables import (
 from evalkit.reporting.sample_data import SampleSection, sample_section
 from evalkit.reporting.timecourse import timeline, timeline_chart
 from evalkit.scoring.estimators import wilson_interval
-from evalkit.store.positions import POSITIONS
+from evalkit.store.positions_file import POSITIONS
 from evalkit.store.reader import Run, TaskRead, as_dict, as_int, as_list, as_num, as_str
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ import orjson
 
 from evalkit.contracts import STATUSES
 from evalkit.reporting.analysis import Cut, cut_text, fit_limit, primary_correct
-from evalkit.reporting.common import short
+from evalkit.reporting.formatting import short
 from evalkit.store.reader import Run, as_dict, as_int, as_list, as_num, as_str
 
 MAX_ROWS = 2000  # samples listed; failures and wrong answers are kept first

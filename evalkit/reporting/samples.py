@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from markupsafe import escape
 
 from evalkit.reporting.analysis import Cut, cut_text, fit_limit
-from evalkit.reporting.common import TEXT_LIMIT
+from evalkit.reporting.formatting import TEXT_LIMIT
 
 CUT_NOTE_BYTES = 160  # the note that says a text was cut
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evalkit.client.model_discovery import ServedModel, list_models, resolve_model
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url, normalize_base_url
 from evalkit.errors import ConfigError, EndpointError, ServerError
 from evalkit.redact import redact_text, secrets_of
-from evalkit.requests.endpoint import ServedModel, list_models, resolve_model
 
 
 def endpoint_urls(cfg: RunConfig) -> list[str]:

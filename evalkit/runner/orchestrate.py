@@ -18,10 +18,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from evalkit.client.scheduler import fit_open_files
 from evalkit.config import RunConfig
 from evalkit.contracts import Manifest, RunSummary, TaskSummary
 from evalkit.errors import ConfigError, RunError
-from evalkit.requests.scheduler import fit_open_files
 from evalkit.runner.endpoints import endpoint_urls, served_model, start_server
 from evalkit.runner.observe import preload
 from evalkit.runner.plan import TaskRun, default_output_dir, lm_eval_expanded, new_manifest, plan_tasks, task_settings

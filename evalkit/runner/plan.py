@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from evalkit.client import warmup
+from evalkit.client.clamp import clamp_max_tokens
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url
 from evalkit.contracts import Endpoint, EndpointKind, Manifest, ManifestTask, Request, WarmupSettings
 from evalkit.redact import redact_argv
-from evalkit.requests import warmup
-from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.runner.prompt_stream import PromptBuilder, RequestStream
 from evalkit.server.self_report import describe_server
 from evalkit.store.files import safe_file_name

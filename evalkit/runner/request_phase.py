@@ -13,13 +13,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from evalkit.client.clamp import clamp_max_tokens, merge_clamps
+from evalkit.client.conversation import converse
+from evalkit.client.http_client import Client, ClientOptions
+from evalkit.client.scheduler import InFlight, execute
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url, server_root
 from evalkit.contracts import Request, Response, SampleRecord, SchedulerStats, Score, TaskSummary
-from evalkit.requests.clamp import clamp_max_tokens, merge_clamps
-from evalkit.requests.client import Client, ClientOptions
-from evalkit.requests.conversation import converse
-from evalkit.requests.scheduler import InFlight, execute
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
 from evalkit.runner.worker import Worker
@@ -27,7 +27,7 @@ from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.server.gpu import energy_devices
 from evalkit.store.identity import record_for, request_key
-from evalkit.store.positions import PositionsWriter
+from evalkit.store.positions_file import PositionsWriter
 from evalkit.store.writer import RunStore, load_for_summary
 from evalkit.tasks.spec import TaskSettings
 

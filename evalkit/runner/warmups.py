@@ -1,4 +1,4 @@
-"""The run's warm-ups (evalkit/requests/warmup.py) before each task's timed phase: each sampling config is
+"""The run's warm-ups (evalkit/client/warmup.py) before each task's timed phase: each sampling config is
 warmed once per run, and what every warm-up did is kept for ``summary.json`` and the manifest. While the first
 warm-up waits on the server, the modules the run needs once its requests are over are imported in a thread."""
 
@@ -10,12 +10,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from evalkit.client import warmup
+from evalkit.client.http_client import ClientOptions
+from evalkit.client.scheduler import InFlight
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import server_root
 from evalkit.contracts import WarmupSummary
-from evalkit.requests import warmup
-from evalkit.requests.client import ClientOptions
-from evalkit.requests.scheduler import InFlight
 from evalkit.runner.plan import TaskRun
 from evalkit.runner.resume import EarlierWarmup
 

@@ -14,7 +14,7 @@ from evalkit.contracts import (
     SchedulerStats,
     TaskSummary,
 )
-from evalkit.scoring.metrics import count_statuses
+from evalkit.scoring.metric_registry import count_statuses
 from evalkit.scoring.speed import percentile, speed_summary, steady_state
 
 LOOP_LAG_BOUND_MS = 20.0  # event-loop lag p99 above this: the client, not the server, may have set the pace

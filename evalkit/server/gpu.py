@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evalkit.config.server import ServerConfig, local_gpus
+from evalkit.config.server_config import ServerConfig, local_gpus
 from evalkit.server.periodic import PeriodicSampler
 
 QUERY = "index,name,memory.total,memory.used,driver_version"

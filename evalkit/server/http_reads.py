@@ -3,7 +3,7 @@
 
 No HTTP request evalkit makes follows a redirect (a redirect could take the ``Authorization`` header to another
 origin, or turn a POST into a GET): API requests fail with one line
-(:func:`~evalkit.requests.endpoint.redirect_error`), metrics and health reads count as not served. Bodies are read
+(:func:`~evalkit.client.model_discovery.redirect_error`), metrics and health reads count as not served. Bodies are read
 in pieces up to a bound on their decompressed size (:mod:`evalkit.limits`), so a gzip bomb or an endless body
 stops early: :func:`read_capped` (aiohttp), :func:`http_get` (urllib, which never decompresses).
 """

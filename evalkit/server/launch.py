@@ -1,4 +1,4 @@
-"""The command and environment that launch vLLM for a :class:`~evalkit.config.server.ServerConfig`: the launcher
+"""The command and environment that launch vLLM for a :class:`~evalkit.config.server_config.ServerConfig`: the launcher
 (``vllm serve`` or the module form), the exact argv (a list, never a shell string), the environment given on
 top of evalkit's own (NVLink multicast off for a server spanning several GPUs) and the vLLM version installed.
 Running the process is :mod:`evalkit.server.vllm_process`'s.
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
-from evalkit.config.server import ServerConfig, flag_values, local_gpus, spans_gpus
+from evalkit.config.server_config import ServerConfig, flag_values, local_gpus, spans_gpus
 
 Launcher = Literal["serve", "module"]
 MODULE = "vllm.entrypoints.openai.api_server"

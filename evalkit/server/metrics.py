@@ -35,7 +35,7 @@ from typing import Any
 
 import aiohttp
 
-from evalkit.contracts.speed import QUANTILES as SPEED_QUANTILES
+from evalkit.contracts.speed_catalogue import QUANTILES as SPEED_QUANTILES
 from evalkit.limits import BodyTooLarge
 from evalkit.server.http_reads import http_get, read_capped
 from evalkit.server.periodic import PeriodicSampler

@@ -6,7 +6,7 @@ stop it, and record what ran.
     ...     print(server.base_url)            # http://127.0.0.1:<free port>
     ...     manifest["server"] = server.provenance()
 
-The config is :class:`~evalkit.config.server.ServerConfig` (checked when it is validated), the command and
+The config is :class:`~evalkit.config.server_config.ServerConfig` (checked when it is validated), the command and
 environment come from :mod:`evalkit.server.launch`. The server runs in its own process group and session
 (:mod:`evalkit.server.process_group`); its output goes to ``run_dir/server.log``. ``start()`` returns once
 ``/health`` is 200 and ``/v1/models`` lists the model. ``stop()`` runs on leaving the ``with`` block, on
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from evalkit.config.server import ServerConfig, layout_warnings
+from evalkit.config.server_config import ServerConfig, layout_warnings
 from evalkit.errors import warn
 from evalkit.redact import redact_argv, redact_env
 from evalkit.server.gpu import gpu_info

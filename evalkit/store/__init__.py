@@ -4,7 +4,8 @@
 - :mod:`evalkit.store.identity`: a request's key and the record stored for it
 - :mod:`evalkit.store.writer`: :class:`RunStore` (lock, appends, manifest, summary) for ``evalkit run``
 - :mod:`evalkit.store.reader`: :func:`open_run` -> :class:`Run`, the one reader (report, gate, users' scripts)
-- :mod:`evalkit.store.positions`: ``positions.bin`` (a ``logprobs`` task's teacher-forced positions), written and read
+- :mod:`evalkit.store.positions_file`: ``positions.bin`` (a ``logprobs`` task's teacher-forced positions), written
+  and read
 - :mod:`evalkit.store.lenient`: the typed reads of JSON as written, field by field (what does not read is named)
 """
 

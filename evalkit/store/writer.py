@@ -297,7 +297,7 @@ class RunStore:
     def discard(self) -> None:
         """Delete what a run stored (samples, quarantined lines, summary, positions); the manifest is rewritten by
         the next."""
-        from evalkit.store.positions import POSITIONS  # numpy, only for a fresh start
+        from evalkit.store.positions_file import POSITIONS  # numpy, only for a fresh start
 
         for p in (self.samples_path, self.corrupt_path, self.summary_path, self.dir / POSITIONS):
             p.unlink(missing_ok=True)

@@ -1,5 +1,5 @@
-"""A sweep as Kubernetes Jobs: manifests that run each combination of :func:`~evalkit.sweep.plan.plan` as its own
-pod, writing ``runs/<name>/`` on a shared volume, so that ``evalkit sweep FILE -o DIR --collect`` (the
+"""A sweep as Kubernetes Jobs: manifests that run each combination of :func:`~evalkit.sweep.combinations.plan` as its
+own pod, writing ``runs/<name>/`` on a shared volume, so that ``evalkit sweep FILE -o DIR --collect`` (the
 ``collect/`` Job) tabulates them afterwards exactly as a local sweep does.
 
 - A ConfigMap holds each combination's run config (``<name>.yaml``, read by ``evalkit run --config``) and the
@@ -29,8 +29,8 @@ from evalkit.errors import ConfigError
 from evalkit.redact import redact_env, redact_url
 from evalkit.server.launch import build_argv
 from evalkit.server.vllm_process import VLLMServer
-from evalkit.sweep.plan import Combination, plan
-from evalkit.sweep.spec import SweepSpec
+from evalkit.sweep.combinations import Combination, plan
+from evalkit.sweep.sweep_file import SweepSpec
 
 SWEEP_MOUNT = "/sweep"  # the shared volume: runs/<name>/ as a local sweep's output folder
 CONFIG_MOUNT = "/etc/evalkit"

@@ -15,8 +15,8 @@ from typing import Any
 
 from evalkit.config.slos import slos_text
 from evalkit.contracts import speed_metric
-from evalkit.sweep.plan import Combination
-from evalkit.sweep.spec import Recommend
+from evalkit.sweep.combinations import Combination
+from evalkit.sweep.sweep_file import Recommend
 
 ECONOMIC_COLUMNS = ("goodput_requests_per_s", "goodput_share", "cost_per_million_output_tokens")
 GOOD_PER_USD = "good_requests_per_usd"  # the column: goodput over the dollars per second of the run's GPUs

@@ -4,7 +4,7 @@ A task is built from its checked task file (:class:`evalkit.tasks.spec.TaskSpec`
 kinds table of ``evalkit/tasks/registry.py`` (``lm-eval``, ``python``, ``tool-calls``, or one a package adds
 through the ``evalkit.task_kinds`` entry point group). A task writes two methods, :meth:`Task.build_requests`
 and :meth:`Task.score`; :meth:`Task.summarize` computes the metrics it names (``metrics``, see
-:mod:`evalkit.scoring.metrics`) from the scores, unless the task brings its own (lm-eval's aggregations).
+:mod:`evalkit.scoring.metric_registry`) from the scores, unless the task brings its own (lm-eval's aggregations).
 A ``python`` task is an importable class its YAML names (``class: module:Class``) or a module beside its YAML
 with ``make_task(spec)`` (e.g. ``tasks/aime25.py``); boxed-answer math tasks subclass
 :class:`evalkit.tasks.boxed_task.BoxedAnswerTask`.
@@ -23,7 +23,7 @@ from evalkit.contracts import EndpointKind, MetricValue, Request, Response, Samp
 from evalkit.tasks.spec import TaskSettings, TaskSpec
 
 if TYPE_CHECKING:  # the metrics (and numpy) are imported when a summary is computed, not to list tasks
-    from evalkit.scoring.metrics import Samples
+    from evalkit.scoring.metric_registry import Samples
 
 
 def sha256_file(path: Path) -> str:
@@ -41,7 +41,7 @@ class Task(ABC):
 
         class MyTask(Task):
             builtin_defaults = {"temperature": 0.0, "max_tokens": 1024}
-            metrics = ("accuracy",)              # names in evalkit.scoring.metrics.METRICS
+            metrics = ("accuracy",)              # names in evalkit.scoring.metric_registry.METRICS
             key = "exact"                        # of Score.correct / Score.extracted the metrics read
 
             def build_requests(self, settings): ...
@@ -105,7 +105,7 @@ class Task(ABC):
 
     def samples(self, records: Sequence[SampleRecord]) -> Samples:
         """This task's records grouped by item, as the metrics read them."""
-        from evalkit.scoring.metrics import Samples
+        from evalkit.scoring.metric_registry import Samples
 
         gold = {d: str(item["answer"]) for d, item in enumerate(self.items) if "answer" in item}
         return Samples([r for r in records if r.task == self.name], self.key, self.canonical, gold)
@@ -114,14 +114,14 @@ class Task(ABC):
         """Metrics (keyed as in lm-eval's results, e.g. ``exact_match,strict-match`` or ``pass@4``) and extra
         task-specific detail (per-problem tables...). ``records`` hold every request of the run, failed ones
         included; metrics state their denominators in ``n``."""
-        from evalkit.scoring.metrics import compute_metrics
+        from evalkit.scoring.metric_registry import compute_metrics
 
         samples = self.samples(records)
         return compute_metrics(self.metrics, samples), self.detail(samples)
 
     def detail(self, samples: Samples) -> dict[str, Any]:
         """The summary's ``detail``: by default request outcomes, token statistics and a table per item."""
-        from evalkit.scoring.metrics import sampled_detail
+        from evalkit.scoring.metric_registry import sampled_detail
 
         def item_id(doc_id: int) -> str | None:
             return str(self.items[doc_id]["id"]) if 0 <= doc_id < len(self.items) else None
@@ -130,7 +130,7 @@ class Task(ABC):
 
     def metric_names(self, settings: TaskSettings | None = None) -> list[str]:
         """The metric names summary.json will hold for a run with ``settings`` (the task's defaults when None)."""
-        from evalkit.scoring.metrics import metric_names
+        from evalkit.scoring.metric_registry import metric_names
 
         k = settings.num_samples if settings is not None else int(self.defaults().get("num_samples", 1))
         return metric_names(self.metrics, k, self.key)

@@ -20,7 +20,8 @@ and the base of one that has (``tasks/aime25.py``), which overrides its hooks:
   :func:`evalkit.scoring.boxed_answer.score_boxed_answer` (statuses empty / truncated / no_answer / ok).
 
 Metrics (K = samples per problem): ``avg@K``, ``pass@k`` and ``maj@K`` (answers compared by
-:func:`evalkit.scoring.math_answer.canonical_answer`), from the default summary (:mod:`evalkit.scoring.metrics`).
+:func:`evalkit.scoring.math_answer.canonical_answer`), from the default summary
+(:mod:`evalkit.scoring.metric_registry`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ``numerics``, ``numerics-chat``).
 
 Each text goes to the server once with ``prompt_logprobs: K`` (sent without streaming, answered with token ids:
-:mod:`evalkit.requests.scored_answer`): the server tokenises it and returns, for every position after the first,
+:mod:`evalkit.client.scored_answer`): the server tokenises it and returns, for every position after the first,
 the logprob of the actual token and the top-K alternatives, and then generates a greedy continuation of
 ``max_tokens`` tokens (kept for the report's first-split marker, never scored). Each answer becomes a
 :class:`evalkit.contracts.PromptPositions` that the runner writes to ``positions.bin`` before the sample's
@@ -192,7 +192,7 @@ class LogprobsTask(Task):
         return ["mean_token_logprob", "top1_rate"]
 
     def detail(self, samples: Any) -> dict[str, Any]:
-        from evalkit.scoring.metrics import count_statuses
+        from evalkit.scoring.metric_registry import count_statuses
 
         records: list[SampleRecord] = samples.records
         scored = [r for r in records if r.figures]

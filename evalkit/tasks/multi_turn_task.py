@@ -15,7 +15,7 @@ Each entry (``id``, ``question``: one list of user messages per turn, ``initial_
 becomes one request whose :class:`evalkit.contracts.Conversation` holds the later turns; the tools are the
 function documents of the involved classes (BFCL's ``populate_test_cases_with_predefined_functions``, with its
 " Note that the provided function is in Python 3 syntax." hint), converted as the single-turn task converts them.
-The runner runs the conversation (:mod:`evalkit.requests.conversation`) with :meth:`tool_executor`'s backends;
+The runner runs the conversation (:mod:`evalkit.client.conversation`) with :meth:`tool_executor`'s backends;
 scoring and verdicts: :mod:`evalkit.scoring.bfcl_multi_turn`. ``drop_reasoning`` (``--drop-reasoning/--keep-reasoning``,
 config ``drop_reasoning``) is recorded in the manifest's task settings.
 """

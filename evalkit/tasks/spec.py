@@ -8,7 +8,7 @@ here, each failing with one line that names the file or task and the fix:
   a kind needs);
 - ``defaults`` only names keys of :class:`TaskSettings`;
 - ``endpoint_kind``, when given, is ``chat`` or ``completions``;
-- ``metrics``, when given, lists names of :data:`evalkit.scoring.metrics.METRICS` (what the default summary
+- ``metrics``, when given, lists names of :data:`evalkit.scoring.metric_registry.METRICS` (what the default summary
   reports, e.g. ``[avg, pass, maj]``);
 - ``scorer``, when given, names an importable function ``module:function`` of ``(request, response) -> Score``
   (as lm-eval's ``!function`` does), imported here so that a wrong name fails as the file is read; a task
@@ -196,7 +196,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path, kinds: Sequence[str] | None =
         raise TaskError(f"{name}: endpoint_kind must be chat or completions, got {endpoint_kind!r}")
     metrics = raw.get("metrics")
     if metrics is not None:
-        from evalkit.scoring.metrics import METRICS  # only here: it imports numpy, which listing tasks need not
+        from evalkit.scoring.metric_registry import METRICS  # only here: it imports numpy, which listing tasks need not
 
         if not isinstance(metrics, list) or not metrics or not set(metrics) <= set(METRICS):
             raise TaskError(f"{name}: metrics must be a list of {', '.join(METRICS)}, got {metrics!r}")

@@ -29,7 +29,7 @@ from typing import Any
 from evalkit.contracts import GenParams, Request, Response, Score
 from evalkit.errors import DataError, TaskError
 from evalkit.scoring.bfcl_ast import api_name
-from evalkit.scoring.metrics import WILSON_CI, Samples, count_statuses
+from evalkit.scoring.metric_registry import WILSON_CI, Samples, count_statuses
 from evalkit.scoring.tool_calls import CATEGORIES, IRRELEVANCE, KEY, score_tool_answer
 from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl

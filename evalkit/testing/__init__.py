@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from evalkit.testing.answers import count_tokens, default_answer, render_chat
-    from evalkit.testing.metrics import parse_prometheus
     from evalkit.testing.server import SubprocessServer, TestServer
     from evalkit.testing.state import Behaviour, RecordedRequest
+    from evalkit.testing.vllm_metrics import parse_prometheus
 
 _EXPORTS = {
     "Behaviour": "evalkit.testing.state",
@@ -22,7 +22,7 @@ _EXPORTS = {
     "count_tokens": "evalkit.testing.answers",
     "default_answer": "evalkit.testing.answers",
     "render_chat": "evalkit.testing.answers",
-    "parse_prometheus": "evalkit.testing.metrics",
+    "parse_prometheus": "evalkit.testing.vllm_metrics",
 }
 
 __all__ = [

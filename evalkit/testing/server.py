@@ -95,8 +95,8 @@ from aiohttp import web
 
 from evalkit.testing.answers import count_tokens, default_answer, hash_words, load_data
 from evalkit.testing.app import build_app
-from evalkit.testing.metrics import Metrics
 from evalkit.testing.state import AnswerFn, Behaviour, RecordedRequest, ServerState
+from evalkit.testing.vllm_metrics import Metrics
 
 READY_PREFIX = "evalkit-testserver ready "
 _READY_RE = re.compile(re.escape(READY_PREFIX) + r"(http://\S+)")

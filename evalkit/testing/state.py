@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from evalkit.requests.warmup import WARMUP_HEADER
+from evalkit.client.warmup import WARMUP_HEADER
 from evalkit.testing.hostile import check_mode
-from evalkit.testing.metrics import Metrics
+from evalkit.testing.vllm_metrics import Metrics
 
 AnswerFn = Callable[[str, dict[str, Any], int], str]
 
@@ -119,7 +119,7 @@ class RecordedRequest:
 
 
 def is_warmup(headers: dict[str, str]) -> bool:
-    """Whether a request carries evalkit's warm-up header (evalkit.requests.warmup.WARMUP_HEADER)."""
+    """Whether a request carries evalkit's warm-up header (evalkit.client.warmup.WARMUP_HEADER)."""
     wanted = WARMUP_HEADER.lower()
     return any(k.lower() == wanted for k in headers)
 

@@ -6,8 +6,8 @@ ticks against the baseline, :class:`WatchMetrics` serves ``/metrics``, :class:`W
 """
 
 from evalkit.watch.exporter import WatchMetrics
-from evalkit.watch.history import TickRecord, read_history
 from evalkit.watch.loop import CANARY_HEADER, CANARY_USER, Watch, WatchSettings
+from evalkit.watch.tick_log import TickRecord, read_history
 from evalkit.watch.webhook import Webhook
 from evalkit.watch.window import ticks_to_detect, watch_policy
 

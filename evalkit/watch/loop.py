@@ -9,7 +9,7 @@ watch goes on; a restart carries on after the last recorded tick.
 
 Each tick ends in one of three verdicts: ``pass`` or ``fail`` (the gate's, on the window), or ``cannot_decide``
 with a reason (the tick failed, the baseline has no scored answer for the window's documents, the gate could not
-compare); :func:`~evalkit.watch.history.exit_code` maps the last one to 0, 1 or 2, and ``/metrics`` says which
+compare); :func:`~evalkit.watch.tick_log.exit_code` maps the last one to 0, 1 or 2, and ``/metrics`` says which
 through ``evalkit_watch_can_judge``.
 """
 
@@ -36,7 +36,7 @@ from evalkit.store.reader import as_num, open_run
 from evalkit.tasks.registry import Registry
 from evalkit.tasks.spec import TaskSettings
 from evalkit.watch.exporter import WatchMetrics, check_port
-from evalkit.watch.history import (
+from evalkit.watch.tick_log import (
     JUDGED,
     TICK_SPEED,
     TickRecord,

@@ -20,7 +20,7 @@ gaps within each request (never between two requests). A request that fails (aft
 the sample, with the turn and request named and the requests so far in ``turns``.
 
 The history grows with every request, so each request is fitted to the server's context before it is sent
-(``fit``: :func:`evalkit.requests.clamp.clamp_max_tokens` over that one request, its ``max_tokens`` lowered so
+(``fit``: :func:`evalkit.client.clamp.clamp_max_tokens` over that one request, its ``max_tokens`` lowered so
 that the history and the answer fit ``max_model_len``).
 """
 

@@ -10,7 +10,7 @@ piece of a tool call: its name or arguments, which is where a tool-calling answe
 such chunks; TPOT = (latency - TTFT) / (output_tokens - 1) with output tokens from the final ``usage`` chunk
 (``stream_options.include_usage``).
 
-Timeouts: :mod:`evalkit.requests.timeouts` (a request waiting its turn is bounded by the TTFT timeout, not re-sent).
+Timeouts: :mod:`evalkit.client.timeouts` (a request waiting its turn is bounded by the TTFT timeout, not re-sent).
 
 The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson, not through the
 ``openai`` package's chunk iterator, whose CPU per token would distort timings on a fast server
@@ -52,14 +52,14 @@ from tenacity import (
     stop_after_delay,
 )
 
+from evalkit.client.model_discovery import redirect_error
+from evalkit.client.scored_answer import MalformedAnswer, max_scored_bytes, read_scored_answer
+from evalkit.client.timeouts import ClientOptions, Deadline, timeout_message
+from evalkit.client.tool_stream import ToolCallAssembler
 from evalkit.config.endpoint import credentials, display_url
 from evalkit.contracts import Request, Response
 from evalkit.limits import MAX_ERROR_BODY_BYTES, BodyTooLarge, max_stream_bytes, size_text
 from evalkit.redact import redact_secrets, redact_text, secrets_of
-from evalkit.requests.endpoint import redirect_error
-from evalkit.requests.scored_answer import MalformedAnswer, max_scored_bytes, read_scored_answer
-from evalkit.requests.timeouts import ClientOptions, Deadline, timeout_message
-from evalkit.requests.tool_stream import ToolCallAssembler
 from evalkit.server.http_reads import read_capped
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -256,7 +256,7 @@ class Client:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if g.scored:  # vLLM sends a prompt's logprobs only without streaming (evalkit.requests.scored_answer)
+        if g.scored:  # vLLM sends a prompt's logprobs only without streaming (evalkit.client.scored_answer)
             body.update(stream=False, return_token_ids=True, echo=g.echo)
             del body["stream_options"]
             scored = {"prompt_logprobs": g.prompt_logprobs, "logprobs": g.logprobs}

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.config import MAX_COST_PER_GPU_HOUR, MAX_GPUS_BILLED, SEED_MAX, SEED_MIN, ServerConfig, read_config_file
-from evalkit.config.server import world_size
+from evalkit.config.server_config import world_size
 from evalkit.config.slos import parse_slos
 from evalkit.errors import ConfigError
 

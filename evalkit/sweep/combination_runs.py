@@ -28,10 +28,10 @@ from evalkit.errors import EndpointError, EvalkitError, RunError, ServerError, S
 from evalkit.history import record_run
 from evalkit.store.files import write_text_atomic
 from evalkit.store.manifest import fingerprint
-from evalkit.sweep.numerics import add_numerics_columns
-from evalkit.sweep.plan import Combination, plan
+from evalkit.sweep.combinations import Combination, plan
+from evalkit.sweep.numerics_columns import add_numerics_columns
 from evalkit.sweep.recommend import Candidate, economics_cells, recommend
-from evalkit.sweep.spec import SweepSpec
+from evalkit.sweep.sweep_file import SweepSpec
 
 # steady_*: over the window at the run's level of requests in flight (summary speed.steady_state); empty where it
 # holds fewer requests than its figures need, steady_requests then says how many it held
@@ -320,7 +320,7 @@ def collect(
     shared volume) into sweep.csv, sweep.md and compare.html; runs nothing. A run is tabulated only when its
     recorded settings are the sweep file's (else it is in ``stale``); combinations without such a finished run
     are in ``missing``, and their row's ``error`` cell says why. A numerics task's rows also hold their divergence
-    from the first finished combination (:mod:`evalkit.sweep.numerics`)."""
+    from the first finished combination (:mod:`evalkit.sweep.numerics_columns`)."""
     result = result or SweepResult(rows=[], files={})
     expected = expected or Expected(spec, out_dir)
     combos = plan(spec)

@@ -10,11 +10,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from evalkit.client.auto_concurrency import AutoConcurrency
+from evalkit.client.http_client import Client
+from evalkit.client.limiter import Limiter
 from evalkit.contracts import Request, Response, SchedulerStats
 from evalkit.errors import warn
-from evalkit.requests.auto_concurrency import AutoConcurrency
-from evalkit.requests.client import Client
-from evalkit.requests.limiter import Limiter
 
 OnDone = Callable[[Request, Response], "Awaitable[None] | None"]
 

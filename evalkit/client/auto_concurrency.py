@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 
+from evalkit.client.http_client import Client
+from evalkit.client.limiter import Limiter
 from evalkit.contracts import Response, SchedulerStats
-from evalkit.requests.client import Client
-from evalkit.requests.limiter import Limiter
 from evalkit.server.metrics import scrape_async
 
 COUNTERS = {  # vLLM's /metrics series auto reads, summed over engines (data parallel)

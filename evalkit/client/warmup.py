@@ -31,9 +31,9 @@ from typing import Any
 
 import aiohttp
 
+from evalkit.client.http_client import Client, ClientOptions
 from evalkit.config.endpoint import credentials
 from evalkit.contracts import GenParams, Request
-from evalkit.requests.client import Client, ClientOptions
 
 WARMUP_HEADER = "X-Evalkit-Warmup"
 MAX_TOKENS = 32  # decode steps enough for a batch to run at full size; the compile happens on the first one
@@ -43,7 +43,7 @@ SamplingKey = tuple[str, float, float | None, bool]
 
 
 def _text() -> str:
-    return files("evalkit.requests").joinpath("warmup.txt").read_text(encoding="utf-8")
+    return files("evalkit.client").joinpath("warmup.txt").read_text(encoding="utf-8")
 
 
 def text_sha256() -> str:

@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 
 from evalkit.errors import EvalkitError
-from evalkit.reporting.common import fmt_pct, fmt_sig, now_iso
+from evalkit.reporting.formatting import fmt_pct, fmt_sig, now_iso
 from evalkit.reporting.html import render_template
 from evalkit.store.files import write_text_atomic
-from evalkit.watch.history import HISTORY, JUDGED, SETTINGS, TickRecord, read_history, tick_speed_key
+from evalkit.watch.tick_log import HISTORY, JUDGED, SETTINGS, TickRecord, read_history, tick_speed_key
 
 
 def _shown(verdict: str | None) -> str:

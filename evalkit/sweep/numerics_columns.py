@@ -13,7 +13,7 @@ from evalkit.errors import EvalkitError
 from evalkit.gating.inputs import NumericsInputs
 from evalkit.gating.load import from_run_dir
 from evalkit.scoring.numerics import FIGURES, TokenMismatch, compare_runs, noise_floor
-from evalkit.store.positions import POSITIONS
+from evalkit.store.positions_file import POSITIONS
 
 
 def _numerics(run_dir: Path, task: str) -> NumericsInputs | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalkit.config import ServerConfig
-from evalkit.sweep.spec import Sampling, SweepSpec
+from evalkit.sweep.sweep_file import Sampling, SweepSpec
 
 DEFAULT = "default"  # the sampling name when the sweep has no sampling axis
 
@@ -53,7 +53,7 @@ def plan(spec: SweepSpec) -> list[Combination]:
     for config in spec.configs:
         server = spec.server_config(config) if spec.server is not None else None
         base: dict[str, Any] = {"tasks": list(spec.tasks), "limit": spec.limit}
-        if spec.warmup is not None:  # each run warms its own server and sampling point (evalkit/requests/warmup.py)
+        if spec.warmup is not None:  # each run warms its own server and sampling point (evalkit/client/warmup.py)
             base["warmup"] = spec.warmup
         if spec.goodput is not None:
             base["goodput"] = dict(spec.goodput)

@@ -2,8 +2,8 @@
 
 Registered with lm-eval as ``evalkit`` when this module is imported, so lm-eval's own evaluator can drive it::
 
-    import lm_eval, evalkit.requests.lm_eval_model
-    lm = evalkit.requests.lm_eval_model.EvalkitLM(base_url="http://127.0.0.1:8000/v1", num_concurrent=64)
+    import lm_eval, evalkit.client.lm_eval_model
+    lm = evalkit.client.lm_eval_model.EvalkitLM(base_url="http://127.0.0.1:8000/v1", num_concurrent=64)
     lm_eval.simple_evaluate(model=lm, tasks=["gsm8k"])
 
 Each completed request is also handed to ``on_result(instance, response)`` (timings included) when given.
@@ -19,16 +19,16 @@ import lm_eval.models  # noqa: F401  # lm-eval fills its registry only while it 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
+from evalkit.client.http_client import Client
+from evalkit.client.model_discovery import list_models, resolve_model
+from evalkit.client.scheduler import execute
 from evalkit.config.endpoint import normalize_base_url
 from evalkit.contracts import GenParams, Request, Response
-from evalkit.requests.client import Client
-from evalkit.requests.endpoint import list_models, resolve_model
-from evalkit.requests.scheduler import execute
 
 
 @register_model("evalkit")
 class EvalkitLM(LM):
-    """Completions-endpoint LM whose generations stream through :class:`evalkit.requests.client.Client`."""
+    """Completions-endpoint LM whose generations stream through :class:`evalkit.client.http_client.Client`."""
 
     def __init__(
         self,
