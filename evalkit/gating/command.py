@@ -28,8 +28,8 @@ from evalkit.store.reader import writer_pid
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 COMPARE_HTML = "compare.html"
-# writes compare.html for the runs gated (baseline runs, then candidate runs) with the gate's result
-CompareWriter = Callable[[list[Path], Path, GateResult, RunInputs, RunInputs], Path]
+# writes compare.html for the runs gated (baseline runs, candidate runs) with the gate's result
+CompareWriter = Callable[[list[Path], list[Path], Path, GateResult, RunInputs, RunInputs], Path]
 
 
 @dataclass
@@ -132,8 +132,8 @@ def run_gate(
     base_runs, cand_runs = [from_run_dir(b) for b in bases], [from_run_dir(c) for c in cands]
     check_answered_by(base_runs, cand_runs)
     try:
-        cand = combine_runs(_label(cands), cand_runs, "candidate")
-        base = combine_runs(_label(bases), base_runs, "baseline") if bases else None
+        cand = combine_runs(side_label(cands, bases), cand_runs, "candidate")
+        base = combine_runs(side_label(bases, cands), base_runs, "baseline") if bases else None
         if base is None:
             result = evaluate_expected(cand, policy)
         else:
@@ -148,7 +148,7 @@ def run_gate(
     out = out_dir if out_dir is not None else default_out_dir(cands[0])
     files = write_outputs(result, out)
     if base is not None and write_compare is not None:
-        files[COMPARE_HTML] = write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
+        files[COMPARE_HTML] = write_compare(bases, cands, out / COMPARE_HTML, result, base, cand)
     summary = append_step_summary(to_markdown(result), env)
     return GateOutcome(result, policy, policy_file, out, files, summary, bases, cands)
 
@@ -157,8 +157,16 @@ def _dirs(x: Path | list[Path] | None) -> list[Path]:
     return [] if x is None else ([x] if isinstance(x, Path) else list(x))
 
 
-def _label(dirs: list[Path]) -> str:
-    return " + ".join(d.resolve().name for d in dirs)
+def side_label(dirs: Sequence[Path], other: Sequence[Path] = ()) -> str:
+    """A side's name: its run dir's name, or for several runs their common parent folder's name (``base`` for
+    base/repeat-1..3) where that parent holds no run of the ``other`` side; else the names joined with " + "."""
+    resolved = [d.resolve() for d in dirs]
+    if len(resolved) == 1:
+        return resolved[0].name
+    parents = {d.parent for d in resolved}
+    if len(parents) == 1 and not parents & {d.resolve().parent for d in other}:
+        return next(iter(parents)).name
+    return " + ".join(d.name for d in resolved)
 
 
 def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
