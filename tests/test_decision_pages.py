@@ -91,3 +91,19 @@ def test_two_runs_that_cannot_be_compared_say_so_first(tmp_path: Path) -> None:
 def test_a_comparison_of_three_runs_is_no_decision_page(sides: tuple[list[Path], list[Path]]) -> None:
     html = render_compare_html(sides[0])
     assert 'id="decision"' not in html and "<h1>Comparison of 3 runs</h1>" in html
+
+
+def test_the_gate_console_prints_the_budgets_it_applied(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from evalkit.cli import app
+
+    a = build_gsm8k_run(tmp_path / "a", n=80, seed=0)
+    b = build_gsm8k_run(tmp_path / "b", n=80, seed=1)
+    out = CliRunner().invoke(app, ["gate", str(a), str(b), "-o", str(tmp_path / "g")]).output
+    flat = " ".join(out.split())
+    # one run per side: judged at each figure's noise budget, not at the policy's 10% (which it used to print)
+    assert "speed (one run per side, against each figure's run-to-run noise): output tokens/s worse by > 35%" in flat
+    assert "TTFT p50 worse by > 100%; TPOT p50 worse by > 80% fails" in flat
+    assert "evalkit run --repeats 3 on each side enables the tests of changes > 10%" in flat
+    assert "numerics:" not in out and "VLLM_BATCH_INVARIANT" not in out  # no teacher-forced positions here
