@@ -12,7 +12,7 @@ from typing import Any
 
 from evalkit.contracts import ResentSummary, Speed
 from evalkit.reporting.analysis import primary_correct
-from evalkit.reporting.common import Banner, compact_json, fmt_ms, fmt_pct
+from evalkit.reporting.common import Banner, clamp_text, fmt_ms, fmt_pct
 from evalkit.reporting.timecourse import first_token_stall
 from evalkit.scoring.speed import percentile
 from evalkit.scoring.summary import LOOP_LAG_BOUND_MS
@@ -228,5 +228,5 @@ def run_banners(run: Run) -> list[Banner]:
     for name, mt in manifest.tasks.items():
         clamp = mt.max_tokens_clamp
         if clamp:
-            out.append(Banner("info", f"{name}: max_tokens was clamped: {compact_json(clamp)}"))
+            out.append(Banner("info", f"{name}: {clamp_text(clamp)}"))
     return out

@@ -14,6 +14,7 @@ from evalkit.reporting.analysis import pareto_front
 from evalkit.reporting.common import (
     DASH,
     KV,
+    NOT_SET,
     Banner,
     MetricView,
     compact_json,
@@ -64,7 +65,7 @@ def run_config(run: Run) -> dict[str, str]:
         put(f"env {k}", v)
     for task, t in m.tasks.items():
         for k, v in t.settings.items():
-            put(f"{task}.{k}", "null" if v is None else v)
+            put(f"{task}.{k}", NOT_SET if v is None else v)
     put("evalkit", m.evalkit_version)
     return cfg
 
