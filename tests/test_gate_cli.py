@@ -46,7 +46,9 @@ def test_caught_drop_exits_1_and_writes_every_output(tmp_path: Path) -> None:
     out_dir = cand / "gate"  # the default: beside the candidate
     data = json.loads((out_dir / "gate.json").read_text())
     assert data["verdict"] == "fail" and data["baseline"] == "base" and data["candidate"] == "cand"
-    assert any(n.startswith("VLLM_BATCH_INVARIANT") for n in data["notes"])
+    # batch-invariant mode matters to numerics; on a GSM8K gate of two runs alike in it there is no note (issue 49)
+    assert not any(n.startswith("VLLM_BATCH_INVARIANT") for n in data["notes"])
+    assert "numerics:" not in out
     suite = ET.parse(out_dir / "junit.xml").getroot()
     assert int(suite.get("failures") or 0) >= 1
     md = (out_dir / "gate.md").read_text()

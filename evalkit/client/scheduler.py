@@ -130,6 +130,7 @@ async def execute(
             reqs = list(requests)
             total = len(reqs)
         auto.total = total
+        auto.limit = min(auto.limit, max(1, total))  # never above the requests there are: they would all be in flight
     limit = auto.limit if auto else int(concurrency)
     limiter = Limiter(limit)
     # requests in flight + answers not yet handled by on_done

@@ -28,8 +28,8 @@ from evalkit.store.reader import writer_pid
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 COMPARE_HTML = "compare.html"
-# writes compare.html for the runs gated (baseline runs, then candidate runs) with the gate's result
-CompareWriter = Callable[[list[Path], Path, GateResult, RunInputs, RunInputs], Path]
+# writes compare.html for the runs gated (baseline runs, candidate runs) with the gate's result
+CompareWriter = Callable[[list[Path], list[Path], Path, GateResult, RunInputs, RunInputs], Path]
 
 
 @dataclass
@@ -72,11 +72,14 @@ def batch_invariant_state(run_dir: Path) -> str:
     return "on" if value not in (None, "", "0") else "off"
 
 
-def _batch_invariant_notes(runs: Mapping[str, Path]) -> list[str]:
+def _batch_invariant_notes(runs: Mapping[str, Path], numerics: bool) -> list[str]:
+    """Each run's batch-invariant mode where the gate judged numerics (it decides whether a run's own logprobs
+    repeat) or where the runs are known to differ in it, with a warning then."""
     states = {role: batch_invariant_state(path) for role, path in runs.items()}
     note = ", ".join(f"{role} {state}" for role, state in states.items())
-    out = [f"{BATCH_INVARIANT_ENV} (batch-invariant vLLM): {note}"]
-    if len(states) == 2 and len(set(states.values())) == 2 and "unknown" not in states.values():
+    differ = len(states) == 2 and len(set(states.values())) == 2 and "unknown" not in states.values()
+    out = [f"{BATCH_INVARIANT_ENV} (batch-invariant vLLM): {note}"] if numerics or differ else []
+    if differ:
         out.append("the runs differ in batch-invariant mode: speed and per-request flips are not like for like")
     return out
 
@@ -132,8 +135,8 @@ def run_gate(
     base_runs, cand_runs = [from_run_dir(b) for b in bases], [from_run_dir(c) for c in cands]
     check_answered_by(base_runs, cand_runs)
     try:
-        cand = combine_runs(_label(cands), cand_runs, "candidate")
-        base = combine_runs(_label(bases), base_runs, "baseline") if bases else None
+        cand = combine_runs(side_label(cands, bases), cand_runs, "candidate")
+        base = combine_runs(side_label(bases, cands), base_runs, "baseline") if bases else None
         if base is None:
             result = evaluate_expected(cand, policy)
         else:
@@ -143,13 +146,14 @@ def run_gate(
         raise CannotCompare(f"cannot compare: {why}; pass --force to compare anyway") from None
     roles = {f"baseline {b.name}" if len(bases) > 1 else "baseline": b for b in bases}
     roles.update({f"candidate {c.name}" if len(cands) > 1 else "candidate": c for c in cands})
-    result.notes += (base.notes if base is not None else []) + cand.notes + _batch_invariant_notes(roles)
+    numerics = any(r.kind == "numerics" for r in result.rules)
+    result.notes += (base.notes if base is not None else []) + cand.notes + _batch_invariant_notes(roles, numerics)
     result.notes += _server_notes(bases, cands)
     out = out_dir if out_dir is not None else default_out_dir(cands[0])
     try:
         files = write_outputs(result, out)
         if base is not None and write_compare is not None:
-            files[COMPARE_HTML] = write_compare([*bases, *cands], out / COMPARE_HTML, result, base, cand)
+            files[COMPARE_HTML] = write_compare(bases, cands, out / COMPARE_HTML, result, base, cand)
         summary = append_step_summary(to_markdown(result), env)
     except OSError as e:
         raise GateInputError(
@@ -162,8 +166,16 @@ def _dirs(x: Path | list[Path] | None) -> list[Path]:
     return [] if x is None else ([x] if isinstance(x, Path) else list(x))
 
 
-def _label(dirs: list[Path]) -> str:
-    return " + ".join(d.resolve().name for d in dirs)
+def side_label(dirs: Sequence[Path], other: Sequence[Path] = ()) -> str:
+    """A side's name: its run dir's name, or for several runs their common parent folder's name (``base`` for
+    base/repeat-1..3) where that parent holds no run of the ``other`` side; else the names joined with " + "."""
+    resolved = [d.resolve() for d in dirs]
+    if len(resolved) == 1:
+        return resolved[0].name
+    parents = {d.parent for d in resolved}
+    if len(parents) == 1 and not parents & {d.resolve().parent for d in other}:
+        return next(iter(parents)).name
+    return " + ".join(d.name for d in resolved)
 
 
 def check_decidable(baselines: list[Path], candidates: list[Path]) -> None:
@@ -244,8 +256,10 @@ def gate_sides(
     return base + [Path(b) for b in baselines], cand + [Path(c) for c in candidates]
 
 
-def policy_lines(policy: Policy) -> list[str]:
-    """The policy in a few lines: accuracy, speed, rates and expected scores."""
+def policy_lines(policy: Policy, result: GateResult | None = None) -> list[str]:
+    """The policy in a few lines: accuracy, speed, numerics, rates and expected scores. With the ``result`` it
+    decided: the speed budgets applied (with one run per side, each figure's run-to-run noise budget), and numerics
+    only where a task held teacher-forced positions."""
     acc = policy.accuracy.default
     budget = (
         " or ".join(
@@ -266,7 +280,23 @@ def policy_lines(policy: Policy) -> list[str]:
         for key in GATED_SPEED
         if (rule := getattr(policy.speed, key)) is not None
     ]
-    lines.append("speed: " + ("; ".join(speed) + " beyond noise fails" if speed else "not checked"))
+    single = {
+        r.name.split(": ", 1)[-1]: r.budget
+        for r in (result.rules if result is not None else [])
+        if r.kind == "speed" and r.budget is not None and (r.method or "").startswith("one run per side")
+    }
+    if single:
+        applied = "; ".join(f"{k} worse by > {b:.0%}" for k, b in single.items())
+        steps = sorted({f"{rule.max_change:.0%}" for key in GATED_SPEED if (rule := getattr(policy.speed, key))})
+        changes = " / ".join(steps)
+        lines.append(
+            f"speed (one run per side, against each figure's run-to-run noise): {applied} fails; "
+            f"evalkit run --repeats 3 on each side enables the tests of changes > {changes}"
+        )
+    else:
+        lines.append("speed: " + ("; ".join(speed) + " beyond noise fails" if speed else "not checked"))
+    if result is not None and not any(r.kind == "numerics" for r in result.rules):
+        return [*lines, *_rates_and_expected(policy)]
     num = policy.numerics
     budgets = [
         f"{FIGURE_LABELS[f]} {'≥' if f == 'top1' else '≤'} {figure_text(f, b)}"
@@ -274,10 +304,15 @@ def policy_lines(policy: Policy) -> list[str]:
         if (b := num.budget(f)) is not None
     ]
     lines.append("numerics: " + (", ".join(budgets) if budgets else "not checked") + f" (alpha {num.alpha:g})")
+    return [*lines, *_rates_and_expected(policy)]
+
+
+def _rates_and_expected(policy: Policy) -> list[str]:
     rates = [f"{k} {v:g}" for k, v in policy.rates.model_dump().items() if v is not None]
-    lines.append("rates: " + (", ".join(rates) if rates else "not checked"))
-    lines += [f"expected: {e.task} {e.metric} >= {e.value:g} - {e.max_drop:g} ({e.mode})" for e in policy.expected]
-    return lines
+    lines = ["rates: " + (", ".join(rates) if rates else "not checked")]
+    return lines + [
+        f"expected: {e.task} {e.metric} >= {e.value:g} - {e.max_drop:g} ({e.mode})" for e in policy.expected
+    ]
 
 
 def print_outcome(outcome: GateOutcome, console: Any) -> None:
@@ -290,7 +325,7 @@ def print_outcome(outcome: GateOutcome, console: Any) -> None:
     result = outcome.result
     source = str(outcome.policy_source) if outcome.policy_source else "default (no --policy file)"
     console.print(f"[bold]policy[/bold]: {source}")
-    for line in policy_lines(outcome.policy):
+    for line in policy_lines(outcome.policy, result):
         console.print(f"  {line}", highlight=False)
     table = Table(show_lines=False)
     table.add_column("rule", no_wrap=True)

@@ -74,13 +74,19 @@ def render_compare_html(
     pair: tuple[int, int] | None = None,
     verdict: Verdict | None = None,
     charts: list[dict[str, Any]] | None = None,
+    n_baseline: int | None = None,
 ) -> str:
     """The comparison report of ``run_dirs`` as an HTML string; ``pair`` picks the two runs whose per-request
-    flips are listed (indices into ``run_dirs``; default the first two). Two runs get the release gate's
-    verdict (``verdict``, else the default policy's). ``charts``: extra line charts (ids ``sweep-*``) drawn
-    above the tasks, e.g. a sweep's speed against concurrency."""
+    flips are listed (indices into ``run_dirs``; default the first two). ``charts``: extra line charts (ids
+    ``sweep-*``) drawn above the tasks, e.g. a sweep's speed against concurrency.
+
+    A decision page, opening with the release gate's decision: two runs (the default policy's verdict unless
+    ``verdict`` is given), or the first ``n_baseline`` runs as the baseline and the rest as the candidate (the
+    gate's ``verdict``); with several runs a side, flips and charts compare the sides."""
+    from evalkit.gating.gate_runs import side_label
     from evalkit.reporting.compare_view import build_compare_view
-    from evalkit.reporting.verdict_view import build_verdict_view, gate_verdict
+    from evalkit.reporting.sides import Sides
+    from evalkit.reporting.verdict_view import build_verdict_view, decision, gate_verdict
 
     if not run_dirs:
         raise ValueError("render_compare needs at least one run directory")
@@ -89,25 +95,42 @@ def render_compare_html(
         a, b = pair
         if not (0 <= a < n and 0 <= b < n) or a == b:
             raise ValueError(f"pair {pair!r} must be two different indices into the {n} run directories")
-    chosen = set(pair if pair is not None else (0, 1))
-    runs: list[Run] = [open_run(Path(d), with_samples=i in chosen) for i, d in enumerate(run_dirs)]
-    view = build_compare_view(runs, pair)
+    if n_baseline is not None and not 0 < n_baseline < n:
+        raise ValueError(f"n_baseline {n_baseline} must leave a run on either side of the {n} run directories")
+    dirs = [Path(d) for d in run_dirs]
+    k = n_baseline if n_baseline is not None else (1 if n == 2 else None)
+    sides = None
+    if k is not None:
+        names = (side_label(dirs[:k], dirs[k:]), side_label(dirs[k:], dirs[:k]))
+        sides = Sides(names, (list(range(k)), list(range(k, n))))
+    chosen = set(range(n)) if sides is not None and sides.pooled else set(pair if pair is not None else (0, 1))
+    runs: list[Run] = [open_run(d, with_samples=i in chosen) for i, d in enumerate(dirs)]
+    view = build_compare_view(runs, pair, sides)
     if verdict is None and n == 2:
-        verdict = gate_verdict(Path(run_dirs[0]), Path(run_dirs[1]))
+        verdict = gate_verdict(dirs[0], dirs[1])
     view.verdict = build_verdict_view(verdict) if verdict is not None else None
+    if view.verdict is not None and sides is not None:
+        view.decision = decision(view.verdict, *sides.names)
+        view.title = f"Release gate: {view.decision.candidate} vs {view.decision.baseline}"
     view.charts += charts or []
     view.chart_ids |= {c["id"] for c in charts or []}
     return render_template("compare.html.j2", _numerics_css() if view.numerics else "", v=view)
 
 
 def write_gate_compare(
-    run_dirs: list[Path], out: Path, result: GateResult, baseline: RunInputs, candidate: RunInputs
+    baselines: list[Path],
+    candidates: list[Path],
+    out: Path,
+    result: GateResult,
+    baseline: RunInputs,
+    candidate: RunInputs,
 ) -> Path:
-    """The gate's compare.html: the comparison of the runs gated, with the gate's own verdict (what
-    :func:`evalkit.gating.gate_runs.run_gate` takes as ``write_compare``)."""
+    """The gate's compare.html: the comparison of the runs gated (baseline runs, then candidate runs), opening
+    with the gate's own decision (what :func:`evalkit.gating.gate_runs.run_gate` takes as ``write_compare``)."""
     from evalkit.reporting.verdict_view import Verdict
 
-    return render_compare(run_dirs, out, verdict=Verdict(result, baseline, candidate))
+    verdict = Verdict(result, baseline, candidate)
+    return render_compare([*baselines, *candidates], out, verdict=verdict, n_baseline=len(baselines))
 
 
 def render_compare(
@@ -116,7 +139,9 @@ def render_compare(
     pair: tuple[int, int] | None = None,
     verdict: Verdict | None = None,
     charts: list[dict[str, Any]] | None = None,
+    n_baseline: int | None = None,
 ) -> Path:
-    """Write the comparison report of ``run_dirs`` to ``out`` (with the gate's ``verdict`` for two runs)."""
-    write_text_atomic(Path(out), render_compare_html(list(run_dirs), pair, verdict, charts))
+    """Write the comparison report of ``run_dirs`` to ``out`` (a decision page for two runs, or for ``n_baseline``
+    baseline runs and the rest candidates: :func:`render_compare_html`)."""
+    write_text_atomic(Path(out), render_compare_html(list(run_dirs), pair, verdict, charts, n_baseline))
     return Path(out)

@@ -12,9 +12,10 @@ from typing import Any
 
 from evalkit.contracts import ResentSummary, Speed
 from evalkit.reporting.analysis import primary_correct
-from evalkit.reporting.formatting import Banner, compact_json, fmt_ms, fmt_pct
+from evalkit.reporting.formatting import Banner, clamp_text, fmt_ms, fmt_pct
 from evalkit.reporting.timecourse import first_token_stall
 from evalkit.scoring.speed import percentile
+from evalkit.scoring.summary import LOOP_LAG_BOUND_MS
 from evalkit.store.reader import Run, as_dict, as_int, as_num
 
 STATUS_SHARE = 0.01  # a status on at least this share of a task's requests gets a banner (api_error: any)
@@ -173,18 +174,21 @@ def resent_banner(name: str, resent: ResentSummary, total: int | None) -> Banner
 
 
 def client_bound_banner(name: str, speed: Speed) -> Banner:
-    lag = speed.loop_lag_ms_p99
-    cpu = speed.client_cpu_s
-    wall: float | None = speed.wall_s
-    detail = []
-    if lag is not None:
-        detail.append(f"event-loop lag p99 {lag:.1f} ms")
-    if cpu is not None and wall is not None:
-        detail.append(f"client CPU {cpu:.1f} s over {wall:.1f} s wall")
-    extra = f" ({'; '.join(detail)})" if detail else ""
+    """Why the run was judged client-bound, in a sentence: the event-loop lag and the client's CPU that decided it."""
+    lag, cpu, wall = speed.loop_lag_ms_p99, speed.client_cpu_s, speed.wall_s
+    evidence = []
+    if lag is not None and lag > LOOP_LAG_BOUND_MS:
+        evidence.append(
+            f"its event loop fell behind again and again (p99 {lag:.0f} ms late on its 50 ms checks; more than "
+            f"{LOOP_LAG_BOUND_MS:.0f} ms is late), so requests were sent and their streams read later than the server "
+            "was ready"
+        )
+    if cpu is not None and wall:
+        evidence.append(f"it kept a CPU core {cpu / wall:.0%} busy ({cpu:.1f} s of CPU in {wall:.1f} s)")
+    why = f": {', while '.join(evidence) if len(evidence) == 2 else evidence[0]}" if evidence else ""
     return Banner(
         "warn",
-        f"{name}: the client was the bottleneck{extra}. Speed numbers are lower bounds for the server; rerun with "
+        f"{name}: the client was the bottleneck{why}. Speed numbers are lower bounds for the server; rerun with "
         "lower concurrency or a faster client machine.",
     )
 
@@ -224,5 +228,5 @@ def run_banners(run: Run) -> list[Banner]:
     for name, mt in manifest.tasks.items():
         clamp = mt.max_tokens_clamp
         if clamp:
-            out.append(Banner("info", f"{name}: max_tokens was clamped: {compact_json(clamp)}"))
+            out.append(Banner("info", f"{name}: {clamp_text(clamp)}"))
     return out

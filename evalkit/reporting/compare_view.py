@@ -17,6 +17,7 @@ from evalkit.reporting.flips import CompareRunHead, FlipsView, flips_view
 from evalkit.reporting.formatting import (
     DASH,
     KV,
+    NOT_SET,
     Banner,
     MetricView,
     compact_json,
@@ -29,8 +30,9 @@ from evalkit.reporting.formatting import (
 )
 from evalkit.reporting.numerics_view import NumericsCompare, build_numerics_sections
 from evalkit.reporting.provenance import argv_str, endpoints_str, gpu_summary, parse_argv
+from evalkit.reporting.sides import Sides, colour_scatters_by_side, side_flips, side_timelines
 from evalkit.reporting.timecourse import timeline, timeline_chart
-from evalkit.reporting.verdict_view import VerdictView
+from evalkit.reporting.verdict_view import Decision, VerdictView
 from evalkit.store.reader import Run, as_dict, as_num
 
 
@@ -63,7 +65,7 @@ def run_config(run: Run) -> dict[str, str]:
         put(f"env {k}", v)
     for task, t in m.tasks.items():
         for k, v in t.settings.items():
-            put(f"{task}.{k}", "null" if v is None else v)
+            put(f"{task}.{k}", NOT_SET if v is None else v)
     put("evalkit", m.evalkit_version)
     return cfg
 
@@ -111,7 +113,9 @@ class CompareView:
     flips: FlipsView | None
     charts: list[dict[str, Any]]
     chart_ids: set[str]
-    verdict: VerdictView | None = None  # the release gate's rules, for two runs
+    verdict: VerdictView | None = None  # the release gate's rules, for two runs or two sides
+    decision: Decision | None = None  # what a decision page opens with
+    sides: Sides | None = None  # baseline and candidate runs, on a decision page
     numerics: list[NumericsCompare] = field(default_factory=list)  # teacher-forced divergence of the pair
     groups: list[CompareGroupRow] = field(default_factory=list)  # lm-eval group aggregates, where the runs have them
 
@@ -236,7 +240,8 @@ def compare_banners(runs: list[Run], labels: list[str]) -> list[Banner]:
     return out
 
 
-def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> CompareView:
+def build_compare_view(runs: list[Run], pair: tuple[int, int] | None, sides: Sides | None = None) -> CompareView:
+    """The comparison of ``runs``; with ``sides`` of several runs each, flips and charts compare the sides."""
     labels = unique_labels(runs)
     configs = [run_config(r) for r in runs]
     keys: list[str] = []
@@ -320,8 +325,8 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
                 front=[labels[i] for i in front],
             )
         )
-        series = []
-        for i, run in enumerate(runs):
+        series = side_timelines(runs, sides, name) if sides is not None and sides.pooled else []
+        for i, run in enumerate(runs if not series else []):
             tl = timeline([s for s in run.samples if s.get("task") == name and s.get("status") != "api_error"])
             trace = [list(x) for x in run.task(name).concurrency_trace]
             if tl["t"]:
@@ -366,8 +371,13 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
             )
     flips = None
     numerics: list[NumericsCompare] = []
-    if len(runs) >= 2:
-        a, b = pair if pair is not None else (0, 1)
+    if sides is not None and sides.pooled:
+        point_sides = {f"{letter(i)} {labels[i]}": sides.side_of(i) for i in range(len(runs))}
+        colour_scatters_by_side(charts, point_sides, sides)
+        flips = side_flips(runs, sides, heads)
+        numerics = build_numerics_sections(runs, (sides.runs[0][0], sides.runs[1][0]), task_names)
+    elif len(runs) >= 2:
+        a, b = pair if pair is not None else (sides.runs[0][0], sides.runs[1][0]) if sides else (0, 1)
         flips = flips_view(runs[a], runs[b], heads[a], heads[b])
         numerics = build_numerics_sections(runs, (a, b), task_names)
     return CompareView(
@@ -382,4 +392,5 @@ def build_compare_view(runs: list[Run], pair: tuple[int, int] | None) -> Compare
         chart_ids={c["id"] for c in charts},
         numerics=numerics,
         groups=compare_group_rows(runs),
+        sides=sides,
     )

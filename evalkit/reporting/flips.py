@@ -45,6 +45,7 @@ class FlipRow:
     response_b: TextRef
     reasoning_a: TextRef
     reasoning_b: TextRef
+    run: int | None = None  # with several runs a side: which pair of runs (1: the first of each side)
 
 
 @dataclass
@@ -78,8 +79,18 @@ class FlipsView:
     has_samples: bool
 
 
-def flips_view(ra: Run, rb: Run, ha: CompareRunHead, hb: CompareRunHead) -> FlipsView:
-    f = compute_flips(ra.samples, rb.samples)
+def flips_view(
+    ra: Run,
+    rb: Run,
+    ha: CompareRunHead,
+    hb: CompareRunHead,
+    samples: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None,
+    stride: int | None = None,
+) -> FlipsView:
+    """The flips from run ``ra`` to run ``rb``; ``samples``: the two sides' samples instead of the runs' own (several
+    runs a side pooled, run i's sample k as sample ``i * stride + k``: :func:`evalkit.reporting.sides.side_samples`)."""
+    sa, sb = samples if samples is not None else (ra.samples, rb.samples)
+    f = compute_flips(sa, sb)
     pool = TextPool()
     manifest = ra.manifest_read()
 
@@ -99,10 +110,12 @@ def flips_view(ra: Run, rb: Run, ha: CompareRunHead, hb: CompareRunHead) -> Flip
         metric = fl.metric
         ea = as_dict(a.get("extracted"))
         eb = as_dict(b.get("extracted"))
+        pair, index = divmod(fl.key[2], stride) if stride else (None, fl.key[2])
         return FlipRow(
             task=fl.key[0],
             doc_id=str(fl.key[1]),
-            sample_index=fl.key[2],
+            sample_index=index,
+            run=pair + 1 if pair is not None else None,
             metric=metric,
             target=short(gold_answer(a.get("target") if a.get("target") is not None else b.get("target"))),
             extracted_a=short(ea.get(metric)) if metric else None,
@@ -152,5 +165,5 @@ def flips_view(ra: Run, rb: Run, ha: CompareRunHead, hb: CompareRunHead) -> Flip
         problems=problems,
         limit=limit,
         net_by_task=[KV(k, f"{v:+d}") for k, v in net.items()],
-        has_samples=bool(ra.samples) and bool(rb.samples),
+        has_samples=bool(sa) and bool(sb),
     )

@@ -15,9 +15,10 @@ from typing import Any
 
 from evalkit.contracts import CI_METHODS, MetricValue
 from evalkit.scoring.estimators import share_interval
-from evalkit.store.reader import TaskRead, as_int, as_num
+from evalkit.store.reader import TaskRead, as_int, as_num, as_str
 
 DASH = "—"
+NOT_SET = "not set"  # a setting left to its default (None in the manifest)
 TEXT_LIMIT = 3000  # characters kept of one long text (head + tail)
 SHORT_LIMIT = 300  # extracted answers, targets, errors in the row header
 
@@ -188,3 +189,20 @@ def task_clusters(task: TaskRead) -> int | None:
 def metric_views(task: TaskRead) -> list[MetricView]:
     clusters = task_clusters(task)
     return [metric_view(k, v, clusters) for k, v in task.metrics.items()]
+
+
+def clamp_text(clamp: dict[str, Any]) -> str:
+    """A task's ``max_tokens_clamp`` in a sentence: for how many requests max_tokens was lowered, from what to what,
+    and to fit what (the parts the record holds)."""
+    n = as_int(clamp.get("requests_clamped"))
+    asked = clamp.get("requested_max_tokens", clamp.get("requested"))
+    low = clamp.get("lowest_max_tokens", clamp.get("clamped_to"))
+    length, how = clamp.get("max_model_len"), as_str(clamp.get("prompt_length_from"))
+    who = f"for {n:,} request{'' if n == 1 else 's'}" if n is not None else "for some requests"
+    span = f", from {asked} to as low as {low}," if asked is not None and low is not None else ""
+    fit = f"the server's max_model_len of {length}" if length is not None else "the server's context length"
+    how_text = f" (prompt lengths from {how})" if how else ""
+    return (
+        f"max_tokens was lowered {who}{span} so that prompt and answer fit {fit}{how_text}; those answers may stop "
+        "sooner than the others."
+    )

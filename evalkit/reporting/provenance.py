@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalkit.redact import redact_argv
-from evalkit.reporting.formatting import KV, compact_json
+from evalkit.reporting.formatting import KV, NOT_SET, clamp_text, compact_json
 from evalkit.store.reader import ManifestRead, Run, as_dict, as_list, as_num, as_str
 
 
@@ -162,7 +162,7 @@ def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
     tasks: list[TaskProvenance] = []
     for name, t in m.tasks.items():
         sha = [KV(split, h, mono=True) for split, h in t.data_sha256.items()]
-        settings = [KV(str(k), compact_json(v) if v is not None else "null", mono=True) for k, v in t.settings.items()]
+        settings = [KV(str(k), compact_json(v) if v is not None else NOT_SET, mono=True) for k, v in t.settings.items()]
         clamp = t.max_tokens_clamp
         tasks.append(
             TaskProvenance(
@@ -170,7 +170,7 @@ def provenance(run: Run) -> tuple[list[KV], list[TaskProvenance]]:
                 version=t.version,
                 data_sha256=sha,
                 settings=settings,
-                clamp=compact_json(clamp) if clamp else None,
+                clamp=clamp_text(clamp) if clamp else None,
             )
         )
     return rows, tasks

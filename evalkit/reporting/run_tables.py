@@ -102,7 +102,9 @@ def economics_rows(
         share = f"{fmt_pct(speed and speed.goodput_share)} of requests ({as_str(speed and speed.good_requests)})"
         rows.append(KV(f"Goodput ({shown})", f"{good} · {share}"))
     if pricing:
-        per = f"${as_str(pricing.get('cost_per_gpu_hour'))}/GPU-hour × {as_str(pricing.get('gpus'))} GPUs"
+        gpus = as_int(pricing.get("gpus"))
+        per = f"${as_str(pricing.get('cost_per_gpu_hour'))}/GPU-hour × {as_str(pricing.get('gpus'))} GPU"
+        per += "" if gpus == 1 else "s"
         steady = speed.steady_state.cost_per_million_output_tokens if speed and speed.steady_state else None
         out_tok = f"${fmt_num(speed and speed.cost_per_million_output_tokens, 4)}"
         rows += [

@@ -1,5 +1,6 @@
-"""The comparison report's verdict section: the release gate's rules for two runs (one line per task and metric
-with the paired test, the CI of the difference and the flips that drive it)."""
+"""The comparison report's verdict: the decision banner that opens a decision page (PASS / FAIL / CANNOT DECIDE,
+the two sides by name, the one-line reason) and the verdict section: the release gate's rules (one line per task
+and metric with the paired test, the CI of the difference and the flips that drive it)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class VerdictRow:
 
 @dataclass
 class VerdictView:
-    verdict: str | None  # "pass" | "fail"; None when the runs could not be compared
+    verdict: str | None  # "pass" | "fail" | "cannot_decide"; None when the runs could not be compared
     baseline: str | None
     candidate: str | None
     rows: list[VerdictRow] = field(default_factory=list)
@@ -91,3 +92,39 @@ def build_verdict_view(v: Verdict) -> VerdictView:
     res = v.result
     notes = [*(f"cannot decide: {r}" for r in res.reasons), *res.notes]
     return VerdictView(res.verdict, res.baseline, res.candidate, rows, notes)
+
+
+@dataclass
+class Decision:
+    """What a decision page opens with: the verdict in capitals, the two sides by name, the one-line reason."""
+
+    verdict: str  # "pass" | "fail" | "cannot_decide" (the CSS class)
+    shown: str  # PASS | FAIL | CANNOT DECIDE
+    baseline: str
+    candidate: str
+    reason: str
+
+
+MAX_RULES_NAMED = 3  # failed rules named in the decision's reason, the rest counted
+
+
+def decision(view: VerdictView, baseline: str, candidate: str) -> Decision:
+    """The decision of ``view`` for sides named ``baseline`` / ``candidate`` (the gate's own names where it has
+    them): a failure names the rules that failed (the first three) with the change observed; a pass counts the
+    rules; cannot decide gives the first reason (or why the runs could not be compared)."""
+    baseline, candidate = view.baseline or baseline, view.candidate or candidate
+    if view.verdict is None or view.verdict == "cannot_decide":
+        reasons = [n.removeprefix("cannot decide: ") for n in view.notes if n.startswith("cannot decide: ")]
+        first = view.error or (reasons[0] if reasons else "the gate could not decide")
+        more = f" (and {len(reasons) - 1} more reasons below)" if len(reasons) > 1 else ""
+        return Decision("cannot_decide", "CANNOT DECIDE", baseline, candidate, first + more)
+    judged = [r for r in view.rows if r.verdict != "skip"]
+    skipped = len(view.rows) - len(judged)
+    if view.verdict == "fail":
+        failed = [r for r in view.rows if r.verdict == "fail"]
+        named = "; ".join(f"{r.name} {r.observed.split(' (')[0]}" for r in failed[:MAX_RULES_NAMED])
+        more = f"; and {len(failed) - MAX_RULES_NAMED} more" if len(failed) > MAX_RULES_NAMED else ""
+        reason = f"{len(failed)} of {len(judged)} rules failed: {named}{more}"
+        return Decision("fail", "FAIL", baseline, candidate, reason)
+    reason = f"all {len(judged)} rules passed" + (f" ({skipped} skipped)" if skipped else "")
+    return Decision("pass", "PASS", baseline, candidate, reason)

@@ -17,8 +17,15 @@ from evalkit.contracts import (
 from evalkit.scoring.metric_registry import count_statuses
 from evalkit.scoring.speed import percentile, speed_summary, steady_state
 
-LOOP_LAG_BOUND_MS = 20.0  # event-loop lag p99 above this: the client, not the server, may have set the pace
-CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the same
+LOOP_LAG_BOUND_MS = 20.0  # event-loop lag above this: requests went out (and streams were read) late
+# client-bound on lag only when the loop was late that much often: in at least this many of its 50 ms checks and this
+# share of them (fewer is a one-off pause, a start-up import or a garbage collection, not a client that set the pace)
+LOOP_LAG_MIN_LATE = 5
+LOOP_LAG_LATE_SHARE = 0.05
+CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the client's one core was busy throughout
+# a loop that lags while its process uses less CPU than this share of the wall time was held up by something else on
+# the machine (another process, a pause), not by its own work: lowering the concurrency would not help
+LAG_CPU_SHARE = 0.5
 
 
 def _counts(records: list[SampleRecord]) -> dict[str, int]:
@@ -63,6 +70,13 @@ def endpoint_summaries(
     ]
 
 
+def loop_lagged(lags_ms: list[float]) -> bool:
+    """Whether the client's event loop was late by more than :data:`LOOP_LAG_BOUND_MS` in enough of its checks
+    (:data:`LOOP_LAG_MIN_LATE`, :data:`LOOP_LAG_LATE_SHARE`) to have set the pace of sending and reading."""
+    late = sum(1 for x in lags_ms if x > LOOP_LAG_BOUND_MS)
+    return late >= max(LOOP_LAG_MIN_LATE, LOOP_LAG_LATE_SHARE * len(lags_ms))
+
+
 def task_summary(
     version: str,
     scored: tuple[dict[str, MetricValue], dict[str, Any]],
@@ -84,10 +98,8 @@ def task_summary(
     speed.client_cpu_s = round(stats.cpu_s, 3)
     lags = sorted(stats.loop_lag_ms)
     speed.loop_lag_ms_p99 = round(percentile(lags, 99), 3) if lags else None
-    speed.client_bound = bool(
-        (speed.loop_lag_ms_p99 or 0) > LOOP_LAG_BOUND_MS
-        or (stats.wall_s > 1 and stats.cpu_s / stats.wall_s > CPU_BOUND_SHARE)
-    )
+    busy = stats.cpu_s / stats.wall_s if stats.wall_s > 1 else 0.0
+    speed.client_bound = (loop_lagged(lags) and busy >= LAG_CPU_SHARE) or busy > CPU_BOUND_SHARE
     if stats.final_concurrency > 0:
         session = [r for r in records if r.key not in earlier] if earlier else records
         speed.steady_state = steady_state(session, stats.final_concurrency, itl, itl_spans)

@@ -197,6 +197,20 @@
         }
       }
     };
+    var frontLine = {
+      label: "Pareto front", data: spec.front, showLine: true, borderColor: color(2), backgroundColor: color(2, 0.2),
+      borderDash: [6, 4], borderWidth: 2, pointRadius: 0
+    };
+    if (spec.sides) {  /* several runs a side: one colour per side, named in the legend, no labels to overlap */
+      var bySide = spec.sides.map(function (name, k) {
+        var pts = spec.points.filter(function (p) { return p.side === k; });
+        return { label: name + " (● on Pareto front, ○ dominated)", data: pts, whiskers: true, pointRadius: 6,
+          pointHoverRadius: 8, pointBorderWidth: 2, borderColor: color(k), backgroundColor: color(k),
+          pointBorderColor: color(k),
+          pointBackgroundColor: pts.map(function (p) { return p.front ? color(k) : "#ffffff"; }) };
+      });
+      return { type: "scatter", data: { datasets: bySide.concat([frontLine]) }, options: opts };
+    }
     return {
       type: "scatter",
       data: {
