@@ -17,6 +17,7 @@ from evalkit.config.endpoint import display_url
 from evalkit.contracts import Endpoint, EndpointKind, Manifest, ManifestTask, Request, WarmupSettings
 from evalkit.redact import redact_argv
 from evalkit.requests import warmup
+from evalkit.requests.arrivals import Arrivals
 from evalkit.requests.clamp import clamp_max_tokens
 from evalkit.server.self_report import describe_server
 from evalkit.store.files import safe_file_name
@@ -158,6 +159,16 @@ def plan_tasks(
     return plans
 
 
+def arrivals_record(cfg: RunConfig) -> dict[str, Any] | None:
+    """The manifest's ``arrivals``: the arrival process, ``duration_s`` and ``max_in_flight`` (None: no cap);
+    None when requests went as fast as the concurrency allowed, for no set time."""
+    arrivals = Arrivals.of(cfg)
+    if arrivals is None and cfg.duration_s is None:
+        return None
+    process = arrivals.record() if arrivals is not None else {"process": None}
+    return {**process, "duration_s": cfg.duration_s, "max_in_flight": cfg.in_flight_cap()}
+
+
 def new_manifest(
     cfg: RunConfig,
     plans: list[TaskRun],
@@ -180,6 +191,7 @@ def new_manifest(
         concurrency=cfg.concurrency,
         concurrency_cap=concurrency_cap,
         request_rate=cfg.request_rate,
+        arrivals=arrivals_record(cfg),
         versions=package_versions(),
         tasks={
             p.task.name: ManifestTask(
