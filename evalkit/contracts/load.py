@@ -39,6 +39,7 @@ class LoadSummary(BaseModel):
 
     process: str  # poisson | gamma | constant, or trace: the requests' own arrival times
     request_rate: float | None = None  # as asked (None: a ramp or a trace)
+    origin_s: float = 0.0  # the phase's start (the schedule's zero) on the samples' start_s clock
     sent: int  # requests of this session sent (each once, at its first send)
     not_sent: int = 0  # left unsent when --duration ran out (a resumed run sends them)
     duration_s: float | None = Field(default=None, exclude_if=_is_none)  # --duration, when given

@@ -68,6 +68,7 @@ def load_summary(
     return LoadSummary(
         process=process,
         request_rate=request_rate,
+        origin_s=round(stats.origin_s, 6),
         sent=max(stats.sent, len(due)),
         not_sent=stats.not_sent,
         duration_s=duration_s,
