@@ -45,6 +45,31 @@ def run(
     endpoint_kind: Annotated[str | None, typer.Option(help="completions or chat (default: the task's).")] = None,
     concurrency: Annotated[str | None, typer.Option(help="Requests in flight: a number, or auto (default).")] = None,
     max_concurrency: Annotated[int | None, typer.Option(help="Upper bound for --concurrency auto.")] = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Requests per second, on a seeded schedule (Poisson unless --arrival constant; docs/load.md). With it, --concurrency caps requests in flight and defaults to no cap, as vllm bench serve."
+        ),
+    ] = None,
+    arrival: Annotated[
+        str | None, typer.Option(help="poisson (default; gamma with --burstiness) or constant (request i due at i/R).")
+    ] = None,
+    burstiness: Annotated[
+        float | None,
+        typer.Option(
+            help="Gamma shape k of the inter-arrival times (1: Poisson; <1 burstier, >1 more even), as vllm bench serve."
+        ),
+    ] = None,
+    ramp_up_start_rps: Annotated[
+        float | None, typer.Option(help="A linear ramp instead of --request-rate: the first request's rate.")
+    ] = None,
+    ramp_up_end_rps: Annotated[float | None, typer.Option(help="The linear ramp's rate at the last request.")] = None,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            help="Send no request after this long (e.g. 90s, 10m, 1h); requests in flight finish and are kept."
+        ),
+    ] = None,
     auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 128).")] = None,
     warmup: Annotated[
         int | None,
@@ -203,6 +228,12 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         endpoint_kind=take("endpoint_kind"),
         concurrency=take("concurrency"),
         max_concurrency=take("max_concurrency"),
+        request_rate=take("request_rate"),
+        arrival=take("arrival"),
+        burstiness=take("burstiness"),
+        ramp_up_start_rps=take("ramp_up_start_rps"),
+        ramp_up_end_rps=take("ramp_up_end_rps"),
+        duration_s=take("duration"),
         auto_start=take("auto_start"),
         warmup=_warmup_setting(take("warmup"), take("no_warmup")),
         limit=take("limit"),

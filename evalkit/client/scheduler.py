@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from evalkit.client.arrivals import Arrivals, arrival_offsets
 from evalkit.client.auto_concurrency import AutoConcurrency
 from evalkit.client.http_client import Client
 from evalkit.client.limiter import Limiter
@@ -22,11 +23,13 @@ OnDone = Callable[[Request, Response], "Awaitable[None] | None"]
 @dataclass(frozen=True)
 class InFlight:
     """How many requests a run may have in flight: as asked, or capped by the open-file limit (``cap`` then says
-    so: ``{"requested", "cap", "open_files_limit"}``)."""
+    so: ``{"requested", "cap", "open_files_limit"}``). ``capped`` False: no cap was asked (an arrival process
+    alone sets the load), ``concurrency`` is then as many as the open-file limit allows."""
 
     concurrency: int | str
     max_concurrency: int
     cap: dict[str, int] | None = None
+    capped: bool = True
 
 
 def _open_descriptors() -> int:
@@ -36,16 +39,30 @@ def _open_descriptors() -> int:
     return 32
 
 
-def fit_open_files(concurrency: int | str, max_concurrency: int, reserve: int = 64) -> InFlight:
+UNCAPPED = 65536  # requests in flight with no cap where the platform has no open-file limit
+
+
+def fit_open_files(concurrency: int | str | None, max_concurrency: int, reserve: int = 64) -> InFlight:
     """Each request in flight holds a socket, so ``concurrency`` (for "auto": ``max_concurrency``) of them must fit
     in this process's open-file limit (RLIMIT_NOFILE) beside the descriptors open now and ``reserve`` more (the
     store, /metrics scrapes, the workers' pipes, the report). The soft limit is raised towards the hard one as far
     as needed; where even that is too small, the concurrency is capped and a line on stderr says so: past the
-    limit, connections fail with "Too many open files", the client's limit and not the server's."""
+    limit, connections fail with "Too many open files", the client's limit and not the server's.
+
+    ``concurrency`` None: no cap asked; the soft limit is raised to the hard one and as many go in flight as it
+    allows (a schedule that needs more is not kept, and the task's ``load`` says so)."""
     try:
         import resource
     except ImportError:  # not POSIX: no such limit
-        return InFlight(concurrency, max_concurrency)
+        return InFlight(concurrency or UNCAPPED, max_concurrency, capped=concurrency is not None)
+    if concurrency is None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != soft:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                soft = hard
+        room = UNCAPPED if soft == resource.RLIM_INFINITY else soft - _open_descriptors() - reserve
+        return InFlight(max(1, min(room, UNCAPPED)), max_concurrency, capped=False)
     wanted = max_concurrency if concurrency == "auto" else int(concurrency)
     in_use = _open_descriptors()
     need = wanted + in_use + reserve
@@ -88,6 +105,13 @@ async def _each(requests: Iterable[Request] | AsyncIterable[Request]) -> AsyncGe
             yield req
 
 
+def _due(req: Request, t0: float, offsets: list[float], index: int) -> float | None:
+    """When ``req``, the ``index``-th sent, is due on the perf_counter clock (None: at once)."""
+    if req.arrival_s is not None:
+        return t0 + req.arrival_s
+    return t0 + offsets[index] if index < len(offsets) else None
+
+
 async def execute(
     requests: Iterable[Request] | AsyncIterable[Request],
     client: Client,
@@ -100,6 +124,8 @@ async def execute(
     auto_start: int = 128,
     backlog: int = 1024,
     send: Callable[[Request], Awaitable[Response]] | None = None,
+    arrivals: Arrivals | None = None,
+    duration_s: float | None = None,
 ) -> SchedulerStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order).
@@ -118,25 +144,34 @@ async def execute(
     already computed is dropped.
 
     ``send`` answers one request (default: ``client.generate``; a multi-turn conversation makes several requests
-    through the client for one sample, which holds one slot)."""
+    through the client for one sample, which holds one slot).
+
+    A request is sent no earlier than it is due: at its ``arrival_s``, else at the ``arrivals`` process's next
+    offset (evalkit.client.arrivals), both seconds from the phase's start; one that is late (no slot was free,
+    the loop was busy) goes as soon as it can. Its Response's ``scheduled_s`` says when it was due. With
+    ``duration_s`` no request is sent (or due) that many seconds after the start or later: requests in flight
+    then finish and are recorded; the rest are counted in ``not_sent``."""
     stats = SchedulerStats()
     answer = send or client.generate
     auto = AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
     reqs = requests
-    if auto:  # it needs to know how many are left
-        if total is None:
-            if isinstance(requests, AsyncIterable):
-                raise ValueError("concurrency 'auto' over an async iterable of requests needs its total")
-            reqs = list(requests)
-            total = len(reqs)
-        auto.total = total
-        auto.limit = min(auto.limit, max(1, total))  # never above the requests there are: they would all be in flight
+    if (auto or arrivals) and total is None:  # they need to know how many are left, the schedule how many come
+        if isinstance(requests, AsyncIterable):
+            raise ValueError("concurrency 'auto' or an arrival process over an async iterable needs its total")
+        reqs = list(requests)
+        total = len(reqs)
+    if auto:
+        auto.total = total or 0
+        auto.limit = min(auto.limit, max(1, total or 0))  # never above the requests there are
+    offsets = arrival_offsets(total or 0, arrivals) if arrivals else []
     limit = auto.limit if auto else int(concurrency)
     limiter = Limiter(limit)
     # requests in flight + answers not yet handled by on_done
     unfinished = Limiter((max_concurrency if auto else limit) + backlog)
     stats.concurrency_trace.append((0.0, limit))
     t0, c0 = time.perf_counter(), time.process_time()
+    stats.origin_s = t0 - client.t0
+    deadline = t0 + duration_s if duration_s is not None else None
     lag_task = asyncio.create_task(_loop_lag(stats))
     assert client._session is not None
     auto_task = asyncio.create_task(auto.run(limiter, client, stats, t0)) if auto else None
@@ -144,12 +179,14 @@ async def execute(
     answered: set[asyncio.Task[None]] = set()  # tasks past their request, in on_done
     failed: list[Exception] = []  # errors of on_done (e.g. the store could not write): sending stops at the first
 
-    async def one(req: Request) -> None:
+    async def one(req: Request, due: float | None) -> None:
         try:
             try:
                 resp = await answer(req)
             finally:
                 await limiter.release()
+            if due is not None:
+                resp.scheduled_s = due - client.t0
             current = asyncio.current_task()
             if current is not None:
                 answered.add(current)
@@ -178,14 +215,23 @@ async def execute(
                 await limiter.release()
                 await unfinished.release()
                 break
-            if failed:  # while the next request was coming
+            due = _due(req, t0, offsets, stats.sent)
+            if deadline is not None and (due if due is not None else time.perf_counter()) >= deadline:
+                await limiter.release()
+                await unfinished.release()
+                stats.not_sent = max(0, (total or 0) - stats.sent)
+                break
+            if due is not None and (delay := due - time.perf_counter()) > 0:
+                await asyncio.sleep(delay)
+            if failed:  # while the next request was coming (or was not due yet)
                 await limiter.release()
                 await unfinished.release()
                 break
             if auto:
                 auto.starved_s += time.perf_counter() - waited
                 auto.sent += 1
-            task = asyncio.create_task(one(req))
+            stats.sent += 1
+            task = asyncio.create_task(one(req, due))
             pending.add(task)
             task.add_done_callback(pending.discard)
             task.add_done_callback(answered.discard)

@@ -95,7 +95,15 @@ class RunConfig(BaseSettings):
     allow_model_mismatch: bool = False  # accept responses naming a model the endpoint does not list (not the run's)
     server: ServerConfig | None = None
     docs: list[int] | None = None  # only these document ids (evalkit watch: one slice of the task per tick)
-    request_rate: float | None = Field(default=None, gt=0)  # at most this many requests sent per second
+    # the arrival process (evalkit/client/arrivals.py, docs/load.md): --request-rate R requests/s, Poisson by
+    # default (gamma of shape --burstiness), or --arrival constant (request i due at i/R); a linear ramp instead
+    # of a rate; --duration: no request is sent after so many seconds of the timed phase
+    request_rate: float | None = Field(default=None, gt=0)
+    arrival: Literal["poisson", "constant"] | None = None
+    burstiness: float | None = Field(default=None, gt=0)
+    ramp_up_start_rps: float | None = Field(default=None, gt=0)
+    ramp_up_end_rps: float | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0)
     user: str | None = None  # the OpenAI ``user`` field sent with every request
     headers: dict[str, str] = Field(default_factory=dict)  # extra HTTP headers sent with every request
     # latency SLOs in ms (ttft, tpot, e2el), as vllm bench serve --goodput: the summary's goodput figures
@@ -115,6 +123,48 @@ class RunConfig(BaseSettings):
         if isinstance(v, int) and v < 1:
             raise ValueError("must be a positive integer or 'auto'")
         return v
+
+    @field_validator("duration_s", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        """``90``, ``"90s"``, ``"10m"``, ``"1.5h"`` as seconds."""
+        if isinstance(v, str):
+            m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", v.lower())
+            if m is None:
+                raise ValueError("must be seconds, or a number with s, m or h (e.g. 90s, 10m, 1h)")
+            return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+        return v
+
+    def check_arrivals(self) -> None:
+        """ConfigError for arrival settings that do not go together (each field alone is checked by its type)."""
+        ramp = (self.ramp_up_start_rps, self.ramp_up_end_rps)
+        if (ramp[0] is None) != (ramp[1] is None):
+            given = "--ramp-up-start-rps" if ramp[1] is None else "--ramp-up-end-rps"
+            raise ConfigError(f"{given} alone is no ramp; give both --ramp-up-start-rps and --ramp-up-end-rps")
+        paced = self.request_rate is not None or ramp[0] is not None
+        if ramp[0] is not None and self.request_rate is not None:
+            raise ConfigError("give either --request-rate or a ramp (--ramp-up-start-rps/--ramp-up-end-rps), not both")
+        for name, value in (("--arrival", self.arrival), ("--burstiness", self.burstiness)):
+            if value is not None and not paced:
+                raise ConfigError(f"{name} shapes the arrivals at --request-rate R; give --request-rate too")
+        if self.burstiness is not None and self.arrival == "constant":
+            raise ConfigError("--burstiness shapes Poisson/gamma arrivals; --arrival constant has none: drop one")
+        if paced and self.concurrency == "auto" and "concurrency" in self.model_fields_set:
+            raise ConfigError(
+                "--concurrency auto tunes requests in flight, the arrival process sets the load; with "
+                "--request-rate give --concurrency N to cap requests in flight, or leave it out for no cap"
+            )
+
+    def arrivals_paced(self) -> bool:
+        """Whether an arrival process (a rate or a ramp) sets when requests are sent."""
+        return self.request_rate is not None or self.ramp_up_start_rps is not None
+
+    def in_flight_cap(self) -> int | Literal["auto"] | None:
+        """The cap on requests in flight: ``concurrency``; None (no cap, as vllm bench serve without
+        --max-concurrency) under an arrival process where ``concurrency`` was not given."""
+        if self.arrivals_paced() and "concurrency" not in self.model_fields_set:
+            return None
+        return self.concurrency
 
     @field_validator("warmup", mode="before")
     @classmethod
@@ -258,7 +308,9 @@ def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConf
             merged[key] = value
     source = f"{config_file} / command line" if config_file else "command line / EVALKIT_* environment"
     try:
-        return RunConfig(**merged)
+        cfg = RunConfig(**merged)
+        cfg.check_arrivals()
+        return cfg
     except ValidationError as e:
         raise ConfigError(_one_line(e, source)) from None
     except SettingsError as e:  # an EVALKIT_* variable for a list/mapping setting that is not JSON

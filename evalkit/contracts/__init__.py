@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalkit.contracts.load import LoadSeries, LoadSummary  # noqa: F401 - part of the contract
 from evalkit.contracts.positions import PromptPositions
 from evalkit.contracts.speed_catalogue import (  # noqa: F401 - part of the contract
     LATENCIES,
@@ -138,6 +139,9 @@ class Request:
     conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.client.conversation)
     # completions only: the prompt as token ids, sent instead of ``prompt`` (which stays its text, for the record)
     prompt_ids: tuple[int, ...] | None = None
+    # seconds from the timed phase's start at which the request is due (a trace's timestamps); None: the run's
+    # arrival process (or none) schedules it
+    arrival_s: float | None = None
 
 
 @dataclass
@@ -160,6 +164,7 @@ class Response:
     e2e_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
     start_s: float | None = None  # the first send, in seconds since the client started
+    scheduled_s: float | None = None  # when it was due, on start_s's clock (None: sent as soon as a slot was free)
     retry_lost_s: float | None = None  # a re-sent request: seconds from its first send to its answered attempt's
     endpoint: str | None = None  # the URL (no credentials) that answered, when the run has several endpoints
     # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
@@ -243,6 +248,9 @@ class SampleRecord(BaseModel):
     # a re-sent request that was answered: seconds its failed attempts and their backoff took (from its first send
     # to the answered attempt's); left out of the line otherwise
     retry_lost_s: float | None = Field(default=None, exclude_if=_is_none)
+    # a request sent on a schedule (an arrival process, or its own arrival time): when it was due, on ``start_s``'s
+    # clock (its send lag is start_s - scheduled_s); left out of the line otherwise
+    scheduled_s: float | None = Field(default=None, exclude_if=_is_none)
     # the endpoint (URL without credentials) that answered: in a run sharded over several endpoints, and on answers
     # a resumed run kept from another endpoint; None: the manifest's endpoint
     endpoint: str | None = Field(default=None, exclude_if=_is_none)
@@ -267,6 +275,9 @@ class SchedulerStats:
     loop_lag_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    origin_s: float = 0.0  # the phase's start (the schedule's zero) on the client's clock (``start_s``'s)
+    sent: int = 0  # requests sent
+    not_sent: int = 0  # requests left unsent when the duration ran out
 
 
 CI_METHODS: dict[str, str] = {
@@ -337,6 +348,8 @@ class TaskSummary(BaseModel):
     # a run sharded over several endpoints: per endpoint (``speed`` above is all of them together)
     endpoints: list[EndpointSummary] | None = Field(default=None, exclude_if=_is_none)
     resent: ResentSummary | None = Field(default=None, exclude_if=_is_none)  # absent: no request was re-sent
+    # requests sent on a schedule: offered and achieved rate, send lag, per-second series (absent otherwise)
+    load: LoadSummary | None = Field(default=None, exclude_if=_is_none)
 
 
 class WarmupSummary(BaseModel):
@@ -438,8 +451,11 @@ class Manifest(BaseModel):
     model: str
     concurrency: int | Literal["auto"]
     concurrency_cap: dict[str, int] | None = None  # set when the open-file limit allowed fewer in flight
-    # --request-rate (requests sent per second, at most); left out when requests were sent as fast as allowed
+    # --request-rate (the arrival process's mean rate, requests/s); left out when requests were sent as fast as allowed
     request_rate: float | None = Field(default=None, exclude_if=_is_none)
+    # the arrival process (``process``, ``request_rate``, ``burstiness``, ramp, ``seed``), ``duration_s`` and
+    # ``max_in_flight`` (None: no cap); left out when requests went as fast as the concurrency allowed
+    arrivals: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
     versions: dict[str, str | None]
     tasks: dict[str, ManifestTask]
     server: dict[str, Any] | None = None  # provenance of a server evalkit started (--serve)

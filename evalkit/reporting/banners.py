@@ -13,6 +13,7 @@ from typing import Any
 from evalkit.contracts import ResentSummary, Speed
 from evalkit.reporting.analysis import primary_correct
 from evalkit.reporting.formatting import Banner, clamp_text, fmt_ms, fmt_pct
+from evalkit.reporting.load_view import load_banner
 from evalkit.reporting.timecourse import first_token_stall
 from evalkit.scoring.speed import percentile
 from evalkit.scoring.summary import LOOP_LAG_BOUND_MS
@@ -216,6 +217,8 @@ def run_banners(run: Run) -> list[Banner]:
             k = counts.get(status) or 0
             if k > 0 and (status in ("api_error", *ALWAYS_SHOWN) or not total or k / total >= STATUS_SHARE):
                 out.append(status_banner(name, status, k, total, settings, samples))
+        if t.load is not None and (late := load_banner(name, t.load)) is not None:
+            out.append(late)
         if t.resent is not None and t.resent.requests > 0:
             out.append(resent_banner(name, t.resent, total))
         timed = [s for s in samples if as_num(s.get("start_s")) is not None]

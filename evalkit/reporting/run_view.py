@@ -21,6 +21,7 @@ from evalkit.reporting.formatting import (
     metric_views,
     now_iso,
 )
+from evalkit.reporting.load_view import LoadView, load_view
 from evalkit.reporting.provenance import TaskProvenance, provenance
 from evalkit.reporting.run_tables import (
     DetailView,
@@ -183,6 +184,7 @@ class TaskView:
     length_rows: list[LengthRow]
     length_unknown: int
     has_summary: bool
+    load: LoadView | None = None  # requests sent on a schedule: offered/achieved, send lag, the charts
 
 
 def steady_table(speed: Speed | None) -> tuple[str | None, list[PctRow], list[KV]]:
@@ -256,6 +258,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
         length_rows=length_rows,
         length_unknown=la.unknown_length,
         has_summary=t.present,
+        load=load_view(t.load, [s for s in run.samples if s.get("task") == name], t.load.origin_s) if t.load else None,
     )
 
 

@@ -165,7 +165,7 @@ class Runner:
             served, self._listed = served_model(self.cfg, urls, api_key)
             if store is None:
                 store = RunStore(default_output_dir(self.cfg, served.id)).lock()
-            self._in_flight = fit_open_files(self.cfg.concurrency, self.cfg.max_concurrency)
+            self._in_flight = fit_open_files(self.cfg.in_flight_cap(), self.cfg.max_concurrency)
             self._lap("setup")
             return self._run_tasks(tasks, base_url, api_key, served.id, served.max_model_len, store)
         finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.client import warmup
+from evalkit.client.arrivals import Arrivals
 from evalkit.client.clamp import clamp_max_tokens
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url
@@ -158,6 +159,16 @@ def plan_tasks(
     return plans
 
 
+def arrivals_record(cfg: RunConfig) -> dict[str, Any] | None:
+    """The manifest's ``arrivals``: the arrival process, ``duration_s`` and ``max_in_flight`` (None: no cap);
+    None when requests went as fast as the concurrency allowed, for no set time."""
+    arrivals = Arrivals.of(cfg)
+    if arrivals is None and cfg.duration_s is None:
+        return None
+    process = arrivals.record() if arrivals is not None else {"process": None}
+    return {**process, "duration_s": cfg.duration_s, "max_in_flight": cfg.in_flight_cap()}
+
+
 def new_manifest(
     cfg: RunConfig,
     plans: list[TaskRun],
@@ -180,6 +191,7 @@ def new_manifest(
         concurrency=cfg.concurrency,
         concurrency_cap=concurrency_cap,
         request_rate=cfg.request_rate,
+        arrivals=arrivals_record(cfg),
         versions=package_versions(),
         tasks={
             p.task.name: ManifestTask(

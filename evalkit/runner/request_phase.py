@@ -1,18 +1,19 @@
-"""A task's request phase: the servers' ``/metrics`` scraped, the requests not answered yet sent (paced, each
-answer scored in the scoring process and stored as it comes), then the task's summary built from the store.
-Only the sending is inside the timed phase (``TASK.requests`` in the summary's ``timings_s``)."""
+"""A task's request phase: the servers' ``/metrics`` scraped, the requests not answered yet sent (on the run's
+arrival process, if any; each answer scored in the scoring process and stored as it comes), then the task's
+summary built from the store, with the load it put on the server (scoring/load.py). Only the sending is inside
+the timed phase (``TASK.requests`` in the summary's ``timings_s``)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from evalkit.client.arrivals import Arrivals
 from evalkit.client.clamp import clamp_max_tokens, merge_clamps
 from evalkit.client.conversation import converse
 from evalkit.client.http_client import Client, ClientOptions
@@ -24,6 +25,7 @@ from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
 from evalkit.runner.worker import Worker
 from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
+from evalkit.scoring.load import load_summary
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.server.gpu import energy_devices
 from evalkit.store.identity import record_for, request_key
@@ -111,18 +113,6 @@ class RequestPhase:
             if self.progress:
                 self.progress(task.name, done, total, rec)
 
-        rate = self.cfg.request_rate
-        next_send = time.monotonic()
-
-        async def paced() -> None:
-            """Wait for the request's turn under ``--request-rate`` (requests per second)."""
-            nonlocal next_send
-            if rate is not None:
-                now = time.monotonic()
-                if next_send > now:
-                    await asyncio.sleep(next_send - now)
-                next_send = max(now, next_send) + 1.0 / rate
-
         async def todo() -> AsyncIterator[Request]:
             """The requests not answered yet (a resumed run skips the rest), as they come."""
             sha = task.data_sha256
@@ -135,7 +125,6 @@ class RequestPhase:
                     key = request_key(model, p.kind, task.name, task.version, sha, req)
                     if key not in p.done_keys:
                         keys[id(req)] = key
-                        await paced()
                         yield req
                 seen += len(batch)
                 if seen >= total:  # with --limit, lm-eval goes on building the rest (for the cache): not waited for
@@ -166,6 +155,17 @@ class RequestPhase:
             self._settle(summarized, close_scoring)
         scored, servers = summarized.result(), deltas.result()
         out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
+        if not self.in_flight.capped:  # no cap on requests in flight: no level to hold, no steady state at one
+            out.speed.concurrency, out.speed.steady_state = None, None
+        session = [r for r in records if r.key not in p.done_keys]
+        arrivals = Arrivals.of(self.cfg)
+        out.load = load_summary(
+            session,
+            stats,
+            arrivals.name if arrivals is not None else "trace",
+            self.cfg.request_rate,
+            self.cfg.duration_s,
+        )
         if self.cfg.goodput:
             add_goodput(out.speed, records, self.cfg.goodput)
         if (gpus := self.cfg.billed_gpus()) is not None and self.cfg.cost_per_gpu_hour is not None:
@@ -239,4 +239,6 @@ class RequestPhase:
                 auto_start=self.cfg.auto_start,
                 metrics_url=[server_root(u) + "/metrics" for u in urls],
                 send=send,
+                arrivals=Arrivals.of(self.cfg),
+                duration_s=self.cfg.duration_s,
             )

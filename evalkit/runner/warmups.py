@@ -54,7 +54,8 @@ class Warmups:
         if self.cfg.warmup == 0 or left == 0:
             return False
         c = in_flight.concurrency
-        level = min(self.cfg.auto_start, in_flight.max_concurrency) if c == "auto" else int(c)
+        # "auto", or no cap under an arrival process: where auto would start
+        level = min(self.cfg.auto_start, in_flight.max_concurrency) if c == "auto" or not in_flight.capped else int(c)
         count = self.cfg.warmup if self.cfg.warmup is not None else min(level, left)
         reset_root = server_root(server.base_url) if server is not None else None
 

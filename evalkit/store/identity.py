@@ -78,6 +78,7 @@ def record_for(req: Request, resp: Response, key: str, score: Score | None) -> S
         itl_ms=resp.itl_ms,
         start_s=resp.start_s,
         retry_lost_s=resp.retry_lost_s,
+        scheduled_s=resp.scheduled_s,
         endpoint=resp.endpoint,
         tool_calls=resp.tool_calls,
         turns=resp.turns,

@@ -37,6 +37,7 @@ from evalkit.contracts import (
     Endpoint,
     EndpointSummary,
     GroupSummary,
+    LoadSummary,
     Manifest,
     ManifestTask,
     MetricValue,
@@ -102,6 +103,7 @@ class TaskRead:
     gpu: dict[str, Any] | None = None
     endpoints: list[EndpointSummary] = field(default_factory=list)
     resent: ResentSummary | None = None
+    load: LoadSummary | None = None
 
     @classmethod
     def of(cls, name: str, raw: Any, listed: bool = True, dropped: list[Dropped] | None = None) -> TaskRead:
@@ -169,6 +171,7 @@ class ManifestRead:
     concurrency: int | Literal["auto"] | None = None
     concurrency_cap: dict[str, int] | None = None
     request_rate: float | None = None
+    arrivals: dict[str, Any] | None = None
     versions: dict[str, str | None] = field(default_factory=dict)
     tasks: dict[str, ManifestTaskRead] = field(default_factory=dict)
     server: dict[str, Any] | None = None

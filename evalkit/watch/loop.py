@@ -131,6 +131,8 @@ class Watch:
             "output_dir": tick_dir(s.out, tick),
             "concurrency": s.concurrency,
             "request_rate": s.request_rate,
+            # the canary's pacing is even (request i due at i/R): its load is the same in every tick
+            "arrival": "constant" if s.request_rate is not None else None,
             "warmup": 0,  # a tick's load is the canary's, as the user set it: no warm-up
             "user": CANARY_USER,
             "headers": {CANARY_HEADER: "1"},
