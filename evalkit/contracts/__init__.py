@@ -87,6 +87,10 @@ class GenParams:
     prompt_logprobs: int | None = None
     logprobs: int | None = None
     echo: bool = False
+    # vLLM's extensions of the completions API: at least ``min_tokens`` generated, generation past the EOS token
+    # (``ignore_eos``); a workload sets both to force each answer's length (evalkit/tasks/workload_task.py)
+    min_tokens: int | None = None
+    ignore_eos: bool = False
 
     @property
     def scored(self) -> bool:
@@ -99,7 +103,10 @@ class GenParams:
             "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
             "seed": self.seed, "stop": list(self.stop), "chat_template_kwargs": self.chat_template_kwargs,
         }  # fmt: skip
-        extra = {"prompt_logprobs": self.prompt_logprobs, "logprobs": self.logprobs, "echo": self.echo or None}
+        extra = {
+            "prompt_logprobs": self.prompt_logprobs, "logprobs": self.logprobs, "echo": self.echo or None,
+            "min_tokens": self.min_tokens, "ignore_eos": self.ignore_eos or None,
+        }  # fmt: skip
         return out | {k: v for k, v in extra.items() if v is not None}
 
 
@@ -138,6 +145,7 @@ class Request:
     conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.requests.conversation)
     # completions only: the prompt as token ids, sent instead of ``prompt`` (which stays its text, for the record)
     prompt_ids: tuple[int, ...] | None = None
+    arrival_s: float | None = None  # when the request is due: seconds from the timed phase's start (None: at once)
 
 
 @dataclass

@@ -146,6 +146,20 @@ def read_usage(usage: Any, max_tokens: int) -> tuple[dict[str, int | None], str 
     return counts, f"usage ignored: {'; '.join(bad)}" if bad else None
 
 
+def length_note(req: Request, counts: dict[str, int | None]) -> str | None:
+    """What differs between the usage's counts and the lengths a request asked for exactly: its prompt's token ids
+    (``prompt_ids``) and, when its output length is forced (``min_tokens`` = ``max_tokens``), its output; None when
+    nothing does (or the usage has no count)."""
+    out: list[str] = []
+    prompt, output = counts["prompt_tokens"], counts["completion_tokens"]
+    if req.prompt_ids is not None and prompt is not None and prompt != len(req.prompt_ids):
+        out.append(f"usage counts {prompt} prompt tokens for {len(req.prompt_ids)} prompt token ids sent")
+    g = req.gen
+    if g.min_tokens is not None and g.min_tokens == g.max_tokens and output is not None and output != g.max_tokens:
+        out.append(f"usage counts {output} output tokens, {g.max_tokens} asked exactly (min_tokens = max_tokens)")
+    return "; ".join(out) or None
+
+
 def _error_message(status: int, body: bytes) -> str:
     """``HTTP status: message`` from an error body (its message cut to MESSAGE_CHARS, whitespace folded)."""
     text = body.decode("utf-8", "replace").strip()
@@ -272,6 +286,10 @@ class Client:
             body["seed"] = g.seed
         if g.stop:
             body["stop"] = list(g.stop)
+        if g.min_tokens is not None:
+            body["min_tokens"] = g.min_tokens
+        if g.ignore_eos:
+            body["ignore_eos"] = True
         if g.chat_template_kwargs and self.kind == "chat":
             body["chat_template_kwargs"] = g.chat_template_kwargs
         if req.tools is not None and self.kind == "chat":
@@ -426,6 +444,7 @@ class Client:
             raise RequestFailed(f"malformed event from server: finish_reason {_show(finish)} is not a string")
         e2e = end - since
         counts, note = read_usage(usage, req.gen.max_tokens)
+        note = "; ".join(n for n in (note, length_note(req, counts)) if n) or None
         calls = tools.calls()
         if self._secrets:  # a server that echoes a credential into the answer (the texts are not otherwise changed)
             text, reasoning = self._scrub(text), self._scrub(reasoning)

@@ -49,6 +49,7 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
         docs=None if cfg.docs is None else tuple(cfg.docs),
         drop_reasoning=pick("drop_reasoning") if "drop_reasoning" in d else None,
+        workload=cfg.workload.task_options() if getattr(task, "workload_kind", None) else None,
     )
 
 
@@ -100,10 +101,11 @@ class TaskRun:
 
 def settings_record(settings: TaskSettings) -> dict[str, Any]:
     """The task settings as the manifest records them (``docs`` only when a selection was made,
-    ``drop_reasoning`` only for tasks with conversations)."""
+    ``drop_reasoning`` only for tasks with conversations, ``workload`` only for workloads)."""
     out = dict(settings.__dict__)
-    if out.get("drop_reasoning") is None:
-        out.pop("drop_reasoning", None)
+    for optional in ("drop_reasoning", "workload"):
+        if out.get(optional) is None:
+            out.pop(optional, None)
     if out.get("docs") is None:
         out.pop("docs", None)
     else:
