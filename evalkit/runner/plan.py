@@ -64,6 +64,7 @@ class TaskRun:
     clamp: dict[str, Any] | None = None
     done_keys: set[str] = field(default_factory=set)
     head: list[Request] | None = None  # a streamed task's first batch, taken by peek() before the timed phase
+    probes: list[TaskRun] = field(default_factory=list)  # tasks whose requests are mixed in (runner/probes.py)
 
     @property
     def kind(self) -> EndpointKind:
