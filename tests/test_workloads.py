@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from evalkit.contracts import GenParams, Request
-from evalkit.requests.client import length_note
+from evalkit.requests.answer_fields import length_note
 from evalkit.store import open_run
 from evalkit.tasks import workload_data as wd
 from evalkit.testing.server import Behaviour, TestServer
@@ -27,10 +27,17 @@ def _samples(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
 
 
+RANDOM_ARGS = ("random", "--random-input-len", "60", "--random-output-len", "20", "--random-range-ratio", "0.5")
+RANDOM_ARGS += ("--random-prefix-len", "8", "--num-prompts", "30")
+
+
+def _lengths(run_dir: Path) -> dict[int, tuple[int, int]]:
+    return {r["doc_id"]: (r["prompt_tokens"], r["output_tokens"]) for r in _samples(run_dir)}
+
+
 def test_random_lengths_are_exact_and_forced(tmp_path: Path) -> None:
     with TestServer(Behaviour(max_model_len=4096)) as srv:
-        _run(srv, tmp_path / "r", "random", "--random-input-len", "60", "--random-output-len", "20",
-             "--random-range-ratio", "0.5", "--random-prefix-len", "8", "--num-prompts", "30", "--seed", "3")  # fmt: skip
+        _run(srv, tmp_path / "r", *RANDOM_ARGS, "--seed", "3")
         bodies = [r.body for r in srv.requests]
     recs = _samples(tmp_path / "r")
     assert len(recs) == 30
@@ -44,17 +51,15 @@ def test_random_lengths_are_exact_and_forced(tmp_path: Path) -> None:
         assert isinstance(body["prompt"], list) and all(isinstance(t, int) for t in body["prompt"])
     prefixes = {tuple(b["prompt"][:8]) for b in bodies}
     assert len(prefixes) == 1  # the shared prefix
-    by_len = {r["doc_id"]: (r["prompt_tokens"], r["output_tokens"]) for r in recs}
+    by_len = _lengths(tmp_path / "r")
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())["tasks"]["random"]
     assert summary["metrics"] == {} and summary["speed"]["output_tokens_per_s"] > 0
     # seeded: the same seed gives the same lengths, another seed others
     with TestServer(Behaviour(max_model_len=4096)) as srv:
-        _run(srv, tmp_path / "again", "random", "--random-input-len", "60", "--random-output-len", "20",
-             "--random-range-ratio", "0.5", "--random-prefix-len", "8", "--num-prompts", "30", "--seed", "3")  # fmt: skip
-        _run(srv, tmp_path / "other", "random", "--random-input-len", "60", "--random-output-len", "20",
-             "--random-range-ratio", "0.5", "--random-prefix-len", "8", "--num-prompts", "30", "--seed", "4")  # fmt: skip
-    assert {r["doc_id"]: (r["prompt_tokens"], r["output_tokens"]) for r in _samples(tmp_path / "again")} == by_len
-    assert {r["doc_id"]: (r["prompt_tokens"], r["output_tokens"]) for r in _samples(tmp_path / "other")} != by_len
+        _run(srv, tmp_path / "again", *RANDOM_ARGS, "--seed", "3")
+        _run(srv, tmp_path / "other", *RANDOM_ARGS, "--seed", "4")
+    assert _lengths(tmp_path / "again") == by_len
+    assert _lengths(tmp_path / "other") != by_len
 
 
 def test_random_prompts_follow_vllm_random_dataset() -> None:

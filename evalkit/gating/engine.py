@@ -265,9 +265,9 @@ def evaluate(
             rules += r
             notes += n
             if not any(rule.verdict in ("pass", "fail") for rule in r):
-                why = "; ".join(dict.fromkeys(rule.note for rule in r if rule.note)) or "no speed rule is on"
+                skipped = "; ".join(dict.fromkeys(rule.note for rule in r if rule.note)) or "no speed rule is on"
                 reasons.append(
-                    f"{task}: a workload is judged by its speed alone and no speed rule was evaluated ({why})"
+                    f"{task}: a workload is judged by its speed alone and no speed rule was evaluated ({skipped})"
                 )
             continue
         if not numerics or base.metrics or cand.metrics or base.corpus or cand.corpus:

@@ -55,6 +55,7 @@ from evalkit.config.endpoint import credentials, display_url
 from evalkit.contracts import Request, Response
 from evalkit.limits import MAX_ERROR_BODY_BYTES, BodyTooLarge, max_stream_bytes, size_text
 from evalkit.redact import redact_secrets, redact_text, secrets_of
+from evalkit.requests.answer_fields import length_note, retry_after
 from evalkit.requests.endpoint import redirect_error
 from evalkit.requests.scored_answer import MalformedAnswer, max_scored_bytes, read_scored_answer
 from evalkit.requests.timeouts import ClientOptions, Deadline, timeout_message
@@ -146,20 +147,6 @@ def read_usage(usage: Any, max_tokens: int) -> tuple[dict[str, int | None], str 
     return counts, f"usage ignored: {'; '.join(bad)}" if bad else None
 
 
-def length_note(req: Request, counts: dict[str, int | None]) -> str | None:
-    """What differs between the usage's counts and the lengths a request asked for exactly: its prompt's token ids
-    (``prompt_ids``) and, when its output length is forced (``min_tokens`` = ``max_tokens``), its output; None when
-    nothing does (or the usage has no count)."""
-    out: list[str] = []
-    prompt, output = counts["prompt_tokens"], counts["completion_tokens"]
-    if req.prompt_ids is not None and prompt is not None and prompt != len(req.prompt_ids):
-        out.append(f"usage counts {prompt} prompt tokens for {len(req.prompt_ids)} prompt token ids sent")
-    g = req.gen
-    if g.min_tokens is not None and g.min_tokens == g.max_tokens and output is not None and output != g.max_tokens:
-        out.append(f"usage counts {output} output tokens, {g.max_tokens} asked exactly (min_tokens = max_tokens)")
-    return "; ".join(out) or None
-
-
 def _error_message(status: int, body: bytes) -> str:
     """``HTTP status: message`` from an error body (its message cut to MESSAGE_CHARS, whitespace folded)."""
     text = body.decode("utf-8", "replace").strip()
@@ -173,16 +160,6 @@ def _error_message(status: int, body: bytes) -> str:
     except orjson.JSONDecodeError:
         text = " ".join(text.split())[:200]
     return f"HTTP {status}: {_clip(' '.join(text.split()))}"
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
 
 
 class Client:
@@ -338,7 +315,7 @@ class Client:
                     raw = await read_capped(resp, MAX_ERROR_BODY_BYTES, cut=True)
                     msg = _error_message(resp.status, raw)
                     if resp.status in RETRYABLE_STATUS:
-                        raise RequestFailed(msg, resp.status, _retry_after(resp.headers))
+                        raise RequestFailed(msg, resp.status, retry_after(resp.headers))
                     if resp.status == 400 and req.tools is not None and "tool" in msg.lower():
                         msg = f"{msg} ({TOOLS_REFUSED})"
                     raise RequestRejected(msg, resp.status)
