@@ -1,4 +1,4 @@
-"""A workload's settings (the ``random``, ``sharegpt``, ``trace`` and ``sessions`` tasks, docs/load.md), named
+"""A workload's settings (the ``random``, ``sharegpt`` and ``trace`` tasks, docs/load.md), named
 as ``vllm bench serve`` names them, and the probes mixed into a workload (``--probe TASK:SHARE``)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class WorkloadSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    num_prompts: int | None = Field(default=None, ge=1)  # None: 1000 (random, sharegpt, sessions), every trace line
+    num_prompts: int | None = Field(default=None, ge=1)  # None: 1000 (random, sharegpt), every trace line
     dataset_path: Path | None = None  # sharegpt: the JSON file; trace: the JSONL file
     random_input_len: int = Field(default=1024, ge=1)
     random_output_len: int = Field(default=128, ge=1)
@@ -39,8 +39,6 @@ class WorkloadSettings(BaseModel):
     random_prefix_len: int = Field(default=0, ge=0)
     ignore_eos: bool = False  # sharegpt: force each output to its recorded length (random and trace always do)
     trace_speed: float = Field(default=1.0, gt=0)  # trace: timestamps divided by this
-    turns: int = Field(default=3, ge=1)  # sessions: user turns per conversation
-    think_time: float = Field(default=0.0, ge=0)  # sessions: seconds between an answer and the next turn
     probe: list[str] = Field(default_factory=list)  # TASK:SHARE, checked by parse_probe
 
     @field_validator("probe", mode="before")
@@ -58,5 +56,4 @@ class WorkloadSettings(BaseModel):
     def task_options(self) -> dict[str, Any]:
         """What a workload task reads (recorded in the manifest with the task's settings): every field but the
         probes, which are tasks of their own there."""
-        out = self.model_dump(mode="json", exclude={"probe"})
-        return out
+        return self.model_dump(mode="json", exclude={"probe"})
