@@ -52,6 +52,7 @@ from tenacity import (
     stop_after_delay,
 )
 
+from evalkit.client.answer_fields import length_note, retry_after
 from evalkit.client.model_discovery import redirect_error
 from evalkit.client.scored_answer import MalformedAnswer, max_scored_bytes, read_scored_answer
 from evalkit.client.timeouts import ClientOptions, Deadline, timeout_message
@@ -162,16 +163,6 @@ def _error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {_clip(' '.join(text.split()))}"
 
 
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
-
-
 class Client:
     """Async streaming client for an OpenAI-compatible server (completions or chat), over one endpoint or
     several serving the same model (a sharded run).
@@ -273,6 +264,10 @@ class Client:
             body["seed"] = g.seed
         if g.stop:
             body["stop"] = list(g.stop)
+        if g.min_tokens is not None:
+            body["min_tokens"] = g.min_tokens
+        if g.ignore_eos:
+            body["ignore_eos"] = True
         if g.chat_template_kwargs and self.kind == "chat":
             body["chat_template_kwargs"] = g.chat_template_kwargs
         if req.tools is not None and self.kind == "chat":
@@ -321,7 +316,7 @@ class Client:
                     raw = await read_capped(resp, MAX_ERROR_BODY_BYTES, cut=True)
                     msg = _error_message(resp.status, raw)
                     if resp.status in RETRYABLE_STATUS:
-                        raise RequestFailed(msg, resp.status, _retry_after(resp.headers))
+                        raise RequestFailed(msg, resp.status, retry_after(resp.headers))
                     if resp.status == 400 and req.tools is not None and "tool" in msg.lower():
                         msg = f"{msg} ({TOOLS_REFUSED})"
                     raise RequestRejected(msg, resp.status)
@@ -427,6 +422,7 @@ class Client:
             raise RequestFailed(f"malformed event from server: finish_reason {_show(finish)} is not a string")
         e2e = end - since
         counts, note = read_usage(usage, req.gen.max_tokens)
+        note = "; ".join(n for n in (note, length_note(req, counts)) if n) or None
         calls = tools.calls()
         if self._secrets:  # a server that echoes a credential into the answer (the texts are not otherwise changed)
             text, reasoning = self._scrub(text), self._scrub(reasoning)

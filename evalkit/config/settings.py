@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from evalkit.config.server_config import ServerConfig, world_size
 from evalkit.config.settings_files import read_settings_file
 from evalkit.config.slos import parse_slos
+from evalkit.config.workload import WorkloadSettings
 from evalkit.errors import ConfigError, warn
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # vLLM's OpenAI server: seed as a torch long (int64)
@@ -112,6 +113,8 @@ class RunConfig(BaseSettings):
     cost_per_gpu_hour: float | None = Field(default=None, gt=0, le=MAX_COST_PER_GPU_HOUR)
     # GPUs the cost is for (default: the started server's)
     gpus_billed: int | None = Field(default=None, ge=1, le=MAX_GPUS_BILLED)
+    # the workload tasks' settings (random, sharegpt, trace, sessions) and the probes mixed into them
+    workload: WorkloadSettings = Field(default_factory=WorkloadSettings)
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -302,8 +305,8 @@ def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConf
     warn_unknown_env(os.environ)
     merged: dict[str, Any] = read_config_file(config_file) if config_file else {}
     for key, value in given(cli).items():
-        if key == "server" and isinstance(value, dict) and isinstance(merged.get("server"), dict):
-            merged["server"] = {**merged["server"], **value}
+        if key in ("server", "workload") and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
     source = f"{config_file} / command line" if config_file else "command line / EVALKIT_* environment"

@@ -88,6 +88,10 @@ class GenParams:
     prompt_logprobs: int | None = None
     logprobs: int | None = None
     echo: bool = False
+    # vLLM's extensions of the completions API: at least ``min_tokens`` generated, generation past the EOS token
+    # (``ignore_eos``); a workload sets both to force each answer's length (evalkit/tasks/workload_task.py)
+    min_tokens: int | None = None
+    ignore_eos: bool = False
 
     @property
     def scored(self) -> bool:
@@ -100,7 +104,10 @@ class GenParams:
             "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
             "seed": self.seed, "stop": list(self.stop), "chat_template_kwargs": self.chat_template_kwargs,
         }  # fmt: skip
-        extra = {"prompt_logprobs": self.prompt_logprobs, "logprobs": self.logprobs, "echo": self.echo or None}
+        extra = {
+            "prompt_logprobs": self.prompt_logprobs, "logprobs": self.logprobs, "echo": self.echo or None,
+            "min_tokens": self.min_tokens, "ignore_eos": self.ignore_eos or None,
+        }  # fmt: skip
         return out | {k: v for k, v in extra.items() if v is not None}
 
 

@@ -255,6 +255,17 @@ def evaluate(
             rules += r
             notes += n
             reasons += why
+        speed_only = base.speed_only and cand.speed_only and not (base.metrics or cand.metrics)
+        if speed_only:
+            r, n = _speed_rules(task, base, cand, policy)
+            rules += r
+            notes += n
+            if not any(rule.verdict in ("pass", "fail") for rule in r):
+                skipped = "; ".join(dict.fromkeys(rule.note for rule in r if rule.note)) or "no speed rule is on"
+                reasons.append(
+                    f"{task}: a workload is judged by its speed alone and no speed rule was evaluated ({skipped})"
+                )
+            continue
         if not numerics or base.metrics or cand.metrics or base.corpus or cand.corpus:
             r, n, why = _accuracy_rules(task, base, cand, policy)
             rules += r

@@ -174,6 +174,8 @@ class TaskInputs:
     numerics: NumericsInputs | None = None
     # metrics the task scored with no per-document value the gate can pair, each with the reason
     not_gated: dict[str, str] = field(default_factory=dict)
+    # a workload (its manifest settings hold ``workload``): speed only by design, judged by the speed rules alone
+    speed_only: bool = False
     # lm-eval's corpus metrics (perplexities, bits per byte) as per-document (loglikelihood, length) pairs
     corpus: dict[str, CorpusMetric] = field(default_factory=dict)
     # the metrics as the run's summary.json stores them (value, its 95% interval and ci_method), for the outputs;

@@ -211,6 +211,7 @@ def _task(
         scored_docs=frozenset(s["doc_id"] for s in samples if s.get("status") != "api_error"),
         problems=tuple(_consistency(name, typed[0].counts.get("total"), counts)),
         stored=dict(typed[0].metrics),
+        speed_only=manifest.settings.get("workload") is not None,
     )
     per_doc = per_doc_inputs(name, typed[0].detail, samples, manifest.requests)
     if per_doc is None:

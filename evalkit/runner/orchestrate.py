@@ -25,6 +25,7 @@ from evalkit.errors import ConfigError, RunError
 from evalkit.runner.endpoints import endpoint_urls, served_model, start_server
 from evalkit.runner.observe import preload
 from evalkit.runner.plan import TaskRun, default_output_dir, lm_eval_expanded, new_manifest, plan_tasks, task_settings
+from evalkit.runner.probes import plan_probes, probe_tasks
 from evalkit.runner.prompt_stream import PromptBuilder
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
 from evalkit.runner.resume import check_resume, mark_answered
@@ -134,6 +135,7 @@ class Runner:
         self._t = time.perf_counter()
         self.cfg.billed_gpus()  # a price with no GPU count fails now, not after the requests
         tasks = self._tasks()
+        self._probes = probe_tasks(self.registry, self.cfg, tasks)  # checked before anything starts
         self._settings = settings = {task.name: task_settings(task, self.cfg) for task in tasks}
         # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now
         # on, beside setup (and a server start), and each request is sent as it comes (runner/prompt_stream.py)
@@ -143,7 +145,7 @@ class Runner:
         # timing the requests needs; each task's scorer loads there from now on, beside server start, prompts and
         # the first requests (answers that come before it is ready wait for it; a failure to load surfaces there)
         self._scoring = self._given_scoring or Worker(self.cfg.tasks_dir)
-        for task in tasks:
+        for task in [*tasks, *(t for t, _ in self._probes)]:
             self._scoring.load(task.name)
         preload(self._scoring)  # what the end of each task computes there (the servers' deltas), imported meanwhile
         # records are built and appended (fsync included) in one thread, off the event loop
@@ -204,9 +206,13 @@ class Runner:
         store: RunStore,
     ) -> RunOutcome:
         plans = plan_tasks(tasks, self._settings, self._builder, base_url, api_key, model, max_model_len)
+        probed: list[TaskRun] = []
+        if self._probes:  # mixed into the one workload's requests, sent in its timed phase
+            (workload,) = (p for p in plans if getattr(p.task, "workload_kind", None))
+            probed = plan_probes(workload, self._probes, self.cfg, base_url, api_key, model, max_model_len)
         self._lap("prompts")
         manifest = new_manifest(
-            self.cfg, plans, self.argv, self._urls, model, self._in_flight.cap, self.server, api_key
+            self.cfg, [*plans, *probed], self.argv, self._urls, model, self._in_flight.cap, self.server, api_key
         )
         self._warmups.earlier = earlier = check_resume(store, manifest, self.cfg.fresh)
         self.timings.update(earlier.timings)  # a resumed run keeps its earlier warm-ups' record
@@ -215,7 +221,7 @@ class Runner:
         store.write_manifest(manifest)
         store.open()  # streams the samples (a resumed big run is not loaded whole): the keys already answered
         try:
-            mark_answered(store, plans, self._urls)
+            mark_answered(store, [*plans, *probed], self._urls)
             summary = RunSummary()
             summary.timings_s = self.timings  # the same dict: phases timed from here on land in the summary
             self._lap("resume_check")
@@ -235,11 +241,12 @@ class Runner:
                 lap=self._lap,
             )
             for p in plans:
-                summary.tasks[p.task.name] = self._run_one(p, phase, last=p is plans[-1])
+                summary.tasks.update(self._run_one(p, phase, last=p is plans[-1]))
                 summary.warmup = self._warmups.summary()
                 summary.groups = group_results(self._groups, summary.tasks) or None
                 store.write_summary(summary)
-                manifest.tasks[p.task.name].max_tokens_clamp = p.clamp
+                for q in [p, *p.probes]:
+                    manifest.tasks[q.task.name].max_tokens_clamp = q.clamp
                 if manifest.warmup is not None:
                     manifest.warmup.configs = self._warmups.configs()
                 store.write_manifest(manifest)
@@ -257,9 +264,10 @@ class Runner:
         self._check_errors(summary, store.dir)
         return RunOutcome(run_dir=store.dir, manifest=manifest, summary=summary)
 
-    def _run_one(self, p: TaskRun, phase: RequestPhase, last: bool) -> TaskSummary:
-        """One task: its warm-up (sampling configs not warmed yet in this run), then its request phase."""
-        done = len(p.done_keys)
+    def _run_one(self, p: TaskRun, phase: RequestPhase, last: bool) -> dict[str, TaskSummary]:
+        """One task: its warm-up (sampling configs not warmed yet in this run), then its request phase (its summary
+        and those of the tasks probed in it)."""
+        done = sum(len(q.done_keys) for q in [p, *p.probes])
         if self.progress:
             self.progress(p.task.name, done, p.total, None)
         options = client_options(self.cfg)

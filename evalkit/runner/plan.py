@@ -50,6 +50,7 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
         docs=None if cfg.docs is None else tuple(cfg.docs),
         drop_reasoning=pick("drop_reasoning") if "drop_reasoning" in d else None,
+        workload=cfg.workload.task_options() if getattr(task, "workload_kind", None) else None,
     )
 
 
@@ -64,6 +65,7 @@ class TaskRun:
     clamp: dict[str, Any] | None = None
     done_keys: set[str] = field(default_factory=set)
     head: list[Request] | None = None  # a streamed task's first batch, taken by peek() before the timed phase
+    probes: list[TaskRun] = field(default_factory=list)  # tasks whose requests are mixed in (runner/probes.py)
 
     @property
     def kind(self) -> EndpointKind:
@@ -101,10 +103,11 @@ class TaskRun:
 
 def settings_record(settings: TaskSettings) -> dict[str, Any]:
     """The task settings as the manifest records them (``docs`` only when a selection was made,
-    ``drop_reasoning`` only for tasks with conversations)."""
+    ``drop_reasoning`` only for tasks with conversations, ``workload`` only for workloads)."""
     out = dict(settings.__dict__)
-    if out.get("drop_reasoning") is None:
-        out.pop("drop_reasoning", None)
+    for optional in ("drop_reasoning", "workload"):
+        if out.get(optional) is None:
+            out.pop(optional, None)
     if out.get("docs") is None:
         out.pop("docs", None)
     else:

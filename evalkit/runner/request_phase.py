@@ -10,7 +10,7 @@ import os
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalkit.client.arrivals import Arrivals
@@ -79,13 +79,19 @@ class RequestPhase:
     progress: Progress | None
     first_error: dict[str, str]
     lap: Callable[[str], None]
+    _records: list[SampleRecord] = field(default_factory=list)  # the last task summarised: its records
+    _itl_by: dict[str, array] | None = None  # and its inter-token latencies by endpoint (a sharded run)
 
-    def run(self, p: TaskRun, options: ClientOptions, extra: dict[str, Any], close_scoring: bool) -> TaskSummary:
-        """Scrape, send what ``p`` has not answered yet, summarise. ``close_scoring``: the scoring process exits
-        once it has summarised this task (the run's last, on a process the run owns)."""
+    def run(
+        self, p: TaskRun, options: ClientOptions, extra: dict[str, Any], close_scoring: bool
+    ) -> dict[str, TaskSummary]:
+        """Scrape, send what ``p`` has not answered yet, summarise: ``p``'s summary and those of the tasks probed in
+        its requests (``p.probes``), each of its own requests. ``close_scoring``: the scoring process exits once it
+        has summarised this task (the run's last, on a process the run owns)."""
         task = p.task
+        own = {task.name: p, **{q.task.name: q for q in p.probes}}  # a request's task -> its plan
         total = p.total
-        done = len(p.done_keys)
+        done = sum(len(q.done_keys) for q in own.values())
         store = self.store
         base_url, api_key, model, max_model_len = self.urls[0], self.api_key, self.model, self.max_model_len
 
@@ -103,11 +109,11 @@ class RequestPhase:
         async def on_done(req: Request, resp: Response) -> None:
             nonlocal done
             if resp.error is not None:
-                self.first_error.setdefault(task.name, resp.error)
+                self.first_error.setdefault(req.task, resp.error)
             key = keys.pop(id(req))
             score = None
             if resp.error is None:  # failed requests are recorded as such, never scored
-                score = await asyncio.wrap_future(self.scoring.score(task.name, req, resp))
+                score = await asyncio.wrap_future(self.scoring.score(req.task, req, resp))
             rec = await asyncio.get_running_loop().run_in_executor(self.store_pool, store_record, req, resp, key, score)
             done += 1
             if self.progress:
@@ -115,15 +121,16 @@ class RequestPhase:
 
         async def todo() -> AsyncIterator[Request]:
             """The requests not answered yet (a resumed run skips the rest), as they come."""
-            sha = task.data_sha256
             seen = 0
             async for batch in p.batches():
                 if p.streamed:  # the plan clamped built requests; streamed ones are clamped as they come
                     batch, clamp = await clamp_max_tokens(batch, base_url, model, p.kind, max_model_len, api_key)
                     p.clamp = merge_clamps(p.clamp, clamp)
                 for req in batch:
-                    key = request_key(model, p.kind, task.name, task.version, sha, req)
-                    if key not in p.done_keys:
+                    mine = own[req.task]
+                    t = mine.task
+                    key = request_key(model, p.kind, t.name, t.version, t.data_sha256, req)
+                    if key not in mine.done_keys:
                         keys[id(req)] = key
                         yield req
                 seen += len(batch)
@@ -140,45 +147,49 @@ class RequestPhase:
             positions.close()
         self.lap(f"{task.name}.requests")
         deltas = observer.server_deltas(self.scoring)
-        summarized = self.scoring.summarize(task.name, store.dir, release=not close_scoring)
+        out = {q.task.name: self._summary(q, stats, close_scoring=False) for q in p.probes}
+        main = out[task.name] = self._summary(p, stats, close_scoring)
+        servers = deltas.result()
+        main.server = servers[0]
+        if len(self.urls) > 1:  # the summary's own server section is the first endpoint's, and says so
+            shown = [display_url(u) for u in self.urls]
+            main.server = {**servers[0], "endpoint": shown[0]}
+            main.endpoints = endpoint_summaries(
+                self._records, self._itl_by or {}, dict(zip(shown, servers, strict=True))
+            )
+        main.gpu = observer.gpu_summary()
+        timed = [r for r in self._records if r.status != "api_error" and r.key not in p.done_keys]
+        add_energy(main.speed, main.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
+        self.lap(f"{task.name}.scoring_summary")
+        return {task.name: main, **{k: v for k, v in out.items() if k != task.name}}
+
+    def _summary(self, p: TaskRun, stats: SchedulerStats, close_scoring: bool) -> TaskSummary:
+        """``p``'s task summarised from the store (its records kept in ``_records`` for the caller)."""
+        store, name = self.store, p.task.name
+        summarized = self.scoring.summarize(name, store.dir, release=not close_scoring)
         # a big store is read back here only once the scoring process has let go of its copy of the records (after
         # the last task it exits): two copies of a big run's records are never in memory at once; a small one is
         # read back while the scoring process summarises
         big = store.samples_path.stat().st_size > READ_BACK_BESIDE_BYTES
         if big:
             self._settle(summarized, close_scoring)
-        sharded = len(self.urls) > 1
-        itl_by: dict[str, array] | None = {} if sharded else None
+        itl_by: dict[str, array] | None = {} if len(self.urls) > 1 else None
         spans: dict[str, tuple[int, int]] = {}
-        records, itl = load_for_summary(store, task.name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
+        records, itl = load_for_summary(store, name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
         if not big:
             self._settle(summarized, close_scoring)
-        scored, servers = summarized.result(), deltas.result()
-        out = task_summary(task.version, scored, records, stats, itl, spans, earlier=p.done_keys)
+        out = task_summary(p.task.version, summarized.result(), records, stats, itl, spans, earlier=p.done_keys)
         if not self.in_flight.capped:  # no cap on requests in flight: no level to hold, no steady state at one
             out.speed.concurrency, out.speed.steady_state = None, None
         session = [r for r in records if r.key not in p.done_keys]
         arrivals = Arrivals.of(self.cfg)
-        out.load = load_summary(
-            session,
-            stats,
-            arrivals.name if arrivals is not None else "trace",
-            self.cfg.request_rate,
-            self.cfg.duration_s,
-        )
+        process = arrivals.name if arrivals is not None else "trace"
+        out.load = load_summary(session, stats, process, self.cfg.request_rate, self.cfg.duration_s)
         if self.cfg.goodput:
             add_goodput(out.speed, records, self.cfg.goodput)
         if (gpus := self.cfg.billed_gpus()) is not None and self.cfg.cost_per_gpu_hour is not None:
             add_cost(out.speed, self.cfg.cost_per_gpu_hour, gpus)
-        out.server = servers[0]
-        if sharded:  # the summary's own server section is the first endpoint's, and says so
-            shown = [display_url(u) for u in self.urls]
-            out.server = {**servers[0], "endpoint": shown[0]}
-            out.endpoints = endpoint_summaries(records, itl_by or {}, dict(zip(shown, servers, strict=True)))
-        out.gpu = observer.gpu_summary()
-        timed = [r for r in records if r.status != "api_error" and r.key not in p.done_keys]
-        add_energy(out.speed, out.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
-        self.lap(f"{task.name}.scoring_summary")
+        self._records, self._itl_by = records, itl_by
         return out
 
     def _settle(self, summarized: Future[Any], close_scoring: bool) -> None:

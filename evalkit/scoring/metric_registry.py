@@ -187,7 +187,7 @@ def compute_metrics(names: Sequence[str], samples: Samples) -> dict[str, MetricV
     return out
 
 
-def _token_stats(values: list[int]) -> dict[str, float | int | None]:
+def token_stats(values: list[int]) -> dict[str, float | int | None]:
     if not values:
         return {"mean": None, "p50": None, "max": None, "n": 0}
     a = np.asarray(values, dtype=np.float64)
@@ -234,8 +234,8 @@ def sampled_detail(s: Samples, names: Sequence[str], item_id: Callable[[int], st
         detail["maj_tie_rule"] = MAJ_TIE_RULE
     detail["ci"] = "; ".join(dict.fromkeys(metric(n).ci for n in names))
     detail["tokens"] = {
-        "output": _token_stats([r.output_tokens for r in s.scored if r.output_tokens is not None]),
-        "reasoning": _token_stats([r.reasoning_tokens for r in s.scored if r.reasoning_tokens is not None]),
+        "output": token_stats([r.output_tokens for r in s.scored if r.output_tokens is not None]),
+        "reasoning": token_stats([r.reasoning_tokens for r in s.scored if r.reasoning_tokens is not None]),
     }
     detail["per_problem"] = per_problem
     return detail

@@ -39,8 +39,13 @@ class ServerTokenizer:
     as lm-eval's RemoteTokenizer sends), each text asked once."""
 
     WORKERS = 16  # texts asked at once by prefetch (the session keeps as many connections)
+    NEED = (
+        "lm-eval's loglikelihood requests need the server's tokenizer (vLLM's /tokenize), or a local one with "
+        "--tokenizer PATH"
+    )
 
-    def __init__(self, root: str, headers: dict[str, str]) -> None:
+    def __init__(self, root: str, headers: dict[str, str], need: str = NEED) -> None:
+        """``need``: what the failure line says the tokenizer is needed for, and the fix."""
         import requests
         from requests.adapters import HTTPAdapter
 
@@ -50,6 +55,8 @@ class ServerTokenizer:
             self.session.mount(scheme, HTTPAdapter(pool_connections=1, pool_maxsize=self.WORKERS))
         self.session.headers.update({"Content-Type": "application/json", **headers})
         self.cache: dict[str, list[int]] = {}
+        self.need = need
+        self.max_model_len: int | None = None  # as the last /tokenize answer gave it
         self._info: dict[str, Any] | None = None
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
@@ -58,20 +65,20 @@ class ServerTokenizer:
         try:
             r = self.session.post(self.root + path, data=orjson.dumps(body), timeout=60, allow_redirects=False)
         except requests.RequestException as e:
-            raise TaskError(f"{self.root}{path}: {e}; is the server up? (or pass --tokenizer PATH)") from None
+            raise TaskError(f"{self.root}{path}: {e}; is the server up? ({self.need})") from None
         if r.status_code != 200:
-            raise TaskError(
-                f"{self.root}{path} answered HTTP {r.status_code}: lm-eval's loglikelihood requests need the "
-                "server's tokenizer (vLLM's /tokenize), or a local one with --tokenizer PATH"
-            )
+            raise TaskError(f"{self.root}{path} answered HTTP {r.status_code}: {self.need}")
         return r.json()
 
     def encode(self, text: str) -> list[int]:
         ids = self.cache.get(text)
         if ids is None:
-            tokens = self._post("/tokenize", {"prompt": text, "add_special_tokens": False}).get("tokens")
+            answer = self._post("/tokenize", {"prompt": text, "add_special_tokens": False})
+            tokens = answer.get("tokens") if isinstance(answer, dict) else None
             if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-                raise TaskError(f"{self.root}/tokenize: the answer has no list of token ids; pass --tokenizer PATH")
+                raise TaskError(f"{self.root}/tokenize: the answer has no list of token ids; {self.need}")
+            if type(answer.get("max_model_len")) is int:
+                self.max_model_len = answer["max_model_len"]
             ids = self.cache[text] = tokens
         return ids
 

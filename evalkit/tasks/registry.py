@@ -12,7 +12,9 @@ the file, ``defaults``...) and built by its kind, a class in :data:`KINDS`:
   ``from_spec(spec)``) or ``module:function`` of the spec, e.g. ``evalkit.tasks.boxed_task:BoxedAnswerTask``;
 - ``tool-calls``: BFCL-format data and a checker ``category`` (``evalkit/tasks/tool_task.py``;
   ``category: multi_turn``: ``evalkit/tasks/multi_turn_task.py``);
-- ``logprobs``: a fixed text set scored teacher-forced with ``prompt_logprobs`` (``evalkit/tasks/logprobs_task.py``).
+- ``logprobs``: a fixed text set scored teacher-forced with ``prompt_logprobs`` (``evalkit/tasks/logprobs_task.py``);
+- ``workload``: production-shaped load, speed only: ``workload: random | sharegpt | trace``
+  (``evalkit/tasks/workload_task.py``, docs/load.md).
 
 A package adds a kind with an entry point in the ``evalkit.task_kinds`` group: the name is the kind, the value a
 :class:`evalkit.tasks.base.Task` subclass (its ``from_spec(spec)`` builds the task) or a function of the spec::
@@ -47,6 +49,7 @@ KINDS: dict[str, str] = {
     "logprobs": "evalkit.tasks.logprobs_task:LogprobsTask",
     "python": "evalkit.tasks.registry:load_python_task",
     "tool-calls": "evalkit.tasks.multi_turn_task:tool_calls_task",
+    "workload": "evalkit.tasks.workload_task:WorkloadTask",
 }
 KindFactory = Callable[[TaskSpec], Task]
 

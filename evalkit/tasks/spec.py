@@ -56,6 +56,7 @@ class TaskSettings:
     docs: tuple[int, ...] | None = None  # only these document ids (``limit`` then caps how many of them)
     # multi-turn tool-calling tasks: leave earlier turns' reasoning out of the history sent back (None: other tasks)
     drop_reasoning: bool | None = None
+    workload: dict[str, Any] | None = None  # workload tasks: evalkit.config.workload.WorkloadSettings' options
 
     def wants(self, doc_id: int) -> bool:
         """Whether document ``doc_id`` is in the run's selection (every document when ``docs`` is None)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, islice
 from typing import Any, Literal
 
 from evalkit.testing.answers import endless_tokens, split_tokens
@@ -86,6 +86,7 @@ def plan_choice(
     stops: list[str],
     tokens_per_chunk: int = 1,
     ignore_eos: bool = False,
+    min_tokens: int = 0,
     seed: str = "",
 ) -> ChoicePlan:
     """What one choice generates: ``reasoning`` tokens first (not subject to stop strings), then content."""
@@ -98,9 +99,12 @@ def plan_choice(
         r_text = "".join(r_pieces)
         steps.extend(_group("reasoning", r_pieces, k))
     budget = max_tokens - len(r_pieces)
-    tokens: Iterator[str] = iter(split_tokens(full_text))
+    pieces_of_text = split_tokens(full_text)
+    tokens: Iterator[str] = iter(pieces_of_text)
     if ignore_eos:
         tokens = chain(tokens, endless_tokens(seed))
+    elif min_tokens > len(r_pieces) + len(pieces_of_text):  # vLLM's min_tokens: no EOS before that many tokens
+        tokens = chain(tokens, islice(endless_tokens(seed), min_tokens - len(r_pieces) - len(pieces_of_text)))
     if budget > 0:
         text, pieces, finish, stop_reason = _cut_content(tokens, budget, stops)
     else:

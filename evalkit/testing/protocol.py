@@ -96,6 +96,9 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
             f"{longest + max_tokens} tokens ({longest} in the messages, {max_tokens} in the completion). "
             "Please reduce the length of the messages or completion.",
         )
+    min_tokens = body.get("min_tokens") or 0
+    if not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or not 0 <= min_tokens <= max_tokens:
+        raise ApiError(400, f"min_tokens must be an integer from 0 to max_tokens ({max_tokens}), got {min_tokens}.")
     stop = body.get("stop") or []
     if isinstance(stop, str):
         stop = [stop]
@@ -155,6 +158,7 @@ def parse_job(state: ServerState, body: dict[str, Any], chat: bool) -> Job:
                     stops=stop,
                     tokens_per_chunk=b.tokens_per_chunk,
                     ignore_eos=bool(body.get("ignore_eos", False)),
+                    min_tokens=min_tokens,
                     seed=f"{prompt}|{seed}|{index}",
                 )
             )

@@ -25,7 +25,7 @@ sha256-derived words. See :mod:`evalkit.testing.answers`.
 
 Tokens: a token is ``\\s*\\S+`` (a word with its leading whitespace); chat prompts are counted on
 :func:`~evalkit.testing.answers.render_chat`. max_tokens counts reasoning + content; stop strings apply to
-content only; ``ignore_eos`` continues with filler words up to max_tokens.
+content only; ``ignore_eos`` continues with filler words up to max_tokens, ``min_tokens`` up to that many.
 
 Faults (``server.faults`` or ``POST /_test/faults``; one consumed per generation request, FIFO; ``None``
 or ``{}`` = behave normally for that request)::
