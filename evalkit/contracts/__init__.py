@@ -12,6 +12,8 @@ task's summary; the fields are absent (not null) in a run against one endpoint, 
 Requests and responses are frozen/plain dataclasses: millions are made per run on the event loop, where pydantic
 validation would cost client CPU that the speed numbers measure. What is written to or read from disk is pydantic.
 Everything downstream (report, gate, compare) reads only the run directory, through :mod:`evalkit.store`.
+Their models derive from :class:`~evalkit.contracts.record.Record`: a field added with a default is left out of the
+files while unset, so the files of older runs read and write back unchanged.
 ``evalkit schema summary|manifest`` prints the JSON Schema of those files.
 """
 
@@ -24,6 +26,7 @@ from typing import Any, Literal, Protocol, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalkit.contracts.positions import PromptPositions
+from evalkit.contracts.record import Record
 from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
     LATENCIES,
     QUANTILES,
@@ -39,6 +42,10 @@ from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
 )
 
 SCHEMA_VERSION = 2  # 2: the optional fields of a run sharded over several endpoints (absent otherwise)
+"""The version of the run dir's files (``summary.json``'s and ``manifest.json``'s ``schema_version``). A field
+added with a default needs no bump (:class:`~evalkit.contracts.record.Record` leaves it out while unset); a
+required field, a rename, a change of meaning or unit, or a field written at its default does (ARCHITECTURE.md,
+Rules)."""
 
 Status = Literal[
     "ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments",
@@ -191,7 +198,7 @@ class Score:
     positions: PromptPositions | None = None
 
 
-class Timing(BaseModel):
+class Timing(Record):
     """Per-request speed, defined as in vLLM's ``vllm/benchmarks/serve.py``.
 
     ttft_ms: request sent -> first chunk that carries generated text (content, reasoning or a tool-call fragment).
@@ -201,6 +208,7 @@ class Timing(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "start_s"})  # schema 2
 
     ttft_ms: float | None = None
     tpot_ms: float | None = None
@@ -209,10 +217,15 @@ class Timing(BaseModel):
     start_s: float | None = None  # seconds since the run's request phase began
 
 
-class SampleRecord(BaseModel):
+class SampleRecord(Record):
     """One line of ``samples.jsonl``: one request and what became of it."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({  # schema 2
+        "sample_index", "messages", "response", "reasoning", "finish_reason", "error", "attempts", "target",
+        "extracted", "correct", "extraction", "prompt_tokens", "output_tokens", "reasoning_tokens", "ttft_ms",
+        "tpot_ms", "e2e_ms", "itl_ms", "start_s",
+    })  # fmt: skip
 
     key: str  # request key: sha256 over model, endpoint kind, task+version, data hash, prompt, sampling, index
     task: str
@@ -279,11 +292,12 @@ CI_METHODS: dict[str, str] = {
 the metric was; every output shows that interval."""
 
 
-class MetricValue(BaseModel):
+class MetricValue(Record):
     """One accuracy metric in ``summary.json``: value with its standard error and 95% CI over ``n`` items;
     ``ci_method``: a key of :data:`CI_METHODS` (absent in run dirs written before it was recorded)."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"stderr", "ci95"})  # schema 2
 
     value: float | None
     stderr: float | None = None
@@ -299,10 +313,11 @@ class MetricValue(BaseModel):
         return f"[{self.ci95[0]:.4f}, {self.ci95[1]:.4f}]{method}"
 
 
-class EndpointSummary(BaseModel):
+class EndpointSummary(Record):
     """One endpoint of a sharded run in its task's summary: the requests it answered and their speed."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"server"})  # schema 2
 
     endpoint: str  # URL without credentials, as in the samples' ``endpoint``; "unrecorded": samples without one
     counts: dict[str, int]  # "total" (samples whose latest record names this endpoint) and one per Status
@@ -310,7 +325,7 @@ class EndpointSummary(BaseModel):
     server: dict[str, Any] | None = None  # its /metrics deltas over the task (None: not scraped or not served)
 
 
-class ResentSummary(BaseModel):
+class ResentSummary(Record):
     """A task's requests that were sent more than once (after a failed attempt: a dropped connection, 408/409/429/
     5xx, a stream that stalled once its tokens flowed), in its summary's ``resent``; absent when none was."""
 
@@ -320,10 +335,11 @@ class ResentSummary(BaseModel):
     lost_s: float  # seconds the answered ones lost to their failed attempts and backoff (their retry_lost_s, summed)
 
 
-class TaskSummary(BaseModel):
+class TaskSummary(Record):
     """One task's entry in ``summary.json``: accuracy, request outcomes, speed and what the server and GPUs did."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"server", "gpu"})  # schema 2
 
     version: str
     metrics: dict[str, MetricValue]  # keyed as lm-eval's results (``exact_match,strict-match``) or ``pass@4``
@@ -339,7 +355,7 @@ class TaskSummary(BaseModel):
     resent: ResentSummary | None = Field(default=None, exclude_if=_is_none)  # absent: no request was re-sent
 
 
-class WarmupSummary(BaseModel):
+class WarmupSummary(Record):
     """What the warm-up before the timed phases did (``summary.json``'s ``warmup``; absent with ``--no-warmup``):
     its requests are in no speed figure, no metric and no line of ``samples.jsonl``."""
 
@@ -354,11 +370,12 @@ class WarmupSummary(BaseModel):
     prefix_cache_note: str | None = Field(default=None, exclude_if=_is_none)
 
 
-class GroupSummary(BaseModel):
+class GroupSummary(Record):
     """One lm-eval group's entry in ``summary.json``'s ``groups``: its aggregate metrics as lm-eval computes them
     from its tasks' values, stderrs and sizes (its config's ``aggregate_metric_list``), or why it has none."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"sizes", "metrics"})  # schema 2
 
     members: list[str]  # its direct members, tasks and groups, as the run names them (``lm-eval:mmlu_stem``)
     tasks: list[str]  # the tasks its aggregate is over (nested groups' tasks too, as lm-eval aggregates them)
@@ -371,10 +388,11 @@ class GroupSummary(BaseModel):
     reason: str | None = Field(default=None, exclude_if=_is_none)  # why there is no aggregate
 
 
-class RunSummary(BaseModel):
+class RunSummary(Record):
     """``summary.json``: one :class:`TaskSummary` per task, and where the command's time went."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"schema_version", "tasks", "timings_s"})  # schema 2
 
     schema_version: int = SCHEMA_VERSION
     tasks: dict[str, TaskSummary] = Field(default_factory=dict)
@@ -384,17 +402,18 @@ class RunSummary(BaseModel):
     warmup: WarmupSummary | None = Field(default=None, exclude_if=_is_none)
 
 
-class Endpoint(BaseModel):
+class Endpoint(Record):
     model_config = ConfigDict(extra="allow")
 
     base_url: str  # credentials redacted
     kind: EndpointKind
 
 
-class ManifestTask(BaseModel):
+class ManifestTask(Record):
     """One task as it was run: its identity (version, data hashes, settings) and how its requests were made."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"description", "prompts_streamed", "max_tokens_clamp"})  # schema 2
 
     version: str
     description: str = ""
@@ -408,13 +427,14 @@ class ManifestTask(BaseModel):
     metrics: list[str] | None = Field(default=None, exclude_if=_is_none)
 
 
-class WarmupSettings(BaseModel):
+class WarmupSettings(Record):
     """How the warm-up was asked for and what it sent (``manifest.json``'s ``warmup``; absent with
     ``--no-warmup``). ``configs``: one entry per sampling config warmed (``task``: the first task that uses it,
     ``endpoint_kind``, ``temperature``, ``top_p``, ``seeded``, ``requests``, ``concurrency``, ``max_tokens``),
     filled in as each task's timed phase begins."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"configs"})  # schema 2
 
     requests: int | None  # per sampling config as asked (--warmup N); None: the run's concurrency level
     max_tokens: int  # the most each warm-up request generates (less where the run's requests ask for less)
@@ -422,10 +442,11 @@ class WarmupSettings(BaseModel):
     configs: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class Manifest(BaseModel):
+class Manifest(Record):
     """``manifest.json``: what was run, against what, with which versions; written at start and at the end."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"schema_version", "finished_at", "concurrency_cap", "server"})  # schema 2
 
     schema_version: int = SCHEMA_VERSION
     evalkit_version: str
@@ -458,10 +479,7 @@ def summary_json(summary: RunSummary) -> dict[str, Any]:
 
 def manifest_json(manifest: Manifest) -> dict[str, Any]:
     """``manifest.json``'s content (``resumed_at`` only once the run was resumed)."""
-    out = manifest.model_dump(mode="json")
-    if out["resumed_at"] is None:
-        del out["resumed_at"]
-    return out
+    return manifest.model_dump(mode="json")
 
 
 def json_schema(name: Literal["summary", "manifest", "sample"]) -> dict[str, Any]:
