@@ -250,3 +250,13 @@ def test_open_run_says_what_is_unreadable(tmp_path: Path) -> None:
     assert opened.problems["manifest.json"] == ("object", "")
     assert opened.problems["samples.jsonl"] == ("missing", "")
     assert opened.summary == {} and opened.samples == []
+
+
+def test_open_run_says_when_a_file_is_of_a_newer_schema(tmp_path: Path) -> None:
+    for name in (SUMMARY, MANIFEST):
+        doc = json.loads((RUNS[0] / name).read_text())
+        (tmp_path / name).write_text(json.dumps({**doc, "schema_version": SCHEMA_VERSION + 1}))
+    notes = open_run(tmp_path).notes
+    newer = [n for n in notes if "newer than this evalkit reads" in n]
+    assert [n.split()[0] for n in newer] == [MANIFEST, SUMMARY], notes
+    assert f"schema_version {SCHEMA_VERSION + 1}" in newer[0]
