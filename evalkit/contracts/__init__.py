@@ -12,19 +12,29 @@ task's summary; the fields are absent (not null) in a run against one endpoint, 
 Requests and responses are frozen/plain dataclasses: millions are made per run on the event loop, where pydantic
 validation would cost client CPU that the speed numbers measure. What is written to or read from disk is pydantic.
 Everything downstream (report, gate, compare) reads only the run directory, through :mod:`evalkit.store`.
+Their models derive from :class:`~evalkit.contracts.record.Record`: a field added with a default is left out of the
+files while unset, so the files of older runs read and write back unchanged.
 ``evalkit schema summary|manifest`` prints the JSON Schema of those files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, get_args
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalkit.contracts.exchange import (  # noqa: F401 - part of the contract
+    Conversation,
+    GenParams,
+    Request,
+    Response,
+    SchedulerStats,
+    ToolExecutor,
+)
 from evalkit.contracts.load import LoadSeries, LoadSummary  # noqa: F401 - part of the contract
 from evalkit.contracts.positions import PromptPositions
+from evalkit.contracts.record import Record
 from evalkit.contracts.speed_catalogue import (  # noqa: F401 - part of the contract
     LATENCIES,
     QUANTILES,
@@ -40,6 +50,10 @@ from evalkit.contracts.speed_catalogue import (  # noqa: F401 - part of the cont
 )
 
 SCHEMA_VERSION = 2  # 2: the optional fields of a run sharded over several endpoints (absent otherwise)
+"""The version of the run dir's files (``summary.json``'s and ``manifest.json``'s ``schema_version``). A field
+added with a default needs no bump (:class:`~evalkit.contracts.record.Record` leaves it out while unset); a
+required field, a rename, a change of meaning or unit, or a field written at its default does (ARCHITECTURE.md,
+Rules)."""
 
 Status = Literal[
     "ok", "truncated", "no_answer", "empty", "api_error", "tool_text", "tool_calls_empty", "bad_arguments",
@@ -74,119 +88,6 @@ def _is_none(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class GenParams:
-    """What is sent to the server for one request (besides the prompt)."""
-
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    chat_template_kwargs: dict[str, Any] | None = None
-    # scored requests (sent without streaming, answered with token ids): top-K logprobs of the prompt's positions
-    # (``prompt_logprobs``) and of the generated ones (``logprobs``), ``echo`` the prompt back (lm-eval's scoring)
-    prompt_logprobs: int | None = None
-    logprobs: int | None = None
-    echo: bool = False
-    # vLLM's extensions of the completions API: at least ``min_tokens`` generated, generation past the EOS token
-    # (``ignore_eos``); a workload sets both to force each answer's length (evalkit/tasks/workload_task.py)
-    min_tokens: int | None = None
-    ignore_eos: bool = False
-
-    @property
-    def scored(self) -> bool:
-        """True when the answer carries logprobs of the prompt (vLLM sends those only without streaming)."""
-        return self.prompt_logprobs is not None or self.echo
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields that make a request's key; those of scored requests only when set (older keys unchanged)."""
-        out: dict[str, Any] = {
-            "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
-            "seed": self.seed, "stop": list(self.stop), "chat_template_kwargs": self.chat_template_kwargs,
-        }  # fmt: skip
-        extra = {
-            "prompt_logprobs": self.prompt_logprobs, "logprobs": self.logprobs, "echo": self.echo or None,
-            "min_tokens": self.min_tokens, "ignore_eos": self.ignore_eos or None,
-        }  # fmt: skip
-        return out | {k: v for k, v in extra.items() if v is not None}
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A multi-turn tool-calling sample: the user turns after the first (``Request.messages``), whether the
-    reasoning of earlier turns is left out of the history sent back, and how many tool-calling requests one turn
-    may make before the conversation is stopped (BFCL's ``MAXIMUM_STEP_LIMIT``: the turn stops once more than
-    ``max_steps`` requests called tools)."""
-
-    turns: tuple[tuple[dict[str, str], ...], ...]
-    drop_reasoning: bool = True
-    max_steps: int = 20
-
-
-class ToolExecutor(Protocol):
-    """Runs one step's tool calls (``(name, arguments)``) against a sample's backends; one result text each."""
-
-    def __call__(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[str]: ...
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request a task wants answered. ``prompt`` is the completions prompt, or for chat the text of the
-    last user message; ``messages`` is set for chat requests."""
-
-    task: str
-    doc_id: int
-    sample_index: int
-    prompt: str
-    gen: GenParams
-    target: str | None = None
-    messages: tuple[dict[str, str], ...] | None = None
-    tools: tuple[dict[str, Any], ...] | None = None  # chat only: OpenAI ``tools`` (function definitions)
-    tool_choice: str | None = None  # "auto", "required" or "none" (sent with ``tools``)
-    conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.client.conversation)
-    # completions only: the prompt as token ids, sent instead of ``prompt`` (which stays its text, for the record)
-    prompt_ids: tuple[int, ...] | None = None
-    # seconds from the timed phase's start at which the request is due (a trace's timestamps); None: the run's
-    # arrival process (or none) schedules it
-    arrival_s: float | None = None
-
-
-@dataclass
-class Response:
-    """What came back for a request (filled by the client)."""
-
-    text: str | None
-    reasoning: str | None = None
-    finish_reason: str | None = None
-    error: str | None = None  # set when the request failed after retries
-    note: str | None = None  # what was odd in an answer that did come back (e.g. usage that was ignored)
-    http_status: int | None = None  # HTTP status of the final failure, when there was one
-    attempts: int = 1
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    # latencies count from the request's first send (a re-sent request's include its failed attempts)
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
-    start_s: float | None = None  # the first send, in seconds since the client started
-    scheduled_s: float | None = None  # when it was due, on start_s's clock (None: sent as soon as a slot was free)
-    retry_lost_s: float | None = None  # a re-sent request: seconds from its first send to its answered attempt's
-    endpoint: str | None = None  # the URL (no credentials) that answered, when the run has several endpoints
-    # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
-    # chunk carried a ``tool_calls`` field, [] when the server sent an empty list
-    tool_calls: list[dict[str, Any]] | None = None
-    # a conversation (Request.conversation): per user turn ``{"user": [its messages], "requests": [...]}``, each
-    # request (step) ``{"text", "reasoning", "finish_reason", "tool_calls", "results", "prompt_tokens",
-    # "output_tokens", "ttft_ms", "e2e_ms"}`` (``results``: the tool results sent back); None for single requests
-    turns: list[dict[str, Any]] | None = None
-    # a scored request (GenParams.scored): the choice's ``prompt_token_ids``, ``prompt_logprobs``, ``token_ids``
-    # and ``logprobs`` as the server sent them (not streamed, so no TTFT/ITL); None for streamed requests
-    logprobs: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
 class Score:
     """A verdict. ``answer``/``reasoning``, when set, replace what is stored as the sample's response and
     reasoning (e.g. after splitting inline ``<think>`` text out of the content)."""
@@ -203,7 +104,7 @@ class Score:
     positions: PromptPositions | None = None
 
 
-class Timing(BaseModel):
+class Timing(Record):
     """Per-request speed, defined as in vLLM's ``vllm/benchmarks/serve.py``.
 
     ttft_ms: request sent -> first chunk that carries generated text (content, reasoning or a tool-call fragment).
@@ -213,6 +114,7 @@ class Timing(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "start_s"})  # schema 2
 
     ttft_ms: float | None = None
     tpot_ms: float | None = None
@@ -221,10 +123,15 @@ class Timing(BaseModel):
     start_s: float | None = None  # seconds since the run's request phase began
 
 
-class SampleRecord(BaseModel):
+class SampleRecord(Record):
     """One line of ``samples.jsonl``: one request and what became of it."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({  # schema 2
+        "sample_index", "messages", "response", "reasoning", "finish_reason", "error", "attempts", "target",
+        "extracted", "correct", "extraction", "prompt_tokens", "output_tokens", "reasoning_tokens", "ttft_ms",
+        "tpot_ms", "e2e_ms", "itl_ms", "start_s",
+    })  # fmt: skip
 
     key: str  # request key: sha256 over model, endpoint kind, task+version, data hash, prompt, sampling, index
     task: str
@@ -272,21 +179,6 @@ class SampleRecord(BaseModel):
     figures: dict[str, float] | None = Field(default=None, exclude_if=_is_none)
 
 
-@dataclass
-class SchedulerStats:
-    """What the scheduler measured about its own sending (input to the speed summary)."""
-
-    concurrency_trace: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, limit)
-    final_concurrency: int = 0
-    auto_levels: list[dict[str, Any]] = field(default_factory=list)  # what --concurrency auto measured
-    loop_lag_ms: list[float] = field(default_factory=list)
-    wall_s: float = 0.0
-    cpu_s: float = 0.0
-    origin_s: float = 0.0  # the phase's start (the schedule's zero) on the client's clock (``start_s``'s)
-    sent: int = 0  # requests sent
-    not_sent: int = 0  # requests left unsent when the duration ran out
-
-
 CI_METHODS: dict[str, str] = {
     "wilson": "Wilson score interval of the share over its n documents (problems for pass@k and maj@K)",
     "wilson-clustered": "Wilson score interval at the effective sample size of the stderr clustered by problem",
@@ -297,11 +189,12 @@ CI_METHODS: dict[str, str] = {
 the metric was; every output shows that interval."""
 
 
-class MetricValue(BaseModel):
+class MetricValue(Record):
     """One accuracy metric in ``summary.json``: value with its standard error and 95% CI over ``n`` items;
     ``ci_method``: a key of :data:`CI_METHODS` (absent in run dirs written before it was recorded)."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"stderr", "ci95"})  # schema 2
 
     value: float | None
     stderr: float | None = None
@@ -317,10 +210,11 @@ class MetricValue(BaseModel):
         return f"[{self.ci95[0]:.4f}, {self.ci95[1]:.4f}]{method}"
 
 
-class EndpointSummary(BaseModel):
+class EndpointSummary(Record):
     """One endpoint of a sharded run in its task's summary: the requests it answered and their speed."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"server"})  # schema 2
 
     endpoint: str  # URL without credentials, as in the samples' ``endpoint``; "unrecorded": samples without one
     counts: dict[str, int]  # "total" (samples whose latest record names this endpoint) and one per Status
@@ -328,7 +222,7 @@ class EndpointSummary(BaseModel):
     server: dict[str, Any] | None = None  # its /metrics deltas over the task (None: not scraped or not served)
 
 
-class ResentSummary(BaseModel):
+class ResentSummary(Record):
     """A task's requests that were sent more than once (after a failed attempt: a dropped connection, 408/409/429/
     5xx, a stream that stalled once its tokens flowed), in its summary's ``resent``; absent when none was."""
 
@@ -338,10 +232,11 @@ class ResentSummary(BaseModel):
     lost_s: float  # seconds the answered ones lost to their failed attempts and backoff (their retry_lost_s, summed)
 
 
-class TaskSummary(BaseModel):
+class TaskSummary(Record):
     """One task's entry in ``summary.json``: accuracy, request outcomes, speed and what the server and GPUs did."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"server", "gpu"})  # schema 2
 
     version: str
     metrics: dict[str, MetricValue]  # keyed as lm-eval's results (``exact_match,strict-match``) or ``pass@4``
@@ -359,7 +254,7 @@ class TaskSummary(BaseModel):
     load: LoadSummary | None = Field(default=None, exclude_if=_is_none)
 
 
-class WarmupSummary(BaseModel):
+class WarmupSummary(Record):
     """What the warm-up before the timed phases did (``summary.json``'s ``warmup``; absent with ``--no-warmup``):
     its requests are in no speed figure, no metric and no line of ``samples.jsonl``."""
 
@@ -374,11 +269,12 @@ class WarmupSummary(BaseModel):
     prefix_cache_note: str | None = Field(default=None, exclude_if=_is_none)
 
 
-class GroupSummary(BaseModel):
+class GroupSummary(Record):
     """One lm-eval group's entry in ``summary.json``'s ``groups``: its aggregate metrics as lm-eval computes them
     from its tasks' values, stderrs and sizes (its config's ``aggregate_metric_list``), or why it has none."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"sizes", "metrics"})  # schema 2
 
     members: list[str]  # its direct members, tasks and groups, as the run names them (``lm-eval:mmlu_stem``)
     tasks: list[str]  # the tasks its aggregate is over (nested groups' tasks too, as lm-eval aggregates them)
@@ -391,10 +287,11 @@ class GroupSummary(BaseModel):
     reason: str | None = Field(default=None, exclude_if=_is_none)  # why there is no aggregate
 
 
-class RunSummary(BaseModel):
+class RunSummary(Record):
     """``summary.json``: one :class:`TaskSummary` per task, and where the command's time went."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"schema_version", "tasks", "timings_s"})  # schema 2
 
     schema_version: int = SCHEMA_VERSION
     tasks: dict[str, TaskSummary] = Field(default_factory=dict)
@@ -404,17 +301,18 @@ class RunSummary(BaseModel):
     warmup: WarmupSummary | None = Field(default=None, exclude_if=_is_none)
 
 
-class Endpoint(BaseModel):
+class Endpoint(Record):
     model_config = ConfigDict(extra="allow")
 
     base_url: str  # credentials redacted
     kind: EndpointKind
 
 
-class ManifestTask(BaseModel):
+class ManifestTask(Record):
     """One task as it was run: its identity (version, data hashes, settings) and how its requests were made."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"description", "prompts_streamed", "max_tokens_clamp"})  # schema 2
 
     version: str
     description: str = ""
@@ -428,13 +326,14 @@ class ManifestTask(BaseModel):
     metrics: list[str] | None = Field(default=None, exclude_if=_is_none)
 
 
-class WarmupSettings(BaseModel):
+class WarmupSettings(Record):
     """How the warm-up was asked for and what it sent (``manifest.json``'s ``warmup``; absent with
     ``--no-warmup``). ``configs``: one entry per sampling config warmed (``task``: the first task that uses it,
     ``endpoint_kind``, ``temperature``, ``top_p``, ``seeded``, ``requests``, ``concurrency``, ``max_tokens``),
     filled in as each task's timed phase begins."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"configs"})  # schema 2
 
     requests: int | None  # per sampling config as asked (--warmup N); None: the run's concurrency level
     max_tokens: int  # the most each warm-up request generates (less where the run's requests ask for less)
@@ -442,10 +341,11 @@ class WarmupSettings(BaseModel):
     configs: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class Manifest(BaseModel):
+class Manifest(Record):
     """``manifest.json``: what was run, against what, with which versions; written at start and at the end."""
 
     model_config = ConfigDict(extra="allow")
+    written_at_default = frozenset({"schema_version", "finished_at", "concurrency_cap", "server"})  # schema 2
 
     schema_version: int = SCHEMA_VERSION
     evalkit_version: str
@@ -481,10 +381,7 @@ def summary_json(summary: RunSummary) -> dict[str, Any]:
 
 def manifest_json(manifest: Manifest) -> dict[str, Any]:
     """``manifest.json``'s content (``resumed_at`` only once the run was resumed)."""
-    out = manifest.model_dump(mode="json")
-    if out["resumed_at"] is None:
-        del out["resumed_at"]
-    return out
+    return manifest.model_dump(mode="json")
 
 
 def json_schema(name: Literal["summary", "manifest", "sample"]) -> dict[str, Any]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from evalkit.contracts.record import Record
 from evalkit.contracts.speed_catalogue import Percentiles
 
 
@@ -14,7 +15,7 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
-class LoadSeries(BaseModel):
+class LoadSeries(Record):
     """Per-bin time series of the timed phase, bins of ``bin_s`` seconds (1, wider for runs of over an hour)
     from the phase's start: requests sent per second, requests in flight (time-averaged over the bin), output
     tokens per second of the requests that completed in the bin."""
@@ -28,7 +29,7 @@ class LoadSeries(BaseModel):
     output_tokens_per_s: list[float]
 
 
-class LoadSummary(BaseModel):
+class LoadSummary(Record):
     """Offered against achieved load. ``offered_rps`` is the schedule's own rate over the requests sent
     ((sent − 1) / (last due − first due)), ``achieved_rps`` the same over their actual first sends; the send lag
     is each request's first send minus the time it was due. ``schedule_kept`` is False, and ``reason`` says

@@ -7,15 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from evalkit.contracts.record import Record
 
 
 def _is_none(value: Any) -> bool:
     return value is None
 
 
-class Percentiles(BaseModel):
+class Percentiles(Record):
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({"mean", "p50", "p90", "p99", "n"})  # schema 2
 
     mean: float | None = None
     p50: float | None = None
@@ -24,7 +27,7 @@ class Percentiles(BaseModel):
     n: int = 0
 
 
-class SteadyState(BaseModel):
+class SteadyState(Record):
     """Speed over the window in which the requests in flight were at the run's level (``target``): from the
     first moment that many were in flight to the last moment they were (ramp-up and drain tail left out).
     Latencies are over the requests that started and finished inside the window; tokens/s and requests/s over
@@ -32,6 +35,10 @@ class SteadyState(BaseModel):
     why, when fewer than ``min_requests`` requests fall in the window (or the level was never reached)."""
 
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset({  # schema 2
+        "start_s", "end_s", "duration_s", "requests", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tokens_per_s",
+        "requests_per_s",
+    })  # fmt: skip
 
     target: int  # requests in flight that count as steady: the run's concurrency, capped by its request count
     start_s: float | None = None  # the window, in seconds since the request phase began (as ``start_s``)
@@ -50,8 +57,11 @@ class SteadyState(BaseModel):
     cost_per_million_output_tokens: float | None = Field(default=None, exclude_if=_is_none)
 
 
-class Speed(BaseModel):
+class Speed(Record):
     model_config = ConfigDict(extra="forbid")
+    written_at_default = frozenset(
+        {"total_tokens_per_s", "concurrency", "client_cpu_s", "loop_lag_ms_p99", "client_bound"}
+    )
 
     ttft_ms: Percentiles
     tpot_ms: Percentiles

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import orjson
 
 from evalkit.contracts import (
+    SCHEMA_VERSION,
     Endpoint,
     EndpointSummary,
     GroupSummary,
@@ -299,6 +300,12 @@ def _read_json(path: Path, run: Run) -> dict[str, Any]:
         run.notes.append(f"{path.name} is not a JSON object")
         run.problems[path.name] = ("object", "")
         return {}
+    version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        run.notes.append(
+            f"{path.name} has schema_version {version}, newer than this evalkit reads ({SCHEMA_VERSION}): what "
+            "changed since may read wrongly or not at all; upgrade evalkit"
+        )
     return data
 
 

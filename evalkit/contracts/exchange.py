@@ -1,0 +1,138 @@
+"""What a task asks and what the server answered, in memory (re-exported by :mod:`evalkit.contracts`):
+:class:`Request` with its :class:`GenParams` and :class:`Conversation`, :class:`Response`, and what the scheduler
+measured of its own sending (:class:`SchedulerStats`). Plain and frozen dataclasses, not pydantic: millions are made
+per run on the event loop, where validation would cost client CPU that the speed numbers measure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """What is sent to the server for one request (besides the prompt)."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    chat_template_kwargs: dict[str, Any] | None = None
+    # scored requests (sent without streaming, answered with token ids): top-K logprobs of the prompt's positions
+    # (``prompt_logprobs``) and of the generated ones (``logprobs``), ``echo`` the prompt back (lm-eval's scoring)
+    prompt_logprobs: int | None = None
+    logprobs: int | None = None
+    echo: bool = False
+    # vLLM's extensions of the completions API: at least ``min_tokens`` generated, generation past the EOS token
+    # (``ignore_eos``); a workload sets both to force each answer's length (evalkit/tasks/workload_task.py)
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+
+    @property
+    def scored(self) -> bool:
+        """True when the answer carries logprobs of the prompt (vLLM sends those only without streaming)."""
+        return self.prompt_logprobs is not None or self.echo
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that make a request's key; those of scored requests only when set (older keys unchanged)."""
+        out: dict[str, Any] = {
+            "max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+            "seed": self.seed, "stop": list(self.stop), "chat_template_kwargs": self.chat_template_kwargs,
+        }  # fmt: skip
+        extra = {
+            "prompt_logprobs": self.prompt_logprobs, "logprobs": self.logprobs, "echo": self.echo or None,
+            "min_tokens": self.min_tokens, "ignore_eos": self.ignore_eos or None,
+        }  # fmt: skip
+        return out | {k: v for k, v in extra.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A multi-turn tool-calling sample: the user turns after the first (``Request.messages``), whether the
+    reasoning of earlier turns is left out of the history sent back, and how many tool-calling requests one turn
+    may make before the conversation is stopped (BFCL's ``MAXIMUM_STEP_LIMIT``: the turn stops once more than
+    ``max_steps`` requests called tools)."""
+
+    turns: tuple[tuple[dict[str, str], ...], ...]
+    drop_reasoning: bool = True
+    max_steps: int = 20
+
+
+class ToolExecutor(Protocol):
+    """Runs one step's tool calls (``(name, arguments)``) against a sample's backends; one result text each."""
+
+    def __call__(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request a task wants answered. ``prompt`` is the completions prompt, or for chat the text of the
+    last user message; ``messages`` is set for chat requests."""
+
+    task: str
+    doc_id: int
+    sample_index: int
+    prompt: str
+    gen: GenParams
+    target: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None  # chat only: OpenAI ``tools`` (function definitions)
+    tool_choice: str | None = None  # "auto", "required" or "none" (sent with ``tools``)
+    conversation: Conversation | None = None  # multi-turn: the later turns (evalkit.client.conversation)
+    # completions only: the prompt as token ids, sent instead of ``prompt`` (which stays its text, for the record)
+    prompt_ids: tuple[int, ...] | None = None
+    # seconds from the timed phase's start at which the request is due (a trace's timestamps); None: the run's
+    # arrival process (or none) schedules it
+    arrival_s: float | None = None
+
+
+@dataclass
+class Response:
+    """What came back for a request (filled by the client)."""
+
+    text: str | None
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    error: str | None = None  # set when the request failed after retries
+    note: str | None = None  # what was odd in an answer that did come back (e.g. usage that was ignored)
+    http_status: int | None = None  # HTTP status of the final failure, when there was one
+    attempts: int = 1
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    # latencies count from the request's first send (a re-sent request's include its failed attempts)
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    start_s: float | None = None  # the first send, in seconds since the client started
+    scheduled_s: float | None = None  # when it was due, on start_s's clock (None: sent as soon as a slot was free)
+    retry_lost_s: float | None = None  # a re-sent request: seconds from its first send to its answered attempt's
+    endpoint: str | None = None  # the URL (no credentials) that answered, when the run has several endpoints
+    # the tool calls as streamed (``[{"id", "name", "arguments"}]``, arguments the raw JSON text); None when no
+    # chunk carried a ``tool_calls`` field, [] when the server sent an empty list
+    tool_calls: list[dict[str, Any]] | None = None
+    # a conversation (Request.conversation): per user turn ``{"user": [its messages], "requests": [...]}``, each
+    # request (step) ``{"text", "reasoning", "finish_reason", "tool_calls", "results", "prompt_tokens",
+    # "output_tokens", "ttft_ms", "e2e_ms"}`` (``results``: the tool results sent back); None for single requests
+    turns: list[dict[str, Any]] | None = None
+    # a scored request (GenParams.scored): the choice's ``prompt_token_ids``, ``prompt_logprobs``, ``token_ids``
+    # and ``logprobs`` as the server sent them (not streamed, so no TTFT/ITL); None for streamed requests
+    logprobs: dict[str, Any] | None = None
+
+
+@dataclass
+class SchedulerStats:
+    """What the scheduler measured about its own sending (input to the speed summary)."""
+
+    concurrency_trace: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, limit)
+    final_concurrency: int = 0
+    auto_levels: list[dict[str, Any]] = field(default_factory=list)  # what --concurrency auto measured
+    loop_lag_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    origin_s: float = 0.0  # the phase's start (the schedule's zero) on the client's clock (``start_s``'s)
+    sent: int = 0  # requests sent
+    not_sent: int = 0  # requests left unsent when the duration ran out
