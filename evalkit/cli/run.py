@@ -55,6 +55,12 @@ def run(
     ] = None,
     no_warmup: Annotated[bool, typer.Option("--no-warmup", help="Send no warm-up requests.")] = False,
     limit: Annotated[int | None, typer.Option(help="Only the first N documents.")] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="Run only part I of N of each task's documents (I from 0; after --limit): I/N, or auto/N (or N) to read I from JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID. evalkit merge joins the N run dirs.",
+        ),
+    ] = None,
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
     num_samples: Annotated[int | None, typer.Option(help="Samples per problem (repeats).")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
@@ -206,6 +212,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         auto_start=take("auto_start"),
         warmup=_warmup_setting(take("warmup"), take("no_warmup")),
         limit=take("limit"),
+        shard=take("shard"),
         num_fewshot=take("num_fewshot"),
         num_samples=take("num_samples"),
         temperature=take("temperature"),

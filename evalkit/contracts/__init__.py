@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalkit.contracts.positions import PromptPositions
+from evalkit.contracts.shards import MergedShard, ShardRecord
 from evalkit.contracts.speed import (  # noqa: F401 - part of the contract
     LATENCIES,
     QUANTILES,
@@ -337,6 +338,8 @@ class TaskSummary(BaseModel):
     # a run sharded over several endpoints: per endpoint (``speed`` above is all of them together)
     endpoints: list[EndpointSummary] | None = Field(default=None, exclude_if=_is_none)
     resent: ResentSummary | None = Field(default=None, exclude_if=_is_none)  # absent: no request was re-sent
+    # a --shard run: Unix time, by this machine's clock, that its start_s and concurrency_trace count from (for merge)
+    started_at_unix: float | None = Field(default=None, exclude_if=_is_none)
 
 
 class WarmupSummary(BaseModel):
@@ -449,6 +452,8 @@ class Manifest(BaseModel):
     goodput_slos: dict[str, float] | None = Field(default=None, exclude_if=_is_none)
     # --cost-per-gpu-hour: {"cost_per_gpu_hour": dollars, "gpus": billed, "gpus_from": "server" | "gpus_billed"}
     pricing: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
+    shard: ShardRecord | None = Field(default=None, exclude_if=_is_none)  # --shard I/N: this run's part
+    shards: list[MergedShard] | None = Field(default=None, exclude_if=_is_none)  # evalkit merge: the parts
 
 
 def summary_json(summary: RunSummary) -> dict[str, Any]:

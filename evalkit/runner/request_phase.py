@@ -77,6 +77,7 @@ class RequestPhase:
     progress: Progress | None
     first_error: dict[str, str]
     lap: Callable[[str], None]
+    clock_start_unix: float = 0.0  # set by each task's sending: time.time() at its client's start
 
     def run(self, p: TaskRun, options: ClientOptions, extra: dict[str, Any], close_scoring: bool) -> TaskSummary:
         """Scrape, send what ``p`` has not answered yet, summarise. ``close_scoring``: the scoring process exits
@@ -176,6 +177,8 @@ class RequestPhase:
             out.server = {**servers[0], "endpoint": shown[0]}
             out.endpoints = endpoint_summaries(records, itl_by or {}, dict(zip(shown, servers, strict=True)))
         out.gpu = observer.gpu_summary()
+        if self.cfg.shard is not None:  # evalkit merge puts the shards' start_s on one clock by it
+            out.started_at_unix = round(self.clock_start_unix, 6)
         timed = [r for r in records if r.status != "api_error" and r.key not in p.done_keys]
         add_energy(out.speed, out.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
         self.lap(f"{task.name}.scoring_summary")
@@ -213,6 +216,8 @@ class RequestPhase:
             headers=self.cfg.headers,
             models=self.accepted,
         ) as client:
+            # the wall-clock time the records' start_s count from, by this machine's clock (kept by a shard)
+            self.clock_start_unix = time.time() - (time.perf_counter() - client.t0)
 
             async def fit(req: Request) -> Request:
                 """One request of a conversation with ``max_tokens`` lowered to fit its history in the context

@@ -39,10 +39,12 @@ from evalkit.contracts import (
     GroupSummary,
     Manifest,
     ManifestTask,
+    MergedShard,
     MetricValue,
     ResentSummary,
     RunSummary,
     SampleRecord,
+    ShardRecord,
     Speed,
     TaskSummary,
     WarmupSettings,
@@ -102,6 +104,7 @@ class TaskRead:
     gpu: dict[str, Any] | None = None
     endpoints: list[EndpointSummary] = field(default_factory=list)
     resent: ResentSummary | None = None
+    started_at_unix: float | None = None
 
     @classmethod
     def of(cls, name: str, raw: Any, listed: bool = True, dropped: list[Dropped] | None = None) -> TaskRead:
@@ -176,6 +179,8 @@ class ManifestRead:
     warmup: WarmupSettings | None = None
     goodput_slos: dict[str, float] | None = None
     pricing: dict[str, Any] | None = None
+    shard: ShardRecord | None = None
+    shards: list[MergedShard] | None = None
     keys: frozenset[str] = frozenset()
     dropped: tuple[Dropped, ...] = ()
 
