@@ -19,7 +19,8 @@ class MergedShard(BaseModel):
     """One shard in a merged run's ``manifest.json`` ``shards``: where it was read from, when it ran, and by how
     many seconds its samples' ``start_s`` (and its concurrency trace) were moved to put them on the merged run's
     clock, per task (``clock_offset_s``: its request phase's start by its own machine's wall clock, less the
-    earliest shard's; offsets between the machines' clocks themselves are not measured)."""
+    earliest shard's, less the stretches before it in which no shard was sending; offsets between the machines'
+    clocks themselves are not measured)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -5,7 +5,9 @@
   onto the merged run's clock; a logprobs task's ``positions.bin`` records come along.
 - The clock: each shard records the wall-clock time its request phase's clock starts at
   (``started_at_unix``, by its own machine's clock); a shard's ``start_s`` and concurrency trace move by its
-  start less the earliest shard's (``manifest.shards[].clock_offset_s``). Offsets between the machines' clocks
+  start less the earliest shard's, less any stretch before it in which no shard was sending (shards run one after
+  another: the merged clock counts the union of their windows, for the summary's throughput as for the gate's
+  steady state) (``manifest.shards[].clock_offset_s``). Offsets between the machines' clocks
   are not measured: with NTP-synchronised nodes they are milliseconds, and the merged timeline is as good as
   they are. A resumed shard's earlier session counts from its own start (as in any resumed run).
 - Accuracy: the task's own ``summarize`` in the scoring process over the merged store, then
@@ -119,11 +121,13 @@ class Merge:
         self.stamp = len(self.endpoints) > 1  # samples name their endpoint once the shards sent to several
         self.shard_urls = [us[0] if us else "" for us in urls]
         self.windows: dict[str, list[Window]] = {t: [] for t in self.tasks}
-        self.ends: dict[str, list[float]] = {t: [] for t in self.tasks}
+        self.ends: dict[str, list[float]] = {t: [] for t in self.tasks}  # each shard's last answer, merged clock
+        self.firsts: dict[str, list[float]] = {t: [] for t in self.tasks}  # and its first send
         self.counts = [0] * len(shards)
 
     def write_samples(self) -> None:
-        """Every shard's positions, then every sample line, ordered by (task, document, sample)."""
+        """Every shard's positions, then every sample line on the merged clock, ordered by (task, document,
+        sample)."""
         positions = PositionsWriter(self.store.dir)  # opened by its first record: only a logprobs task has any
         try:
             for s in self.shards:
@@ -133,6 +137,7 @@ class Merge:
             positions.close()
         order = {t: i for i, t in enumerate(self.tasks)}
         lines: list[tuple[tuple[int, int, int, int, int], dict[str, Any]]] = []
+        per_shard: list[dict[str, list[dict[str, Any]]]] = []
         for i, s in enumerate(self.shards):
             mine: dict[str, list[dict[str, Any]]] = {t: [] for t in self.tasks}
             for n, d in enumerate(iter_sample_dicts(s.dir / "samples.jsonl")):
@@ -140,18 +145,18 @@ class Merge:
                 if task not in order:
                     raise ConfigError(f"{s.dir}: a sample of task {task!r}, which its manifest does not list")
                 mine[task].append(d)
-                if d.get("start_s") is not None:
-                    d["start_s"] = round(d["start_s"] + self.offsets[i][task], 6)
                 if self.stamp and d.get("endpoint") is None:
                     d["endpoint"] = self.shard_urls[i]
                 lines.append(((order[task], d["doc_id"], d.get("sample_index", 0), i, n), d))
             self.counts[i] = sum(len(v) for v in mine.values())
+            per_shard.append(mine)
+        for task in self.tasks:
+            self._place(task, [mine[task] for mine in per_shard])
+        for i, mine in enumerate(per_shard):
             for task, recs in mine.items():
-                window = _window(recs, 0.0)
-                if window is not None:
-                    self.windows[task].append(window)
-                ends = [r["start_s"] + (r.get("e2e_ms") or 0) / 1000.0 for r in recs if r.get("start_s") is not None]
-                self.ends[task].append(max(ends, default=self.offsets[i][task]))
+                for d in recs:
+                    if d.get("start_s") is not None:
+                        d["start_s"] = round(d["start_s"] + self.offsets[i][task], 6)
         self.store.open()
         try:
             for _, d in sorted(lines, key=lambda x: x[0]):
@@ -159,14 +164,34 @@ class Merge:
         finally:
             self.store.close()
 
+    def _place(self, task: str, records: list[list[dict[str, Any]]]) -> None:
+        """Each shard's offset onto the merged clock for ``task``: its start less the earliest shard's, less the
+        stretches before it in which no shard was sending (shards run one after another), so that the merged
+        clock counts the union of the shards' windows; the windows and ends on that clock."""
+        raw = [_window(recs, self.offsets[i][task]) for i, recs in enumerate(records)]
+        merged: list[list[float]] = []
+        for a, b in sorted(w for w in raw if w is not None):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for i, window in enumerate(raw):
+            at = window[0] if window is not None else self.offsets[i][task]
+            idle = sum(max(0.0, min(at, nxt[0]) - cur[1]) for cur, nxt in zip(merged, merged[1:], strict=False))
+            self.offsets[i][task] = round(self.offsets[i][task] - idle, 6)
+            if window is not None:
+                self.windows[task].append((window[0] - idle, window[1] - idle))
+            self.ends[task].append(window[1] - idle if window is not None else self.offsets[i][task])
+            self.firsts[task].append(window[0] - idle if window is not None else self.offsets[i][task])
+
     def manifest(self) -> Manifest:
         m = self.first.model_copy(deep=True)
         ms = [s.manifest for s in self.shards]
         m.created_at = min((x.created_at for x in ms), key=datetime.fromisoformat)
         m.command = redact_argv([Path(self.argv[0]).name, *self.argv[1:]])
         m.shard = None
-        levels = [x.concurrency for x in ms]
-        m.concurrency = sum(levels) if all(isinstance(c, int) for c in levels) else "auto"  # type: ignore[arg-type]
+        if any(x.concurrency == "auto" for x in ms):
+            m.concurrency = "auto"
         rates = [x.request_rate for x in ms]
         m.request_rate = sum(r for r in rates if r is not None) if all(r is not None for r in rates) else None
         if self.stamp:
@@ -197,7 +222,10 @@ class Merge:
     def task(self, name: str, scored: Any) -> TaskSummary:
         parts = [s.summary.tasks[name] for s in self.shards]
         traces = [
-            ([(round(t + self.offsets[i][name], 6), level) for t, level in p.concurrency_trace], self.ends[name][i])
+            (  # a trace starts as its sending does (its first entry is at 0, just before the first send)
+                [(max(round(t + self.offsets[i][name], 6), self.firsts[name][i]), n) for t, n in p.concurrency_trace],
+                self.ends[name][i],
+            )
             for i, p in enumerate(parts)
         ]
         trace = summed_trace(traces)
@@ -277,6 +305,8 @@ def merge_runs(
         for name in merge.tasks:
             scored = scoring.summarize(name, store.dir).result()
             summary.tasks[name] = merge.task(name, scored)
+        if isinstance(manifest.concurrency, int):  # the most the shards had in flight together
+            manifest.concurrency = max(t.speed.concurrency or 1 for t in summary.tasks.values())
         summary.timings_s = {"merge": round(time.perf_counter() - t0, 3)}
         store.write_summary(summary)
         manifest.finished_at = _iso_max([s.manifest.finished_at for s in shards]) or datetime.now(
