@@ -183,9 +183,11 @@ def merge(
     include_path: Sequence[str | Path] = (),
     report: bool = True,
     argv: list[str] | None = None,
+    wait_s: float = 0.0,
 ) -> RunResult:
     """Merge the run dirs of every shard of one ``--shard I/N`` run into ``output_dir``, as ``evalkit merge``
-    does: one run dir as if one process had run it (docs/scale-out.md). Raises
+    does: one run dir as if one process had run it (docs/scale-out.md); ``wait_s``: how long to wait for shards
+    not there or not finished yet. Raises
     :class:`~evalkit.errors.ConfigError` (nothing written) when the shards are not exactly the N finished parts
     of one run.
 
@@ -202,6 +204,7 @@ def merge(
         tasks_dir=[Path(d) for d in tasks_dir],
         include_path=[Path(d) for d in include_path],
         report=report,
+        wait_s=wait_s,
     )
     return RunResult(run_dir=out.run_dir, manifest=out.manifest, summary=out.summary)
 

@@ -21,6 +21,13 @@ def merge(
     ] = None,
     include_path: IncludePathOption = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write report.html.")] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds to wait for shards not there, still being written or not finished yet (checked every 10 s).",
+        ),
+    ] = 0.0,
 ) -> None:
     """Merge the shards of one run into one run dir, as if one process had run it (docs/scale-out.md)."""
     from evalkit import api
@@ -36,6 +43,7 @@ def merge(
             include_path=include_path or (),
             report=not no_report,
             argv=sys.argv,
+            wait_s=wait,
         )
     except EvalkitError as e:
         fail(e)

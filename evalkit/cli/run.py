@@ -24,6 +24,9 @@ from evalkit.cli.server_options import PANEL as _OPT
 from evalkit.cli.server_options import add_server_options
 from evalkit.errors import EvalkitError, RunError
 
+K8S = "Sharded on Kubernetes / Slurm"
+# the options of the server evalkit starts: each pod of --k8s would start its own, so they are refused there
+SERVER_KEYS = frozenset({opt.name for opt in server_options.SERVER_OPTIONS} | {"serve", "server_arg", "server_env"})
 SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped at the end."
 
 
@@ -150,6 +153,34 @@ def run(
             help="Run it N times, one after another on the same server, into OUTPUT_DIR/repeat-1 … (for the gate's speed rules).",
         ),
     ] = 1,
+    k8s: Annotated[
+        Path | None,
+        typer.Option(
+            "--k8s",
+            help="Write, into this folder, an Indexed Job running the eval as --shards pods, its merge Job and a Slurm array script, instead of running it (docs/scale-out.md).",
+            rich_help_panel=K8S,
+        ),
+    ] = None,
+    shards: Annotated[
+        int | None, typer.Option(min=1, help="--k8s: the number of shards (pods).", rich_help_panel=K8S)
+    ] = None,
+    image: Annotated[
+        str | None, typer.Option(help="--k8s: the evalkit image the pods run.", rich_help_panel=K8S)
+    ] = None,
+    pvc: Annotated[
+        str | None,
+        typer.Option(
+            help="--k8s: the PersistentVolumeClaim (ReadWriteMany) the shards and the merge write.", rich_help_panel=K8S
+        ),
+    ] = None,
+    api_key_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="--k8s: a Secret whose keys (e.g. EVALKIT_API_KEY) the pods get as environment variables.",
+            rich_help_panel=K8S,
+        ),
+    ] = None,
+    namespace: Annotated[str | None, typer.Option(help="--k8s: the Jobs' namespace.", rich_help_panel=K8S)] = None,
     **server_options: Any,  # one per row of cli.server_options.SERVER_OPTIONS (the signature Typer reads lists them)
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
@@ -160,7 +191,11 @@ def run(
     from evalkit.contracts import summary_json
     from evalkit.history import record_run, writer_modules
 
+    cluster = {k: params.pop(k) for k in ("k8s", "shards", "image", "pvc", "api_key_secret", "namespace")}
     try:
+        if cluster["k8s"] is not None or cluster["shards"] is not None:
+            _write_cluster_jobs(cluster, params)
+            return
         settings, config_file = run_settings(params)
         settings["after_run_imports"] = writer_modules()  # imported during the warm-up, not after the run
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
@@ -182,6 +217,63 @@ def run(
     except KeyboardInterrupt:
         console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
         raise typer.Exit(130) from None
+
+
+def command_args(params: dict[str, Any]) -> list[str]:
+    """The run command's options as given (None, False and defaults left out), as arguments after ``evalkit
+    run``: what each pod of ``--k8s`` runs. The server options (``--serve`` and its table) are refused there."""
+    p = dict(params)
+    out = list(p.pop("tasks") or [])
+    for name in SERVER_KEYS:
+        p.pop(name, None)
+    for name in ("quiet", "repeats"):
+        p.pop(name, None)
+    if params.get("repeats", 1) != 1:
+        out += ["--repeats", str(params["repeats"])]
+    flags = {"drop_reasoning": ("--drop-reasoning", "--keep-reasoning")}
+    for name, value in p.items():
+        if value is None or value is False or value == []:
+            continue
+        option = "-o" if name == "output_dir" else "--" + name.replace("_", "-")
+        if name in flags:
+            out.append(flags[name][0] if value else flags[name][1])
+        elif value is True:
+            out.append(option)
+        elif isinstance(value, list):
+            out += [a for v in value for a in (option, str(v))]
+        else:
+            out += [option, str(value)]
+    return out
+
+
+def _write_cluster_jobs(cluster: dict[str, Any], params: dict[str, Any]) -> None:
+    """``--k8s DIR --shards N --image IMG --pvc CLAIM``: the manifests and scripts, nothing run."""
+    from evalkit.errors import ConfigError
+    from evalkit.sweep.k8s_shards import write
+
+    missing = [f"--{k}" for k in ("k8s", "shards", "image", "pvc") if cluster[k] is None]
+    if missing:
+        raise ConfigError(
+            f"--k8s writes the sharded Jobs with --k8s DIR --shards N --image IMG --pvc CLAIM; give {', '.join(missing)}"
+        )
+    given = [k for k, v in params.items() if k in SERVER_KEYS and v is not None and v is not False and v != []]
+    if given:
+        raise ConfigError(
+            f"--k8s cannot pass --{given[0].replace('_', '-')}: each pod would start its own server; shard an eval "
+            "over an --endpoint the pods can reach"
+        )
+    output_dir = params.get("output_dir")
+    for path in write(
+        cluster["k8s"],
+        command_args(params),
+        shards=cluster["shards"],
+        image=cluster["image"],
+        pvc=cluster["pvc"],
+        output_dir=output_dir,
+        namespace=cluster["namespace"],
+        api_key_secret=cluster["api_key_secret"],
+    ):
+        typer.echo(str(path))
 
 
 def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from evalkit.requests.clamp import merge_clamps
 from evalkit.runner.orchestrate import RunOutcome
 from evalkit.runner.plan import lm_eval_expanded
 from evalkit.runner.resume import manifest_endpoints
-from evalkit.runner.shards import ShardRun, check_shards
+from evalkit.runner.shards import ShardRun, wait_for_shards
 from evalkit.scoring.goodput import add_cost, add_goodput
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.files import iter_sample_dicts, write_error
@@ -177,7 +178,7 @@ class Merge:
                 merged.append([a, b])
         for i, window in enumerate(raw):
             at = window[0] if window is not None else self.offsets[i][task]
-            idle = sum(max(0.0, min(at, nxt[0]) - cur[1]) for cur, nxt in zip(merged, merged[1:], strict=False))
+            idle = sum(max(0.0, min(at, nxt[0]) - cur[1]) for cur, nxt in pairwise(merged))
             self.offsets[i][task] = round(self.offsets[i][task] - idle, 6)
             if window is not None:
                 self.windows[task].append((window[0] - idle, window[1] - idle))
@@ -276,12 +277,14 @@ def merge_runs(
     tasks_dir: Sequence[Path] = (),
     include_path: Sequence[Path] = (),
     report: bool = True,
+    wait_s: float = 0.0,
 ) -> RunOutcome:
     """Merge ``shard_dirs`` (every shard of one run) into ``out_dir`` (a new run dir); ``tasks_dir`` and
     ``include_path``: the run's own, for tasks outside the builtin catalogue. ConfigError (nothing written) when
-    the shards are not exactly the N parts of one finished run, or ``out_dir`` already holds a run."""
+    the shards are not exactly the N parts of one finished run, or ``out_dir`` already holds a run; ``wait_s``:
+    seconds to wait for shards not there or not finished yet (the Kubernetes merge Job's, docs/scale-out.md)."""
     t0 = time.perf_counter()
-    shards = check_shards([Path(d) for d in shard_dirs])
+    shards = wait_for_shards([Path(d) for d in shard_dirs], wait_s)
     out = Path(out_dir)
     if any(out.resolve() == s.dir.resolve() for s in shards):
         raise ConfigError(f"-o {out} is one of the shards; give the merged run a dir of its own")

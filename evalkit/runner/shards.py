@@ -5,6 +5,7 @@ versions, data and settings, and the same N), every index 0..N-1 once. Any other
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,10 @@ from evalkit.errors import ConfigError
 from evalkit.store.files import MANIFEST, SUMMARY, read_json
 from evalkit.store.manifest import fingerprint
 from evalkit.store.reader import writer_pid
+
+
+class ShardsNotReady(ConfigError):
+    """A shard that is not there yet, still being written or not finished: ``evalkit merge --wait`` waits."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,10 @@ def read_shard(run_dir: Path) -> ShardRun:
     """``run_dir`` as a finished shard (ConfigError: not a run dir, still being written, not finished, not a
     shard, or files that do not read as evalkit writes them)."""
     if not (run_dir / MANIFEST).is_file():
-        raise ConfigError(f"{run_dir} is not a run dir (no {MANIFEST}); give the run dirs the shards wrote")
+        raise ShardsNotReady(f"{run_dir} is not a run dir (no {MANIFEST}); give the run dirs the shards wrote")
     pid = writer_pid(run_dir)
     if pid is not None:
-        raise ConfigError(
+        raise ShardsNotReady(
             f"{run_dir} is still being written (evalkit pid {pid} holds its lock); merge once every shard has finished"
         )
     raw = _read(run_dir / MANIFEST, MANIFEST, run_dir)
@@ -68,7 +73,7 @@ def read_shard(run_dir: Path) -> ShardRun:
             f"{run_dir} is not a shard (its manifest has no shard); merge the run dirs of evalkit run --shard I/N"
         )
     if manifest.finished_at is None or not (run_dir / SUMMARY).is_file():
-        raise ConfigError(
+        raise ShardsNotReady(
             f"{run_dir} (shard {manifest.shard.index}/{manifest.shard.count}) has not finished (no finish time in its "
             "manifest); resume it with the same command, then merge"
         )
@@ -105,6 +110,19 @@ def _difference(a: dict[str, Any], b: dict[str, Any]) -> str:
     return "settings"
 
 
+def wait_for_shards(dirs: Sequence[Path], wait_s: float, poll_s: float = 10.0) -> list[ShardRun]:
+    """:func:`check_shards`, again every ``poll_s`` for up to ``wait_s`` seconds while a shard is not there yet,
+    still being written or not finished (:class:`ShardsNotReady`); any other refusal at once."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return check_shards(dirs)
+        except ShardsNotReady:
+            if time.monotonic() + poll_s > deadline:
+                raise
+            time.sleep(poll_s)
+
+
 def check_shards(dirs: Sequence[Path]) -> list[ShardRun]:
     """The shards of ``dirs`` in index order, once each is read (:func:`read_shard`) and they are found to be
     exactly the N parts of one run (ConfigError naming the first problem otherwise)."""
@@ -136,7 +154,7 @@ def check_shards(dirs: Sequence[Path]) -> list[ShardRun]:
     missing = [i for i in range(first.count) if i not in seen]
     if missing:
         shown = ", ".join(f"{i}/{first.count}" for i in missing)
-        raise ConfigError(
+        raise ShardsNotReady(
             f"shard{'s' if len(missing) > 1 else ''} {shown} missing: a merge needs all {first.count} shards of the "
             "run (run the missing ones with the same command and --shard I/N)"
         )
