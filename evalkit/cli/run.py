@@ -25,6 +25,7 @@ from evalkit.cli.server_options import add_server_options
 from evalkit.errors import EvalkitError, RunError
 
 K8S = "Sharded on Kubernetes / Slurm"
+CLUSTER_KEYS = ("k8s", "shards", "image", "pvc", "api_key_secret", "namespace")
 # the options of the server evalkit starts: each pod of --k8s would start its own, so they are refused there
 SERVER_KEYS = frozenset({opt.name for opt in server_options.SERVER_OPTIONS} | {"serve", "server_arg", "server_env"})
 SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped at the end."
@@ -191,7 +192,7 @@ def run(
     from evalkit.contracts import summary_json
     from evalkit.history import record_run, writer_modules
 
-    cluster = {k: params.pop(k) for k in ("k8s", "shards", "image", "pvc", "api_key_secret", "namespace")}
+    cluster = {k: params.pop(k) for k in CLUSTER_KEYS}
     try:
         if cluster["k8s"] is not None or cluster["shards"] is not None:
             _write_cluster_jobs(cluster, params)
@@ -337,6 +338,8 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     config_file = take("config")
     p.pop("quiet", None)  # how the command shows progress, not a setting
     p.pop("repeats", None)  # how many runs the command makes of these settings, not a setting of one
+    for key in CLUSTER_KEYS:  # --k8s: manifests of the run written instead of running it, not settings
+        p.pop(key, None)
     assert not p, f"evalkit run options not mapped to settings in cli.run.run_settings: {sorted(p)}"
     return settings, config_file
 
