@@ -176,6 +176,40 @@ def run(
     return RunResult(run_dir=out.run_dir, manifest=out.manifest, summary=out.summary)
 
 
+def merge(
+    shard_dirs: Sequence[str | Path],
+    output_dir: str | Path,
+    *,
+    tasks_dir: Sequence[str | Path] = (),
+    include_path: Sequence[str | Path] = (),
+    report: bool = True,
+    argv: list[str] | None = None,
+    wait_s: float = 0.0,
+) -> RunResult:
+    """Merge the run dirs of every shard of one ``--shard I/N`` run into ``output_dir``, as ``evalkit merge``
+    does: one run dir as if one process had run it (docs/scale-out.md); ``wait_s``: how long to wait for shards
+    not there or not finished yet. Raises
+    :class:`~evalkit.errors.ConfigError` (nothing written) when the shards are not exactly the N finished parts
+    of one run.
+
+    Example::
+
+        result = merge(["runs/s0", "runs/s1", "runs/s2"], "runs/merged")
+    """
+    from evalkit.runner.merge import merge_runs
+
+    out = merge_runs(
+        shard_dirs,
+        output_dir,
+        argv=argv or ["evalkit", "merge", *map(str, shard_dirs), "-o", str(output_dir)],
+        tasks_dir=[Path(d) for d in tasks_dir],
+        include_path=[Path(d) for d in include_path],
+        report=report,
+        wait_s=wait_s,
+    )
+    return RunResult(run_dir=out.run_dir, manifest=out.manifest, summary=out.summary)
+
+
 def run_repeats(
     tasks: str | Sequence[str] | None = None,
     repeats: int = 3,

@@ -25,6 +25,10 @@ from evalkit.cli.server_options import add_server_options
 from evalkit.errors import EvalkitError, RunError
 
 _LOAD = "Workloads (docs/load.md)"
+K8S = "Sharded on Kubernetes / Slurm"
+CLUSTER_KEYS = ("k8s", "shards", "image", "pvc", "api_key_secret", "namespace")
+# the options of the server evalkit starts: each pod of --k8s would start its own, so they are refused there
+SERVER_KEYS = frozenset({opt.name for opt in server_options.SERVER_OPTIONS} | {"serve", "server_arg", "server_env"})
 SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped at the end."
 
 
@@ -81,6 +85,12 @@ def run(
     ] = None,
     no_warmup: Annotated[bool, typer.Option("--no-warmup", help="Send no warm-up requests.")] = False,
     limit: Annotated[int | None, typer.Option(help="Only the first N documents.")] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="Run only part I of N of each task's documents (I from 0; after --limit): I/N, or auto/N (or N) to read I from JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID. evalkit merge joins the N run dirs.",
+        ),
+    ] = None,
     num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (lm-eval tasks).")] = None,
     num_samples: Annotated[int | None, typer.Option(help="Samples per problem (repeats).")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
@@ -212,6 +222,34 @@ def run(
             help="Run it N times, one after another on the same server, into OUTPUT_DIR/repeat-1 … (for the gate's speed rules).",
         ),
     ] = 1,
+    k8s: Annotated[
+        Path | None,
+        typer.Option(
+            "--k8s",
+            help="Write, into this folder, an Indexed Job running the eval as --shards pods, its merge Job and a Slurm array script, instead of running it (docs/scale-out.md).",
+            rich_help_panel=K8S,
+        ),
+    ] = None,
+    shards: Annotated[
+        int | None, typer.Option(min=1, help="--k8s: the number of shards (pods).", rich_help_panel=K8S)
+    ] = None,
+    image: Annotated[
+        str | None, typer.Option(help="--k8s: the evalkit image the pods run.", rich_help_panel=K8S)
+    ] = None,
+    pvc: Annotated[
+        str | None,
+        typer.Option(
+            help="--k8s: the PersistentVolumeClaim (ReadWriteMany) the shards and the merge write.", rich_help_panel=K8S
+        ),
+    ] = None,
+    api_key_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="--k8s: a Secret whose keys (e.g. EVALKIT_API_KEY) the pods get as environment variables.",
+            rich_help_panel=K8S,
+        ),
+    ] = None,
+    namespace: Annotated[str | None, typer.Option(help="--k8s: the Jobs' namespace.", rich_help_panel=K8S)] = None,
     **server_options: Any,  # one per row of cli.server_options.SERVER_OPTIONS (the signature Typer reads lists them)
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
@@ -222,7 +260,11 @@ def run(
     from evalkit.contracts import summary_json
     from evalkit.history import record_run, writer_modules
 
+    cluster = {k: params.pop(k) for k in CLUSTER_KEYS}
     try:
+        if cluster["k8s"] is not None or cluster["shards"] is not None:
+            _write_cluster_jobs(cluster, params)
+            return
         settings, config_file = run_settings(params)
         settings["after_run_imports"] = writer_modules()  # imported during the warm-up, not after the run
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
@@ -244,6 +286,63 @@ def run(
     except KeyboardInterrupt:
         console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
         raise typer.Exit(130) from None
+
+
+def command_args(params: dict[str, Any]) -> list[str]:
+    """The run command's options as given (None, False and defaults left out), as arguments after ``evalkit
+    run``: what each pod of ``--k8s`` runs. The server options (``--serve`` and its table) are refused there."""
+    p = dict(params)
+    out = list(p.pop("tasks") or [])
+    for name in SERVER_KEYS:
+        p.pop(name, None)
+    for name in ("quiet", "repeats"):
+        p.pop(name, None)
+    if params.get("repeats", 1) != 1:
+        out += ["--repeats", str(params["repeats"])]
+    flags = {"drop_reasoning": ("--drop-reasoning", "--keep-reasoning")}
+    for name, value in p.items():
+        if value is None or value is False or value == []:
+            continue
+        option = "-o" if name == "output_dir" else "--" + name.replace("_", "-")
+        if name in flags:
+            out.append(flags[name][0] if value else flags[name][1])
+        elif value is True:
+            out.append(option)
+        elif isinstance(value, list):
+            out += [a for v in value for a in (option, str(v))]
+        else:
+            out += [option, str(value)]
+    return out
+
+
+def _write_cluster_jobs(cluster: dict[str, Any], params: dict[str, Any]) -> None:
+    """``--k8s DIR --shards N --image IMG --pvc CLAIM``: the manifests and scripts, nothing run."""
+    from evalkit.errors import ConfigError
+    from evalkit.sweep.k8s_shards import write
+
+    missing = [f"--{k}" for k in ("k8s", "shards", "image", "pvc") if cluster[k] is None]
+    if missing:
+        raise ConfigError(
+            f"--k8s writes the sharded Jobs with --k8s DIR --shards N --image IMG --pvc CLAIM; give {', '.join(missing)}"
+        )
+    given = [k for k, v in params.items() if k in SERVER_KEYS and v is not None and v is not False and v != []]
+    if given:
+        raise ConfigError(
+            f"--k8s cannot pass --{given[0].replace('_', '-')}: each pod would start its own server; shard an eval "
+            "over an --endpoint the pods can reach"
+        )
+    output_dir = params.get("output_dir")
+    for path in write(
+        cluster["k8s"],
+        command_args(params),
+        shards=cluster["shards"],
+        image=cluster["image"],
+        pvc=cluster["pvc"],
+        output_dir=output_dir,
+        namespace=cluster["namespace"],
+        api_key_secret=cluster["api_key_secret"],
+    ):
+        typer.echo(str(path))
 
 
 def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
@@ -280,6 +379,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         auto_start=take("auto_start"),
         warmup=_warmup_setting(take("warmup"), take("no_warmup")),
         limit=take("limit"),
+        shard=take("shard"),
         num_fewshot=take("num_fewshot"),
         num_samples=take("num_samples"),
         temperature=take("temperature"),
@@ -313,6 +413,8 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     config_file = take("config")
     p.pop("quiet", None)  # how the command shows progress, not a setting
     p.pop("repeats", None)  # how many runs the command makes of these settings, not a setting of one
+    for key in CLUSTER_KEYS:  # --k8s: manifests of the run written instead of running it, not settings
+        p.pop(key, None)
     assert not p, f"evalkit run options not mapped to settings in cli.run.run_settings: {sorted(p)}"
     return settings, config_file
 

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from evalkit.config.server_config import ServerConfig, world_size
 from evalkit.config.settings_files import read_settings_file
+from evalkit.config.shard import Shard, parse_shard
 from evalkit.config.slos import parse_slos
 from evalkit.config.workload import WorkloadSettings
 from evalkit.errors import ConfigError, warn
@@ -105,6 +106,8 @@ class RunConfig(BaseSettings):
     ramp_up_start_rps: float | None = Field(default=None, gt=0)
     ramp_up_end_rps: float | None = Field(default=None, gt=0)
     duration_s: float | None = Field(default=None, gt=0)
+    # --shard I/N: only the I-th of N parts of each task's documents (config/shard.py), as (index, count)
+    shard: tuple[int, int] | None = None
     user: str | None = None  # the OpenAI ``user`` field sent with every request
     headers: dict[str, str] = Field(default_factory=dict)  # extra HTTP headers sent with every request
     # latency SLOs in ms (ttft, tpot, e2el), as vllm bench serve --goodput: the summary's goodput figures
@@ -168,6 +171,22 @@ class RunConfig(BaseSettings):
         if self.arrivals_paced() and "concurrency" not in self.model_fields_set:
             return None
         return self.concurrency
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard(cls, v: Any) -> Any:
+        """``I/N``, ``auto/N`` or ``N`` (the index from JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID)."""
+        if isinstance(v, str | int) and not isinstance(v, bool):
+            part = parse_shard(str(v))
+            return (part.index, part.count)
+        if isinstance(v, list | tuple) and len(v) == 2:
+            part = parse_shard(f"{v[0]}/{v[1]}")
+            return (part.index, part.count)
+        return v
+
+    def shard_part(self) -> Shard | None:
+        """The run's shard (None: the whole task)."""
+        return None if self.shard is None else Shard(*self.shard)
 
     @field_validator("warmup", mode="before")
     @classmethod

@@ -35,6 +35,7 @@ from evalkit.contracts.exchange import (  # noqa: F401 - part of the contract
 from evalkit.contracts.load import LoadSeries, LoadSummary  # noqa: F401 - part of the contract
 from evalkit.contracts.positions import PromptPositions
 from evalkit.contracts.record import Record
+from evalkit.contracts.shards import MergedShard, ShardRecord
 from evalkit.contracts.speed_catalogue import (  # noqa: F401 - part of the contract
     LATENCIES,
     QUANTILES,
@@ -252,6 +253,8 @@ class TaskSummary(Record):
     resent: ResentSummary | None = Field(default=None, exclude_if=_is_none)  # absent: no request was re-sent
     # requests sent on a schedule: offered and achieved rate, send lag, per-second series (absent otherwise)
     load: LoadSummary | None = Field(default=None, exclude_if=_is_none)
+    # a --shard run: Unix time, by this machine's clock, that its start_s and concurrency_trace count from (for merge)
+    started_at_unix: float | None = Field(default=None, exclude_if=_is_none)
 
 
 class WarmupSummary(Record):
@@ -372,6 +375,8 @@ class Manifest(Record):
     goodput_slos: dict[str, float] | None = Field(default=None, exclude_if=_is_none)
     # --cost-per-gpu-hour: {"cost_per_gpu_hour": dollars, "gpus": billed, "gpus_from": "server" | "gpus_billed"}
     pricing: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
+    shard: ShardRecord | None = Field(default=None, exclude_if=_is_none)  # --shard I/N: this run's part
+    shards: list[MergedShard] | None = Field(default=None, exclude_if=_is_none)  # evalkit merge: the parts
 
 
 def summary_json(summary: RunSummary) -> dict[str, Any]:

@@ -24,7 +24,15 @@ from evalkit.contracts import Manifest, RunSummary, TaskSummary
 from evalkit.errors import ConfigError, RunError
 from evalkit.runner.endpoints import endpoint_urls, served_model, start_server
 from evalkit.runner.observe import preload
-from evalkit.runner.plan import TaskRun, default_output_dir, lm_eval_expanded, new_manifest, plan_tasks, task_settings
+from evalkit.runner.plan import (
+    TaskRun,
+    default_output_dir,
+    lm_eval_expanded,
+    new_manifest,
+    plan_tasks,
+    shard_load,
+    task_settings,
+)
 from evalkit.runner.probes import plan_probes, probe_tasks
 from evalkit.runner.prompt_stream import PromptBuilder
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
@@ -88,7 +96,7 @@ class Runner:
         the history's writer), imported during the first warm-up with the report's."""
         self._created = time.perf_counter()  # a later run of this process counts its start-up from here
         self._groups = lm_eval_groups(cfg.tasks, cfg.include_path)  # before its groups expand into their tasks
-        self.cfg = cfg = lm_eval_expanded(cfg)
+        self.cfg = cfg = shard_load(lm_eval_expanded(cfg))
         self.progress = progress
         self.argv = argv or sys.argv
         self.registry = Registry(cfg.tasks_dir)

@@ -16,7 +16,7 @@ from evalkit.client.arrivals import Arrivals
 from evalkit.client.clamp import clamp_max_tokens
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url
-from evalkit.contracts import Endpoint, EndpointKind, Manifest, ManifestTask, Request, WarmupSettings
+from evalkit.contracts import Endpoint, EndpointKind, Manifest, ManifestTask, Request, ShardRecord, WarmupSettings
 from evalkit.redact import redact_argv
 from evalkit.runner.prompt_stream import PromptBuilder, RequestStream
 from evalkit.server.self_report import describe_server
@@ -51,6 +51,7 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         docs=None if cfg.docs is None else tuple(cfg.docs),
         drop_reasoning=pick("drop_reasoning") if "drop_reasoning" in d else None,
         workload=cfg.workload.task_options() if getattr(task, "workload_kind", None) else None,
+        shard=cfg.shard,
     )
 
 
@@ -103,8 +104,10 @@ class TaskRun:
 
 def settings_record(settings: TaskSettings) -> dict[str, Any]:
     """The task settings as the manifest records them (``docs`` only when a selection was made,
-    ``drop_reasoning`` only for tasks with conversations, ``workload`` only for workloads)."""
+    ``drop_reasoning`` only for tasks with conversations, ``workload`` only for workloads; the shard is the
+    manifest's ``shard``)."""
     out = dict(settings.__dict__)
+    del out["shard"]  # the manifest's own ``shard``: the shards of one run have the same settings
     for optional in ("drop_reasoning", "workload"):
         if out.get(optional) is None:
             out.pop(optional, None)
@@ -125,6 +128,16 @@ def lm_eval_expanded(cfg: RunConfig) -> RunConfig:
         return cfg
     dirs = cfg.tasks_dir if folder in cfg.tasks_dir else [*cfg.tasks_dir, folder]  # expanded once already
     return cfg.model_copy(update={"tasks": tasks, "tasks_dir": dirs})
+
+
+def shard_load(cfg: RunConfig) -> RunConfig:
+    """``cfg`` as one shard sends it: with ``--shard I/N`` and ``--request-rate R``, R/N requests per second, so
+    that the N shards together send at R (each shard paces its own requests; their send times are not
+    interleaved into one schedule: the arrival processes are the load issue's hook). Unchanged otherwise
+    (``--concurrency`` is each shard's own)."""
+    if cfg.shard is None or cfg.request_rate is None:
+        return cfg
+    return cfg.model_copy(update={"request_rate": cfg.request_rate / cfg.shard[1]})
 
 
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
@@ -217,6 +230,7 @@ def new_manifest(
         ),
         goodput_slos=cfg.goodput,
         pricing=pricing(cfg),
+        shard=None if cfg.shard is None else ShardRecord(index=cfg.shard[0], count=cfg.shard[1]),
     )
 
 

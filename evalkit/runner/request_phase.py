@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -81,6 +82,7 @@ class RequestPhase:
     lap: Callable[[str], None]
     _records: list[SampleRecord] = field(default_factory=list)  # the last task summarised: its records
     _itl_by: dict[str, array] | None = None  # and its inter-token latencies by endpoint (a sharded run)
+    clock_start_unix: float = 0.0  # set by each task's sending: time.time() at its client's start
 
     def run(
         self, p: TaskRun, options: ClientOptions, extra: dict[str, Any], close_scoring: bool
@@ -158,6 +160,9 @@ class RequestPhase:
                 self._records, self._itl_by or {}, dict(zip(shown, servers, strict=True))
             )
         main.gpu = observer.gpu_summary()
+        if self.cfg.shard is not None:  # evalkit merge puts the shards' start_s on one clock by it
+            for summary in out.values():
+                summary.started_at_unix = round(self.clock_start_unix, 6)
         timed = [r for r in self._records if r.status != "api_error" and r.key not in p.done_keys]
         add_energy(main.speed, main.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
         self.lap(f"{task.name}.scoring_summary")
@@ -224,6 +229,8 @@ class RequestPhase:
             headers=self.cfg.headers,
             models=self.accepted,
         ) as client:
+            # the wall-clock time the records' start_s count from, by this machine's clock (kept by a shard)
+            self.clock_start_unix = time.time() - (time.perf_counter() - client.t0)
 
             async def fit(req: Request) -> Request:
                 """One request of a conversation with ``max_tokens`` lowered to fit its history in the context

@@ -82,7 +82,7 @@ def check_resume(store: RunStore, manifest: Manifest, fresh: bool) -> EarlierWar
         return EarlierWarmup()
     if fingerprint(old) != fingerprint(manifest_json(manifest)):
         raise ConfigError(
-            f"{store.dir} holds a run with a different config (model, task version, data or settings); "
+            f"{store.dir} holds a run with a different config (model, task version, data, settings or shard); "
             "resume it with the same command, pass --fresh to start over, or choose another --output-dir"
         )
     manifest.created_at = old.get("created_at", manifest.created_at)

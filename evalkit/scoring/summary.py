@@ -85,15 +85,17 @@ def task_summary(
     itl: array | None,
     itl_spans: dict[str, tuple[int, int]] | None = None,
     earlier: set[str] | None = None,
+    wall_s: float | None = None,
 ) -> TaskSummary:
     """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process), ``records``
     every request's latest record, ``itl`` all inter-token latencies of the task (``itl_spans``: each record's
     part of it). ``speed.steady_state``: the same figures at the level of requests in flight the scheduler
     ended at (a fixed concurrency, or where auto settled), over this session's records (``earlier``: the keys an
-    earlier session of a resumed run answered, timed on another clock)."""
+    earlier session of a resumed run answered, timed on another clock). ``wall_s``: the time the throughputs are
+    over (default: first send to last answer; a merged run's: the union of its shards' windows)."""
     metrics, detail = scored
     counts = _counts(records)
-    speed = speed_summary(records, itl=itl)
+    speed = speed_summary(records, wall_s=wall_s, itl=itl)
     speed.concurrency = stats.final_concurrency
     speed.client_cpu_s = round(stats.cpu_s, 3)
     lags = sorted(stats.loop_lag_ms)

@@ -24,8 +24,8 @@ def package_versions() -> dict[str, str | None]:
 
 
 def fingerprint(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What must match for a run dir to be resumed."""
-    return {
+    """What must match for a run dir to be resumed (a shard's dir: its ``shard`` too)."""
+    out = {
         "model": manifest.get("model"),
         "endpoint_kind": manifest.get("endpoint", {}).get("kind"),
         "tasks": {
@@ -33,3 +33,6 @@ def fingerprint(manifest: dict[str, Any]) -> dict[str, Any]:
             for name, t in (manifest.get("tasks") or {}).items()
         },
     }
+    if manifest.get("shard") is not None:  # absent for unsharded runs: their fingerprint is as it always was
+        out["shard"] = manifest["shard"]
+    return out

@@ -41,10 +41,12 @@ from evalkit.contracts import (
     LoadSummary,
     Manifest,
     ManifestTask,
+    MergedShard,
     MetricValue,
     ResentSummary,
     RunSummary,
     SampleRecord,
+    ShardRecord,
     Speed,
     TaskSummary,
     WarmupSettings,
@@ -105,6 +107,7 @@ class TaskRead:
     endpoints: list[EndpointSummary] = field(default_factory=list)
     resent: ResentSummary | None = None
     load: LoadSummary | None = None
+    started_at_unix: float | None = None
 
     @classmethod
     def of(cls, name: str, raw: Any, listed: bool = True, dropped: list[Dropped] | None = None) -> TaskRead:
@@ -180,6 +183,8 @@ class ManifestRead:
     warmup: WarmupSettings | None = None
     goodput_slos: dict[str, float] | None = None
     pricing: dict[str, Any] | None = None
+    shard: ShardRecord | None = None
+    shards: list[MergedShard] | None = None
     keys: frozenset[str] = frozenset()
     dropped: tuple[Dropped, ...] = ()
 

@@ -311,7 +311,8 @@ class LmEvalTask(Task):
         n = len(cached) if cached is not None else len(self._build_task(settings.num_fewshot).eval_docs)
         if settings.docs is not None:
             n = len({d for d in settings.docs if 0 <= d < n})
-        return n if settings.limit is None else min(n, settings.limit)
+        n = n if settings.limit is None else min(n, settings.limit)
+        return n if settings.shard is None else len(range(settings.shard[0], n, settings.shard[1]))
 
     def use_endpoint(self, base_url: str, api_key: str | None) -> None:
         self._endpoint = credentials(server_root(base_url), api_key)
@@ -336,7 +337,9 @@ class LmEvalTask(Task):
             if settings.endpoint_kind == "chat":
                 raise TaskError(f"task {self.name}: {self.output_type} requests need a completions endpoint, not chat")
             built = self._built(settings.num_fewshot)
-            docs = [d for d in dict.fromkeys(b["doc_id"] for b in built) if settings.wants(d)][: settings.limit]
+            docs = settings.shard_of(
+                [d for d in dict.fromkeys(b["doc_id"] for b in built) if settings.wants(d)][: settings.limit]
+            )
             chosen = set(docs)
             entries = [b for b in built if b["doc_id"] in chosen]
             with self._lock:
@@ -346,9 +349,7 @@ class LmEvalTask(Task):
                 f"task {self.name}: --apply-chat-template sends chat messages; drop --endpoint-kind completions"
             )
         built = [b for b in self._built(settings.num_fewshot) if settings.wants(b["doc_id"])]
-        if settings.limit is not None:
-            built = built[: settings.limit]
-        return [self._request(b, settings) for b in built]
+        return [self._request(b, settings) for b in settings.shard_of(built[: settings.limit])]
 
     def stream_requests(self, settings: TaskSettings, emit: Callable[[Request], None]) -> None:
         if self.scored:
@@ -358,8 +359,9 @@ class LmEvalTask(Task):
         def on_entry(b: dict[str, Any]) -> None:
             nonlocal sent
             if settings.wants(b["doc_id"]) and (settings.limit is None or sent < settings.limit):
-                emit(self._request(b, settings))
-                sent += 1
+                if settings.shard is None or sent % settings.shard[1] == settings.shard[0]:
+                    emit(self._request(b, settings))
+                sent += 1  # the position in the unsharded run's selection
 
         self._built(settings.num_fewshot, on_entry)  # the whole set: the cache holds every document
 

@@ -57,6 +57,8 @@ class TaskSettings:
     # multi-turn tool-calling tasks: leave earlier turns' reasoning out of the history sent back (None: other tasks)
     drop_reasoning: bool | None = None
     workload: dict[str, Any] | None = None  # workload tasks: evalkit.config.workload.WorkloadSettings' options
+    # --shard I/N as (I, N): only every N-th document of the selection (after ``limit``), from the I-th
+    shard: tuple[int, int] | None = None
 
     def wants(self, doc_id: int) -> bool:
         """Whether document ``doc_id`` is in the run's selection (every document when ``docs`` is None)."""
@@ -64,14 +66,23 @@ class TaskSettings:
 
     def select(self, items: Sequence[T]) -> list[tuple[int, T]]:
         """The ``(doc_id, item)`` pairs of a task's documents (doc_id = position) that the run takes: those in
-        ``docs``, then at most ``limit`` of them."""
+        ``docs``, then at most ``limit`` of them, then this shard's part of those (:meth:`shard_of`)."""
         chosen = [(d, item) for d, item in enumerate(items) if self.wants(d)]
-        return chosen if self.limit is None else chosen[: max(self.limit, 0)]
+        return self.shard_of(chosen if self.limit is None else chosen[: max(self.limit, 0)])
+
+    def shard_of(self, chosen: Sequence[T]) -> list[T]:
+        """The shard's part of the documents the unsharded run takes, in their order: with ``--shard I/N``, every
+        N-th from the I-th (all of them without a shard). A task that selects its documents otherwise calls it
+        after ``limit`` too, so that the N shards together take exactly the unsharded run's documents."""
+        if self.shard is None:
+            return list(chosen)
+        index, count = self.shard
+        return list(chosen[index::count])
 
 
 def settings_keys() -> list[str]:
-    """The keys a task's ``defaults`` may set: the fields of TaskSettings."""
-    return sorted(f.name for f in fields(TaskSettings))
+    """The keys a task's ``defaults`` may set: the fields of TaskSettings (but the run's ``shard``)."""
+    return sorted(f.name for f in fields(TaskSettings) if f.name != "shard")
 
 
 @dataclass(frozen=True)
