@@ -49,11 +49,17 @@
     }
   };
 
-  /* Text labels next to scatter points. */
+  /* Text labels next to scatter points, none over another: each takes the first free spot of four around its
+     point (right above, right below, left above, left below); a label with none free is left out (the point's
+     tooltip names it). The boxes drawn are kept on the chart as $evalkitLabels. */
   var pointLabels = {
     id: "evalkitPointLabels",
     afterDatasetsDraw: function (chart) {
-      var ctx = chart.ctx;
+      var ctx = chart.ctx, boxes = [], area = chart.chartArea;
+      function free(b) {
+        if (area && (b.x0 < area.left || b.x1 > area.right + 40)) { return false; }
+        return boxes.every(function (o) { return b.x1 <= o.x0 || b.x0 >= o.x1 || b.y1 <= o.y0 || b.y0 >= o.y1; });
+      }
       chart.data.datasets.forEach(function (ds, di) {
         if (!ds.pointLabels || !chart.isDatasetVisible(di)) { return; }
         var meta = chart.getDatasetMeta(di);
@@ -66,10 +72,20 @@
           if (!el) { return; }
           var text = String(p.label || "");
           if (text.length > 40) { text = text.slice(0, 39) + "…"; }
-          ctx.fillText(text, el.x + 8, el.y - 8);
+          var w = ctx.measureText(text).width, h = 14;
+          var spots = [[el.x + 8, el.y - 8], [el.x + 8, el.y + 8], [el.x - 8 - w, el.y - 8], [el.x - 8 - w, el.y + 8]];
+          for (var k = 0; k < spots.length; k++) {
+            var b = { x0: spots[k][0], y0: spots[k][1] - h / 2, x1: spots[k][0] + w, y1: spots[k][1] + h / 2, text: text };
+            if (free(b)) {
+              boxes.push(b);
+              ctx.fillText(text, spots[k][0], spots[k][1]);
+              break;
+            }
+          }
         });
         ctx.restore();
       });
+      chart.$evalkitLabels = boxes;
     }
   };
 
