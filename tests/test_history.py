@@ -8,10 +8,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -44,8 +46,8 @@ def test_the_migrations_make_exactly_the_models_tables(tmp_path: Path) -> None:
     engine = db.open_engine(url)
     with engine.connect() as c:
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
-        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
-    assert ScriptDirectory.from_config(db.alembic_config()).get_current_head() == db.HEAD == "0002"
+        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+    assert ScriptDirectory.from_config(db.alembic_config()).get_current_head() == db.HEAD == "0003"
     forget(url)
 
 
@@ -92,6 +94,10 @@ def test_add_list_show_export_of_the_example_runs(db_url: str, tmp_path: Path) -
     lines = out.strip().splitlines()
     assert code == 0 and lines[0].split()[:3] == ["id", "created", "(UTC)"] and len(lines) == 5
     assert "2026-12-03 08:14" in lines[1] and "0.32.0" in lines[1]  # newest first, its vLLM version
+    # each row names its run dir and kind, under a header whose columns line up with the rows'
+    assert lines[0].split()[3:6] == ["run", "dir", "kind"]
+    assert lines[1].split()[3:5] == ["cpu-vllm-gsm8k", "run"]
+    assert lines[1].index("cpu-vllm-gsm8k") == lines[0].index("run dir")
     code, out = cli(url, "history", "list", "--task", "aime25")
     assert code == 0 and len(out.strip().splitlines()) == 2 and "aime25" in out
     code, out = cli(url, "history", "list", "--since", "2026-12-03")
@@ -104,6 +110,8 @@ def test_add_list_show_export_of_the_example_runs(db_url: str, tmp_path: Path) -
     assert code == 0, out
     assert "exact_match,strict-match: 0.0129 [0.0068, 0.0190] (n 1319)" in out  # the metric with its CI
     assert "--max-num-seqs 64" in out and "vLLM 0.26.0" in out and "ttft_p99_ms 1819" in out
+    (speed,) = [line for line in out.splitlines() if line.strip().startswith("speed:")]
+    assert "e+" not in speed and re.search(r" e2e_p99_ms \d{4,}(,|$)", speed), speed  # 10714, not 1.071e+04
     first_id = out.split(":")[0].split()[-1]
     code, out = cli(url, "history", "add", "--config", "seqs64", seqs64)  # recorded again: same row, named
     assert code == 0 and out.startswith(f"run {first_id}:") and "config seqs64" in out
@@ -222,3 +230,34 @@ def test_expected_from_the_shipped_reference_scores(tmp_path: Path) -> None:
         code, out = cli(url, "gate", hot, *args, "-o", tmp_path / "g3")
         assert code == 2 and why in out and len(out.strip().splitlines()) == 1, out
     forget(url)
+
+
+def test_the_config_identity_covers_what_changes_speed_or_scores() -> None:
+    """Runs that differ in max_tokens, sampling, concurrency, request rate, endpoints or the server's own identity
+    get different config hashes; repeats (another seed) share theirs."""
+    from evalkit.history.record import config_hash
+    from evalkit.store.reader import ManifestRead
+
+    base = json.loads((DATA / "cpu-vllm-gsm8k" / "manifest.json").read_text())
+    base["server"].pop("argv", None)  # as a run against an external endpoint records it
+    (task,) = base["tasks"]
+
+    def changed(edit: Any) -> str:
+        m = json.loads(json.dumps(base))
+        edit(m)
+        return config_hash(ManifestRead.of(m))
+
+    same = config_hash(ManifestRead.of(base))
+    assert changed(lambda m: m["tasks"][task]["settings"].update(seed=7)) == same  # a repeat
+    for edit in (
+        lambda m: m["tasks"][task]["settings"].update(max_tokens=64),
+        lambda m: m["tasks"][task]["settings"].update(temperature=0.7),
+        lambda m: m.update(concurrency=4),
+        lambda m: m.update(request_rate=2.0),
+        lambda m: m.update(endpoints=["http://a:8000/v1", "http://b:8000/v1"]),
+        lambda m: m["endpoint"].update(base_url="http://other:8000/v1"),
+        lambda m: m["server"].update(kv_cache_tokens=1024),
+        lambda m: m["server"].update(max_model_len=1024),
+        lambda m: m["server"].update(version="0.99.0"),
+    ):
+        assert changed(edit) != same
