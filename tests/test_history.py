@@ -261,3 +261,28 @@ def test_the_config_identity_covers_what_changes_speed_or_scores() -> None:
         lambda m: m["server"].update(version="0.99.0"),
     ):
         assert changed(edit) != same
+
+
+def test_the_trend_draws_one_line_per_config_identity_with_round_ticks_and_dated_labels() -> None:
+    """tok/s at concurrency 128, 16 and 4 of one config name are three lines; ticks are round numbers; runs on one
+    day are labelled with their times."""
+    from datetime import datetime
+
+    from evalkit.history.query import Point
+    from evalkit.history.trend import chart, nice_ticks, render_trend
+
+    points = [
+        Point(i, f"r{i}", datetime(2026, 12, 6, 9 + i), "nightly", "0.32.0", 0.6 + i / 100, (0.55, 0.7), tok, None,
+              f"hash{level}", str(level))
+        for i, (level, tok) in enumerate([(128, 594.3), (16, 301.0), (4, 95.2), (128, 588.0), (16, 299.0)])
+    ]  # fmt: skip
+    speed = chart("tok/s", points, [p.speed for p in points], False, False, False)
+    assert sorted(s.label for s in speed.series) == [f"nightly · concurrency {c}" for c in (128, 16, 4)]
+    assert all(s.line.count("L") == n - 1 for s, n in zip(speed.series, (2, 2, 1), strict=True))
+    assert [label for _, label in speed.y_ticks] == ["0", "200", "400", "600"]
+    assert nice_ticks([0.0609, 0.2767], True) == [0.0, 0.1, 0.2, 0.3]
+    assert nice_ticks([0.1, 0.9], True) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    labels = [label for _, label in speed.x_ticks]
+    assert labels == ["12-06 09:00", "12-06 10:00", "12-06 11:00", "12-06 12:00", "12-06 13:00"]
+    html = render_trend("gsm8k", "exact_match", "output_tokens_per_s", points, "sqlite")
+    assert html.count('class="line"') == 6 and "6.09%" not in html

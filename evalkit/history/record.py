@@ -74,7 +74,7 @@ def identity(manifest: ManifestRead) -> dict[str, Any]:
     endpoints = manifest.endpoints or ([manifest.endpoint.base_url] if manifest.endpoint is not None else [])
     return {
         "model": server.get("model") or manifest.model,
-        "flags": _flags([str(a) for a in argv]) if started else None,
+        "flags": _flags([str(a) for a in argv]) if isinstance(argv, list) else None,
         "env": env if isinstance(env, dict) else None,
         "server": {k: server.get(k) for k in SERVER_IDENTITY if server.get(k) is not None} or None,
         "endpoints": None if started else sorted(str(e) for e in endpoints) or None,  # a started one: its flags
