@@ -210,6 +210,9 @@ def test_expected_from_the_shipped_reference_scores(tmp_path: Path) -> None:
     code, out = cli(url, "history", "references")
     assert code == 0 and f"{model}  gsm8k  exact_match,flexible-extract >= 0.95 - 0.08" in out
     assert "tests/evals/gsm8k/configs/DeepSeek-V3.2-TP.yaml" in out  # each number with its source
+    # public sources only: the AIME number cites the model card and paper, not an internal document
+    assert "https://huggingface.co/deepseek-ai/DeepSeek-V3.2" in out and "arXiv:2512.02556" in out
+    assert "brief" not in out and "issue 31" not in out
 
     low = build_gsm8k_run(tmp_path / "low", seed=0, accuracy=0.78, model=model)
     code, out = cli(url, "gate", low, "--expected-from", model, "--policy", policy, "-o", tmp_path / "g1")
