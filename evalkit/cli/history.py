@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from evalkit.cli.common import fail, history_app
+from evalkit.cli.common import aligned, fail, history_app
 from evalkit.errors import EvalkitError
 
 Filter = Annotated[str | None, typer.Option(help="Only runs of this task.")]
@@ -83,9 +83,7 @@ def list_(
         typer.echo("no run in the history matches; evalkit history add RUN_DIR records old runs", err=True)
         return
     head = ["id", "created (UTC)", "run dir", "kind", "model", "config", "vllm", "tasks", "verdict"]
-    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
-    for row in [head, *rows]:
-        typer.echo("  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
+    typer.echo("\n".join(aligned(head, rows)))
 
 
 @history_app.command("show")
