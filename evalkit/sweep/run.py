@@ -27,7 +27,7 @@ from evalkit.contracts import speed_metric
 from evalkit.errors import EndpointError, EvalkitError, RunError, ServerError, StoreError
 from evalkit.history import record_run
 from evalkit.store.files import write_text_atomic
-from evalkit.store.manifest import fingerprint
+from evalkit.store.manifest import fingerprint, fingerprint_differences
 from evalkit.sweep.numerics import add_numerics_columns
 from evalkit.sweep.page import write_page
 from evalkit.sweep.plan import Combination, plan
@@ -123,7 +123,8 @@ class Expected:
 
         cfg = self.configs[combo.name]
         model = cfg.model or manifest.get("model")  # without `model:`, the one the endpoint serves
-        differs = _differences(fingerprint(manifest), planned_fingerprint(cfg, self._tasks[combo.name], model))
+        planned = planned_fingerprint(cfg, self._tasks[combo.name], model)
+        differs = fingerprint_differences(fingerprint(manifest), planned, "run", "sweep file")
         priced = [  # the run's goodput and cost figures were counted against these
             f"{key}: run {manifest.get(key)}, sweep file {want}"
             for key, want in (("goodput_slos", cfg.goodput), ("pricing", pricing(cfg)))
@@ -141,31 +142,6 @@ class Expected:
             if total and failed / total > limit:
                 return f"{name}: {failed} of {total} requests failed (more than max_error_rate {limit})"
         return None
-
-
-def _differences(run: dict[str, Any], sweep: dict[str, Any]) -> str | None:
-    out: list[str] = []
-    if list(run["tasks"]) != list(sweep["tasks"]):
-        out.append(f"tasks: run {list(run['tasks'])}, sweep file {list(sweep['tasks'])}")
-    for key in ("model", "endpoint_kind"):
-        if run[key] != sweep[key]:
-            out.append(f"{key}: run {run[key]}, sweep file {sweep[key]}")
-    one = len(sweep["tasks"]) == 1
-    for task in (t for t in sweep["tasks"] if t in run["tasks"]):
-        a, b = dict(_flat(run["tasks"][task])), dict(_flat(sweep["tasks"][task]))
-        for key in dict.fromkeys([*a, *b]):
-            if a.get(key) != b.get(key):
-                label = key.removeprefix("settings.") if one else f"{task} {key.removeprefix('settings.')}"
-                hashed = key.startswith("data_sha256")
-                out.append(f"{label} differs" if hashed else f"{label}: run {a.get(key)}, sweep file {b.get(key)}")
-    return "; ".join(out) or None
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for k, v in d.items():
-        out += _flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [(f"{prefix}{k}", v)]
-    return out
 
 
 def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str], pricing: Any = None) -> dict[str, Any]:
