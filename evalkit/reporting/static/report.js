@@ -271,7 +271,9 @@
     return { type: "line", data: { datasets: datasets }, options: opts };
   }
 
-  /* One line per series over a numeric x (a sweep's concurrency levels), on a log-2 x axis when it spans > 8x. */
+  /* One line per series over a numeric x (a sweep's concurrency levels), on a log-2 x axis when it spans > 8x.
+     A series with band "lower" / "upper" is an edge of a shaded interval: no line or points, the area between
+     the two filled (the upper one, next after the lower, named in the legend). spec.percent: a 0-100% y axis. */
   function lineConfig(spec) {
     var opts = baseOptions(spec), xs = [];
     spec.series.forEach(function (s) { s.points.forEach(function (p) { xs.push(p.x); }); });
@@ -280,10 +282,22 @@
       x: { type: wide ? "logarithmic" : "linear", title: { display: true, text: spec.x } },
       y: { min: 0, title: { display: true, text: spec.y } }
     };
+    if (spec.percent) {
+      opts.scales.y.max = 100;
+      opts.scales.y.ticks = { stepSize: 25, callback: function (v) { return v + "%"; } };
+    }
+    opts.plugins.legend.labels = { filter: function (item, data) { return data.datasets[item.datasetIndex].band !== "lower"; } };
+    var line = 0;
     return {
       type: "line",
       data: {
-        datasets: spec.series.map(function (s, i) {
+        datasets: spec.series.map(function (s) {
+          if (s.band) {
+            var c = color(Math.max(0, line - 1), 0.18);
+            return { label: s.label, data: s.points, band: s.band, borderWidth: 0, pointRadius: 0,
+              pointHitRadius: 0, borderColor: c, backgroundColor: c, fill: s.band === "upper" ? "-1" : false };
+          }
+          var i = line++;
           return { label: s.label, data: s.points, borderColor: color(i), backgroundColor: color(i, 0.2),
             borderWidth: 2, pointRadius: 4 };
         })
