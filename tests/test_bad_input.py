@@ -298,6 +298,14 @@ def test_unreachable_endpoint_fails_within_seconds(tmp_path: Path) -> None:
     out = invoke(["run", "gsm8k", "--endpoint", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "o")])
     assert_one_error_line(out, f"cannot connect to http://127.0.0.1:{port}/v1", "is the server running")
     assert out.elapsed < 15
+    assert not (tmp_path / "o").exists(), "a run that never started leaves no empty run dir behind"
+
+
+@pytest.mark.parametrize("url", ["htp:/host", "http:/127.0.0.1:8000", "htps://host/v1"])
+def test_a_mistyped_scheme_is_an_invalid_url_not_a_failed_connect(url: str, tmp_path: Path) -> None:
+    out = invoke(["run", "gsm8k", "--endpoint", url, "-o", str(tmp_path / "o")])
+    assert_one_error_line(out, f"endpoint {url!r} is not", "pass e.g. --endpoint http://127.0.0.1:8000/v1")
+    assert "cannot connect" not in out.stderr and not (tmp_path / "o").exists()
 
 
 def test_endpoint_that_never_answers_times_out(tmp_path: Path) -> None:

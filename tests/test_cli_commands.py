@@ -15,6 +15,12 @@ def test_tasks_list_and_show():
     p = cli("tasks", "list")
     assert p.returncode == 0
     assert "gsm8k" in p.stdout and "aime25" in p.stdout and "lm-eval" in p.stdout
+    # a header, and every column starts where its heading does (no name pushes its row's columns along)
+    head, *rows = p.stdout.splitlines()
+    assert head.split() == ["name", "kind", "version", "description"]
+    starts = [head.index(h) for h in ("kind", "version", "description")]
+    for row in rows:
+        assert all(row[i - 2 : i] == "  " and row[i] != " " for i in starts), (head, row)
     p = cli("tasks", "show", "aime25")
     assert p.returncode == 0, p.stderr
     assert "4213712e99507f03469175b1cbfb02cd7746c34b04f28e1ea62290626a582e5d" in p.stdout

@@ -8,10 +8,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -44,8 +46,8 @@ def test_the_migrations_make_exactly_the_models_tables(tmp_path: Path) -> None:
     engine = db.open_engine(url)
     with engine.connect() as c:
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
-        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
-    assert ScriptDirectory.from_config(db.alembic_config()).get_current_head() == db.HEAD == "0002"
+        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+    assert ScriptDirectory.from_config(db.alembic_config()).get_current_head() == db.HEAD == "0003"
     forget(url)
 
 
@@ -92,6 +94,10 @@ def test_add_list_show_export_of_the_example_runs(db_url: str, tmp_path: Path) -
     lines = out.strip().splitlines()
     assert code == 0 and lines[0].split()[:3] == ["id", "created", "(UTC)"] and len(lines) == 5
     assert "2026-12-03 08:14" in lines[1] and "0.32.0" in lines[1]  # newest first, its vLLM version
+    # each row names its run dir and kind, under a header whose columns line up with the rows'
+    assert lines[0].split()[3:6] == ["run", "dir", "kind"]
+    assert lines[1].split()[3:5] == ["cpu-vllm-gsm8k", "run"]
+    assert lines[1].index("cpu-vllm-gsm8k") == lines[0].index("run dir")
     code, out = cli(url, "history", "list", "--task", "aime25")
     assert code == 0 and len(out.strip().splitlines()) == 2 and "aime25" in out
     code, out = cli(url, "history", "list", "--since", "2026-12-03")
@@ -104,6 +110,8 @@ def test_add_list_show_export_of_the_example_runs(db_url: str, tmp_path: Path) -
     assert code == 0, out
     assert "exact_match,strict-match: 0.0129 [0.0068, 0.0190] (n 1319)" in out  # the metric with its CI
     assert "--max-num-seqs 64" in out and "vLLM 0.26.0" in out and "ttft_p99_ms 1819" in out
+    (speed,) = [line for line in out.splitlines() if line.strip().startswith("speed:")]
+    assert "e+" not in speed and re.search(r" e2e_p99_ms \d{4,}(,|$)", speed), speed  # 10714, not 1.071e+04
     first_id = out.split(":")[0].split()[-1]
     code, out = cli(url, "history", "add", "--config", "seqs64", seqs64)  # recorded again: same row, named
     assert code == 0 and out.startswith(f"run {first_id}:") and "config seqs64" in out
@@ -202,6 +210,9 @@ def test_expected_from_the_shipped_reference_scores(tmp_path: Path) -> None:
     code, out = cli(url, "history", "references")
     assert code == 0 and f"{model}  gsm8k  exact_match,flexible-extract >= 0.95 - 0.08" in out
     assert "tests/evals/gsm8k/configs/DeepSeek-V3.2-TP.yaml" in out  # each number with its source
+    # public sources only: the AIME number cites the model card and paper, not an internal document
+    assert "https://huggingface.co/deepseek-ai/DeepSeek-V3.2" in out and "arXiv:2512.02556" in out
+    assert "brief" not in out and "issue 31" not in out
 
     low = build_gsm8k_run(tmp_path / "low", seed=0, accuracy=0.78, model=model)
     code, out = cli(url, "gate", low, "--expected-from", model, "--policy", policy, "-o", tmp_path / "g1")
@@ -222,3 +233,59 @@ def test_expected_from_the_shipped_reference_scores(tmp_path: Path) -> None:
         code, out = cli(url, "gate", hot, *args, "-o", tmp_path / "g3")
         assert code == 2 and why in out and len(out.strip().splitlines()) == 1, out
     forget(url)
+
+
+def test_the_config_identity_covers_what_changes_speed_or_scores() -> None:
+    """Runs that differ in max_tokens, sampling, concurrency, request rate, endpoints or the server's own identity
+    get different config hashes; repeats (another seed) share theirs."""
+    from evalkit.history.record import config_hash
+    from evalkit.store.reader import ManifestRead
+
+    base = json.loads((DATA / "cpu-vllm-gsm8k" / "manifest.json").read_text())
+    base["server"].pop("argv", None)  # as a run against an external endpoint records it
+    (task,) = base["tasks"]
+
+    def changed(edit: Any) -> str:
+        m = json.loads(json.dumps(base))
+        edit(m)
+        return config_hash(ManifestRead.of(m))
+
+    same = config_hash(ManifestRead.of(base))
+    assert changed(lambda m: m["tasks"][task]["settings"].update(seed=7)) == same  # a repeat
+    for edit in (
+        lambda m: m["tasks"][task]["settings"].update(max_tokens=64),
+        lambda m: m["tasks"][task]["settings"].update(temperature=0.7),
+        lambda m: m.update(concurrency=4),
+        lambda m: m.update(request_rate=2.0),
+        lambda m: m.update(endpoints=["http://a:8000/v1", "http://b:8000/v1"]),
+        lambda m: m["endpoint"].update(base_url="http://other:8000/v1"),
+        lambda m: m["server"].update(kv_cache_tokens=1024),
+        lambda m: m["server"].update(max_model_len=1024),
+        lambda m: m["server"].update(version="0.99.0"),
+    ):
+        assert changed(edit) != same
+
+
+def test_the_trend_draws_one_line_per_config_identity_with_round_ticks_and_dated_labels() -> None:
+    """tok/s at concurrency 128, 16 and 4 of one config name are three lines; ticks are round numbers; runs on one
+    day are labelled with their times."""
+    from datetime import datetime
+
+    from evalkit.history.query import Point
+    from evalkit.history.trend import chart, nice_ticks, render_trend
+
+    points = [
+        Point(i, f"r{i}", datetime(2026, 12, 6, 9 + i), "nightly", "0.32.0", 0.6 + i / 100, (0.55, 0.7), tok, None,
+              f"hash{level}", str(level))
+        for i, (level, tok) in enumerate([(128, 594.3), (16, 301.0), (4, 95.2), (128, 588.0), (16, 299.0)])
+    ]  # fmt: skip
+    speed = chart("tok/s", points, [p.speed for p in points], False, False, False)
+    assert sorted(s.label for s in speed.series) == [f"nightly · concurrency {c}" for c in (128, 16, 4)]
+    assert all(s.line.count("L") == n - 1 for s, n in zip(speed.series, (2, 2, 1), strict=True))
+    assert [label for _, label in speed.y_ticks] == ["0", "200", "400", "600"]
+    assert nice_ticks([0.0609, 0.2767], True) == [0.0, 0.1, 0.2, 0.3]
+    assert nice_ticks([0.1, 0.9], True) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    labels = [label for _, label in speed.x_ticks]
+    assert labels == ["12-06 09:00", "12-06 10:00", "12-06 11:00", "12-06 12:00", "12-06 13:00"]
+    html = render_trend("gsm8k", "exact_match", "output_tokens_per_s", points, "sqlite")
+    assert html.count('class="line"') == 6 and "6.09%" not in html

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 import yaml
-from sqlalchemy.orm import Session
 
 from evalkit.gating.result import GateResult, Rule
 from evalkit.history import db, session
@@ -115,8 +114,8 @@ def test_a_database_made_by_an_earlier_migration_is_upgraded(db_url: str, tmp_pa
     (run,) = copies(tmp_path, 1, "run")
     old = db.make_engine(db_url)
     db.upgrade(old, "0001")  # the schema before gates and watch ticks were recorded
-    with Session(old) as s, s.begin():
-        run_id = add_run(s, run, "run").id
+    with old.begin() as c:  # a run as that version recorded it (its columns only)
+        run_id = _insert_old_run(c, run, "run")
     assert "gates" not in sa.inspect(old).get_table_names()
     old.dispose()
     forget(db_url)
@@ -127,8 +126,34 @@ def test_a_database_made_by_an_earlier_migration_is_upgraded(db_url: str, tmp_pa
     with session(db_url) as s:  # opened by this version: upgraded to the newest migration first
         gate = add_gate(s, result, [], [run], None)
         assert [g.run_id for g in gate.runs] == [run_id]  # the run recorded before the upgrade
-        assert s.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert s.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == db.HEAD
         assert {"gates", "gate_rules", "watch_ticks"} <= set(sa.inspect(s.connection()).get_table_names())
+
+
+def _insert_old_run(c: sa.Connection, run_dir: Path, source: str) -> int:
+    """A runs row with the columns of migrations 0001-0002 (before ``kind``); its id."""
+    from datetime import datetime
+
+    row = {"run_dir": str(run_dir.resolve()), "label": run_dir.name, "recorded_at": datetime(2026, 12, 6, 9, 30)}
+    c.execute(
+        sa.text("INSERT INTO runs (run_dir, label, recorded_at, source) VALUES (:run_dir, :label, :recorded_at, :s)"),
+        {**row, "s": source},
+    )
+    return int(c.execute(sa.text("SELECT id FROM runs WHERE run_dir = :d"), {"d": row["run_dir"]}).scalar_one())
+
+
+def test_runs_recorded_before_the_kind_column_get_their_kind(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+    runs = copies(tmp_path, 3, "run")
+    old = db.make_engine(db_url)
+    db.upgrade(old, "0002")  # the schema before runs had a kind
+    with old.begin() as c:
+        ids = [_insert_old_run(c, run, source) for run, source in zip(runs, ("run", "sweep", "watch"), strict=True)]
+    old.dispose()
+    forget(db_url)
+    with session(db_url) as s:  # upgraded on open
+        kinds = {r.id: r.kind for r in s.scalars(sa.select(RunRow))}
+        assert [kinds[i] for i in ids] == ["run", "sweep point", "watch tick"]
+        assert s.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0003"
 
 
 def test_the_grafana_panel_reads_the_history(db_url: str, tmp_path: Path) -> None:  # noqa: F811

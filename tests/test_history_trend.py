@@ -4,6 +4,8 @@ drawn as inline SVG, the gate's verdicts marked, a hostile run name escaped, no 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 from pathlib import Path
 
 import orjson
@@ -29,8 +31,12 @@ CHECKS = """(() => {
   return {charts: charts.length, points: charts.map((s) => s.querySelectorAll('circle').length),
           band: box(charts[0].querySelector('path.band')), line: box(charts[0].querySelector('path.line')),
           speedLine: box(charts[1].querySelector('path.line')), inside: inside,
-          fail: document.querySelectorAll('circle.verdict-fail').length / 2,
-          pass: document.querySelectorAll('circle.verdict-pass').length / 2,
+          fail: document.querySelectorAll('circle.verdict-fail').length,
+          pass: document.querySelectorAll('circle.verdict-pass').length,
+          speedVerdicts: charts[1].querySelectorAll('circle.verdict-fail, circle.verdict-pass, text.mark').length,
+          yTicks: charts.map((s) => [...s.querySelectorAll('g.axis text[text-anchor="end"]')]
+            .map((t) => t.textContent)),
+          xTicks: [...charts[0].querySelectorAll('g.axis text[text-anchor="middle"]')].map((t) => t.textContent),
           marks: [...document.querySelectorAll('text.mark')].map((t) => t.textContent),
           rows: document.querySelectorAll('tbody tr').length, imgs: document.querySelectorAll('img').length,
           scripts: document.querySelectorAll('script').length,
@@ -76,7 +82,14 @@ def test_trend_page_in_chromium(tmp_path: Path) -> None:
             assert checks["band"]["h"] > 5 and checks["band"]["w"] > 500, checks  # the CI band spans the runs
             assert checks["line"]["w"] > 500 and checks["speedLine"]["h"] > 5 and checks["inside"], checks
             assert checks["fail"] == 1 and checks["pass"] == 1, checks  # n2 passed its gate, n3 failed
-            assert sorted(checks["marks"]) == ["fail", "fail", "pass", "pass"], checks
+            # marked on the accuracy chart only; the speed chart's points are plain
+            assert sorted(checks["marks"]) == ["fail", "pass"] and checks["speedVerdicts"] == 0, checks
+            # round ticks (a step of 1, 2, 2.5 or 5 x 10^k), dated x labels, none repeated
+            for labels in checks["yTicks"]:
+                values = [float(t.rstrip("%").replace(",", "")) for t in labels]
+                (step,) = {round(b - a, 6) for a, b in itertools.pairwise(values)}
+                assert round(step / 10 ** math.floor(math.log10(step)), 6) in (1, 2, 2.5, 5), labels
+            assert checks["xTicks"] == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"], checks
             assert checks["rows"] == 4 and checks["imgs"] == 0 and checks["scripts"] == 0 and checks["csp"]
             assert checks["hostile"], "the hostile run name is shown as text"
 

@@ -181,3 +181,24 @@ def test_generated_reports_are_not_committed():
         pytest.skip("not a git checkout")
     p = subprocess.run(["git", "ls-files", "reports"], capture_output=True, text=True, cwd=REPO, check=True)
     assert p.stdout.split() == ["reports/README.md"]
+
+
+def test_the_readme_says_what_a_newcomer_needs_to_know():
+    """Before the first command's output: what the install costs, how to stop the test server, and that every
+    run is recorded in a history database (and how to turn it off)."""
+    quick = section(README.read_text(), QUICKSTART)
+    for said in ("about 1 GB", "about 2.5 minutes", "kill %1", "history database", "EVALKIT_HISTORY_URL=off"):
+        assert said in quick, said
+
+
+def test_the_readme_goodput_example_runs_against_an_endpoint(tmp_path):
+    """The README's goodput and cost options, as written, accepted for a run against an endpoint (an endpoint
+    needs --gpus-billed: without it the run is refused, exit 2)."""
+    from typer.testing import CliRunner
+
+    (row,) = [line for line in README.read_text().splitlines() if line.startswith("| `evalkit run … --goodput")]
+    options = shlex.split(row.split("`")[1].split("…", 1)[1])
+    with test_server.TestServer() as srv:
+        argv = ["run", "gsm8k", "--endpoint", srv.url, "--limit", "4", "-q", "--no-report", "-o", str(tmp_path / "r")]
+        res = CliRunner().invoke(app, [*argv, *options], env={"EVALKIT_HISTORY_URL": "off"})
+    assert res.exit_code == 0, res.output

@@ -96,11 +96,12 @@ def test_different_config_is_refused_and_fresh_starts_over(tmp_path: Path, test_
     old_keys = {r["key"] for r in records(out)}
     files = {p.name: p.read_bytes() for p in out.iterdir()}
     sent = len(test_server.requests)
-    for change in (["--temperature", "0.7"], ["--seed", "7"]):
+    for change, named in ((["--temperature", "0.7"], "temperature: run dir "), (["--seed", "7"], "seed: run dir ")):
         code, err = invoke(run_args(test_server.url, out, *change))
         assert code == 2
         assert err.strip().splitlines() == [err.strip()]
         assert err.startswith("evalkit: error: ") and "holds a run with a different config" in err
+        assert named in err and f", now {change[1]}" in err, err  # the setting that changed, both values
         assert "--fresh" in err and str(out) in err
         assert {p.name: p.read_bytes() for p in out.iterdir()} == files
     assert len(test_server.requests) == sent

@@ -21,6 +21,7 @@ from evalkit.gating.policy import GATED_SPEED, LATENCY_FLOORS_MS, NOISE_BUDGETS,
 from evalkit.reporting import compare_view, run_tables, run_view
 from evalkit.scoring.speed import percentiles, speed_summary
 from evalkit.sweep import combination_runs as sweep_run
+from evalkit.sweep import page as sweep_page
 from evalkit.watch.tick_log import TICK_SPEED, tick_speed_key
 
 
@@ -76,7 +77,8 @@ def test_consumers_name_their_figures_by_the_catalogue() -> None:
         *(k for _, ks, _ in console.SPEED_COLUMNS for k in ks),
         *sweep_run.TABLE_SPEED,
         *sweep_run.TABLE_STEADY,
-        *(k for _, k in sweep_run.CHART_SPEED),
+        *(k for _, k in sweep_page.CHART_SPEED),
+        *(k for k, _ in sweep_page.PAGE_SPEED),
         *TICK_SPEED,
         *GATED_SPEED,
         *(f"{k.removesuffix('_ms')}_p50_ms" for k in run_tables.CARD_LATENCIES),

@@ -68,6 +68,22 @@ def test_the_recommendation_is_the_most_good_requests_per_dollar_among_those_tha
         # compare.html's Pareto views gain goodput and cost axes: b, as accurate as a at a quarter of the cost,
         # is on the cost front and a is not
         html = (out / "compare.html").read_text()
+        # the page opens with the recommendation, then a table with goodput, cost and accuracy per combination
+        body = html.split("<body>", 1)[1]
+        assert body.index('RECOMMENDED: <span class="mono">b__default__c4</span>') < body.index('id="runs"')
+        table = body.split('id="combinations"', 1)[1].split("</table>", 1)[0]
+        for heading in (
+            "goodput (req/s within SLOs)",
+            "share within SLOs",
+            "$ per M output tokens",
+            "good requests per $",
+        ):
+            assert f"<th>{heading}</th>" in table
+        assert "<th>gsm8k exact_match" in table and "95% CI" in table
+        assert table.count("<tr") == 1 + 4 and "<b>recommended</b>" in table and "accuracy: gsm8k: " in table
+        # its flips compare the pick with the reference config's run it was judged against
+        flips = body.split('<section id="flips">', 1)[1]
+        assert 'A = <span class="mono">a__default__c4</span>, B = <span class="mono">b__default__c4</span>' in flips
         data = json.loads(html.split('id="report-data">', 1)[1].split("</script>", 1)[0])
         charts = {c["id"]: c for c in data["charts"]}
         assert {"scatter-goodput-0", "scatter-cost-0"} <= set(charts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 import threading
 import time
 import urllib.request
@@ -332,6 +333,34 @@ def test_cli_watch_and_its_report(tmp_path: Path) -> None:
     data = json.loads(html.split('id="report-data">', 1)[1].split("</script>", 1)[0])
     acc = next(c for c in data["charts"] if c["id"] == "accuracy")
     assert len(acc["series"][1]["points"]) == 3
+    # in percent, as the cards show it, with the 95% interval as one shaded band (its two edges), not two lines
+    assert acc["percent"] and acc["y"].endswith("(%)")
+    assert [s.get("band") for s in acc["series"]] == [None, None, "lower", "upper", None]
+    values = [p["y"] for s in acc["series"][1:] for p in s["points"] if p["y"] is not None]
+    assert values and all(0 <= v <= 100 for v in values) and max(values) > 1
+    if shutil.which("chromium") or Path("/usr/bin/chromium").exists():
+        _band_drawn_in_chromium(out / "watch.html")
+
+
+def _band_drawn_in_chromium(page: Path) -> None:
+    """The band's two edges draw no line of their own, the area between them is filled, the y axis is 0-100%."""
+    import asyncio
+
+    from tests.test_report_browser import assert_clean, chromium, evaluate, open_page
+
+    check = """(() => { const c = Chart.getChart(document.querySelector('canvas[data-chart="accuracy"]'));
+      const ds = c.data.datasets; return {widths: ds.map(d => d.borderWidth), fill: ds.map(d => d.fill),
+      max: c.scales.y.max, ticks: c.scales.y.ticks.map(t => t.label)}; })()"""
+
+    async def go() -> None:
+        async with chromium() as cdp:
+            session, page_log = await open_page(cdp, page)
+            seen = await evaluate(cdp, session, check)
+            assert seen["widths"][2:4] == [0, 0] and seen["fill"][3] == "-1", seen
+            assert seen["max"] == 100 and seen["ticks"] == ["0%", "25%", "50%", "75%", "100%"], seen
+            assert_clean(page_log, page)
+
+    asyncio.run(go())
 
 
 def test_cli_refuses_a_bad_interval_in_one_line(tmp_path: Path) -> None:

@@ -80,3 +80,10 @@ def _root(
 def fail(err: EvalkitError) -> NoReturn:
     typer.echo(f"evalkit: error: {err}", err=True)
     raise typer.Exit(err.exit_code)
+
+
+def aligned(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A table as text lines: the header, then the rows, each column as wide as its widest cell (the last
+    column's trailing spaces cut)."""
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    return ["  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from evalkit.cli.common import fail, history_app
+from evalkit.cli.common import aligned, fail, history_app
 from evalkit.errors import EvalkitError
 
 Filter = Annotated[str | None, typer.Option(help="Only runs of this task.")]
@@ -62,7 +62,8 @@ def list_(
     verdict: VerdictOpt = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs, newest first.")] = 50,
 ) -> None:
-    """One line per run, newest first: id, time, model, config, vLLM, tasks, latest gate verdict."""
+    """One line per run, newest first: id, time, run dir's name, kind (run, sweep point, watch tick), model,
+    config, vLLM, tasks, latest gate verdict."""
     from evalkit.history import session
     from evalkit.history.query import list_runs, verdicts
 
@@ -71,9 +72,9 @@ def list_(
             runs = list_runs(s, limit=limit, **_filters(task, model, config, since, verdict))
             judged = verdicts(s, [r.id for r in runs])
             rows = [
-                [str(r.id), r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "?", r.model or "?",
-                 r.config or "?", r.vllm_version or "-", ",".join(t.task for t in r.tasks) or "-",
-                 judged.get(r.id, "-")]
+                [str(r.id), r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "?", Path(r.run_dir).name,
+                 r.kind or "run", r.model or "?", r.config or "?", r.vllm_version or "-",
+                 ",".join(t.task for t in r.tasks) or "-", judged.get(r.id, "-")]
                 for r in runs
             ]  # fmt: skip
     except EvalkitError as e:
@@ -81,10 +82,8 @@ def list_(
     if not rows:
         typer.echo("no run in the history matches; evalkit history add RUN_DIR records old runs", err=True)
         return
-    head = ["id", "created (UTC)", "model", "config", "vllm", "tasks", "verdict"]
-    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
-    for row in [head, *rows]:
-        typer.echo("  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
+    head = ["id", "created (UTC)", "run dir", "kind", "model", "config", "vllm", "tasks", "verdict"]
+    typer.echo("\n".join(aligned(head, rows)))
 
 
 @history_app.command("show")
@@ -100,7 +99,7 @@ def show(run: Annotated[str, typer.Argument(help="A run's id (evalkit history li
         with session() as s:
             r = find_run(s, run)
             lines = [
-                f"run {r.id}: {r.run_dir}",
+                f"run {r.id}: {r.run_dir} ({r.kind or 'run'})",
                 f"  created {r.created_at or '?'} UTC, recorded {r.recorded_at:%Y-%m-%d %H:%M} UTC from {r.source}",
                 f"  model {r.model}; config {r.config} (hash {r.config_hash}); vLLM {r.vllm_version or '-'}; "
                 f"evalkit {r.evalkit_version or '-'}; concurrency {r.concurrency or '-'}",
@@ -117,7 +116,7 @@ def show(run: Annotated[str, typer.Argument(help="A run's id (evalkit history li
                     value = f"{m.value:.4f}" if m.value is not None else "-"
                     lines.append(f"    {m.name}: {value}{ci} (n {m.n})")
                 speed = s.scalars(select(SpeedRow).where(SpeedRow.run_task_id == t.id).order_by(SpeedRow.id))
-                figures = [f"{x.key} {x.value:.4g}" for x in speed if x.value is not None]
+                figures = [f"{x.key} {figure(x.value)}" for x in speed if x.value is not None]
                 if figures:
                     lines.append(f"    speed: {', '.join(figures)}")
             for g, role in gates_of(s, r.id):
@@ -127,6 +126,12 @@ def show(run: Annotated[str, typer.Argument(help="A run's id (evalkit history li
     except EvalkitError as e:
         fail(e)
     typer.echo("\n".join(lines))
+
+
+def figure(value: float) -> str:
+    """A speed figure as ``history show`` prints it: four significant digits, whole numbers from 1000 up (no
+    exponent: 31380, not 3.138e+04)."""
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 @history_app.command("export")

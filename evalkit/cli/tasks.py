@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from evalkit.cli.common import fail, tasks_app
+from evalkit.cli.common import aligned, fail, tasks_app
 from evalkit.errors import EvalkitError
 
 
@@ -34,9 +34,8 @@ def tasks_list(
         reg = Registry(tasks_dir or [])
     except EvalkitError as err:
         fail(err)
-    for name in reg.names():
-        entry = reg.entry(name)
-        typer.echo(f"{name:<16} {entry.kind:<8} v{entry.version:<6} {entry.description}")
+    rows = [[name, (e := reg.entry(name)).kind, f"v{e.version}", e.description] for name in reg.names()]
+    typer.echo("\n".join(aligned(["name", "kind", "version", "description"], rows)))
 
 
 @tasks_app.command("show")

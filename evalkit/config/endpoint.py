@@ -9,12 +9,16 @@ network: what reads from the server is :mod:`evalkit.server.http_reads` and :mod
 from __future__ import annotations
 
 import base64
+import re
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from evalkit.errors import EndpointError
 from evalkit.redact import redact_url
 
 _SUFFIXES = ("/chat/completions", "/completions", "/models")
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/+")  # a scheme (host:port has digits after its colon)
 
 
 def normalize_base_url(url: str) -> str:
@@ -24,6 +28,12 @@ def normalize_base_url(url: str) -> str:
     'http://127.0.0.1:8000/v1'
     """
     raw = url.strip()
+    mistyped = _SCHEME.match(raw)
+    if "://" not in raw and mistyped:  # htp:/host, http:/host: a scheme, not host:port
+        raise EndpointError(
+            f"endpoint {redact_url(url)!r} is not a valid URL (it starts {mistyped.group(0)!r}, not http:// or "
+            "https://); pass e.g. --endpoint http://127.0.0.1:8000/v1"
+        )
     if "://" not in raw:
         raw = "http://" + raw
     parts = urlsplit(raw)

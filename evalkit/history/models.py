@@ -28,9 +28,10 @@ class RunRow(Base):
     finished_at: Mapped[datetime | None]
     recorded_at: Mapped[datetime]
     source: Mapped[str] = mapped_column(String(16))  # run, sweep, watch, gate or add
+    kind: Mapped[str | None] = mapped_column(String(16))  # run, sweep point or watch tick (record.run_kind)
     model: Mapped[str | None] = mapped_column(String(255), index=True)
     config: Mapped[str | None] = mapped_column(String(255), index=True)  # the sweep's config name, else the hash
-    config_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    config_hash: Mapped[str | None] = mapped_column(String(64), index=True)  # of record.identity
     server_argv: Mapped[list[Any] | None]
     server_env: Mapped[dict[str, Any] | None]
     vllm_version: Mapped[str | None] = mapped_column(String(64))

@@ -152,6 +152,8 @@ class Point:
     ci: tuple[float, float] | None
     speed: float | None
     verdict: str | None
+    identity: str | None = None  # the config hash: runs of one identity are one line of the trend
+    concurrency: str | None = None
 
 
 def trend_points(
@@ -192,6 +194,8 @@ def trend_points(
                 ci,
                 speeds.get(t.id),
                 judged.get(r.id),
+                r.config_hash,
+                r.concurrency,
             )
         )
     return metric, points

@@ -56,18 +56,46 @@ def _flags(argv: list[str]) -> list[list[str]]:
     return sorted(g for g in groups if g[0] not in _PLACE_FLAGS)
 
 
-def config_hash(manifest: ManifestRead) -> str:
-    """A short hash of what makes a serving config: the model, the server's flags (launcher, host and port left
-    out) and the environment evalkit set for it; runs against an external endpoint hash the model alone."""
+# what a server says of itself that changes speed (manifest.json's ``server`` block): part of the identity
+SERVER_IDENTITY = ("version", "vllm_version", "kv_cache_tokens", "max_model_len")
+NOT_IDENTITY = ("seed",)  # task settings that tell repeats apart, not configs
+KINDS = {"sweep": "sweep point", "watch": "watch tick"}  # by the command that wrote the run; else "run"
+
+
+def identity(manifest: ManifestRead) -> dict[str, Any]:
+    """What makes a config, for the history's hash: the model, the server's flags (launcher, host and port left
+    out) and the environment evalkit set for it, what the server says of itself (vLLM version, KV cache tokens,
+    max_model_len), the endpoints a run against external ones sent to, the concurrency or request rate, and each
+    task's settings (sampling, max tokens, limit, few-shot; the seed left out: repeats share a config)."""
     server = manifest.server or {}
     argv = server.get("argv")
     env = server.get("env_overrides")
-    ident = {
+    started = isinstance(argv, list)
+    endpoints = manifest.endpoints or ([manifest.endpoint.base_url] if manifest.endpoint is not None else [])
+    return {
         "model": server.get("model") or manifest.model,
         "flags": _flags([str(a) for a in argv]) if isinstance(argv, list) else None,
         "env": env if isinstance(env, dict) else None,
+        "server": {k: server.get(k) for k in SERVER_IDENTITY if server.get(k) is not None} or None,
+        "endpoints": None if started else sorted(str(e) for e in endpoints) or None,  # a started one: its flags
+        "concurrency": manifest.concurrency,
+        "request_rate": manifest.request_rate,
+        "tasks": {
+            name: {k: v for k, v in sorted(t.settings.items()) if k not in NOT_IDENTITY and v is not None}
+            for name, t in sorted(manifest.tasks.items())
+        },
     }
-    return hashlib.sha256(orjson.dumps(ident, option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
+
+
+def config_hash(manifest: ManifestRead) -> str:
+    """A short hash of the run's :func:`identity`: runs share it when they ran the same config the same way."""
+    return hashlib.sha256(orjson.dumps(identity(manifest), option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
+
+
+def run_kind(manifest: ManifestRead, source: str) -> str:
+    """ "run", "sweep point" or "watch tick": by the command the manifest records, else by who recorded it."""
+    command = manifest.command[1] if len(manifest.command) > 1 else None
+    return KINDS.get(str(command), KINDS.get(source, "run"))
 
 
 def _num(x: Any) -> float | None:
@@ -92,6 +120,7 @@ def run_row(run_dir: Path, source: str, config: str | None = None) -> RunRow:
         finished_at=utc(manifest.finished_at),
         recorded_at=now(),
         source=source,
+        kind=run_kind(manifest, source),
         model=manifest.model,
         config=config or digest,
         config_hash=digest,

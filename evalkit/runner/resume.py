@@ -21,7 +21,7 @@ from evalkit.config.endpoint import display_url
 from evalkit.contracts import Manifest, WarmupSummary, manifest_json
 from evalkit.errors import ConfigError
 from evalkit.runner.plan import TaskRun, settings_record, task_settings
-from evalkit.store.manifest import fingerprint
+from evalkit.store.manifest import fingerprint, fingerprint_differences
 from evalkit.store.writer import RunStore
 from evalkit.tasks.base import Task
 
@@ -81,8 +81,9 @@ def check_resume(store: RunStore, manifest: Manifest, fresh: bool) -> EarlierWar
     if old is None:
         return EarlierWarmup()
     if fingerprint(old) != fingerprint(manifest_json(manifest)):
+        changed = fingerprint_differences(fingerprint(old), fingerprint(manifest_json(manifest)), "run dir", "now")
         raise ConfigError(
-            f"{store.dir} holds a run with a different config (model, task version, data, settings or shard); "
+            f"{store.dir} holds a run with a different config ({changed}); "
             "resume it with the same command, pass --fresh to start over, or choose another --output-dir"
         )
     manifest.created_at = old.get("created_at", manifest.created_at)

@@ -82,6 +82,7 @@ class RunStore:
         self._size = 0  # bytes of whole records in samples.jsonl
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
+        self._created = False  # lock() made the run dir: unlock() removes it again when nothing else was written
         self._synced = -float("inf")  # the first append is fsynced (time.monotonic() may start near 0)
         self.completed: dict[str, set[str]] = {}  # task -> keys stored with an answer (not api_error)
         # records with an answer (not api_error) by the endpoint they name (None: the manifest's endpoint)
@@ -122,6 +123,7 @@ class RunStore:
         ``.evalkit.lock``, which then holds this pid. Another run holding it is a ConfigError naming its pid."""
         path = self.dir / LOCK
         try:
+            self._created = not self.dir.exists()
             self.dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
@@ -144,12 +146,20 @@ class RunStore:
         return self
 
     def unlock(self) -> None:
-        """Give the run dir up (the OS does the same when the process ends)."""
+        """Give the run dir up (the OS does the same when the process ends). A run dir that :meth:`lock` made
+        and that holds nothing but the lock (the run failed before writing, e.g. it could not connect) is
+        removed, so that a failed start leaves no empty run dir behind."""
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
+            empty = self._created and [p.name for p in self.dir.iterdir()] == [LOCK]
             with contextlib.suppress(OSError):
+                if empty:
+                    (self.dir / LOCK).unlink()
                 os.ftruncate(fd, 0)
             os.close(fd)  # releases the flock
+            if empty:
+                with contextlib.suppress(OSError):  # someone wrote there meanwhile: it stays
+                    self.dir.rmdir()
 
     # -- samples -------------------------------------------------------------------------------------------
     def open(self) -> RunStore:

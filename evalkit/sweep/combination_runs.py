@@ -27,10 +27,11 @@ from evalkit.contracts import speed_metric
 from evalkit.errors import EndpointError, EvalkitError, RunError, ServerError, StoreError
 from evalkit.history import record_run
 from evalkit.store.files import write_text_atomic
-from evalkit.store.manifest import fingerprint
+from evalkit.store.manifest import fingerprint, fingerprint_differences
 from evalkit.sweep.combinations import Combination, plan
 from evalkit.sweep.numerics_columns import add_numerics_columns
-from evalkit.sweep.recommend import Candidate, economics_cells, recommend
+from evalkit.sweep.page import write_page
+from evalkit.sweep.recommend import Candidate, Recommendation, economics_cells, recommend
 from evalkit.sweep.sweep_file import SweepSpec
 
 # steady_*: over the window at the run's level of requests in flight (summary speed.steady_state); empty where it
@@ -43,7 +44,6 @@ SPEED_COLUMNS = (
     *(f"steady_{speed_metric(key).column}" for key in TABLE_STEADY),
     "steady_requests",
 )
-CHART_SPEED = (("sweep-throughput", "output_tokens_per_s"), ("sweep-ttft", "ttft_p50_ms"))  # against concurrency
 ERROR_COLUMN = "error"  # the table's last column when a combination has no numbers, or numbers that failed
 Echo = Callable[[str], None]
 
@@ -123,7 +123,8 @@ class Expected:
 
         cfg = self.configs[combo.name]
         model = cfg.model or manifest.get("model")  # without `model:`, the one the endpoint serves
-        differs = _differences(fingerprint(manifest), planned_fingerprint(cfg, self._tasks[combo.name], model))
+        planned = planned_fingerprint(cfg, self._tasks[combo.name], model)
+        differs = fingerprint_differences(fingerprint(manifest), planned, "run", "sweep file")
         priced = [  # the run's goodput and cost figures were counted against these
             f"{key}: run {manifest.get(key)}, sweep file {want}"
             for key, want in (("goodput_slos", cfg.goodput), ("pricing", pricing(cfg)))
@@ -141,31 +142,6 @@ class Expected:
             if total and failed / total > limit:
                 return f"{name}: {failed} of {total} requests failed (more than max_error_rate {limit})"
         return None
-
-
-def _differences(run: dict[str, Any], sweep: dict[str, Any]) -> str | None:
-    out: list[str] = []
-    if list(run["tasks"]) != list(sweep["tasks"]):
-        out.append(f"tasks: run {list(run['tasks'])}, sweep file {list(sweep['tasks'])}")
-    for key in ("model", "endpoint_kind"):
-        if run[key] != sweep[key]:
-            out.append(f"{key}: run {run[key]}, sweep file {sweep[key]}")
-    one = len(sweep["tasks"]) == 1
-    for task in (t for t in sweep["tasks"] if t in run["tasks"]):
-        a, b = dict(_flat(run["tasks"][task])), dict(_flat(sweep["tasks"][task]))
-        for key in dict.fromkeys([*a, *b]):
-            if a.get(key) != b.get(key):
-                label = key.removeprefix("settings.") if one else f"{task} {key.removeprefix('settings.')}"
-                hashed = key.startswith("data_sha256")
-                out.append(f"{label} differs" if hashed else f"{label}: run {a.get(key)}, sweep file {b.get(key)}")
-    return "; ".join(out) or None
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for k, v in d.items():
-        out += _flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [(f"{prefix}{k}", v)]
-    return out
 
 
 def table_row(combo: Combination, summary: dict[str, Any], tasks: list[str], pricing: Any = None) -> dict[str, Any]:
@@ -356,8 +332,9 @@ def collect(
         result.rows.append(row)
     add_numerics_columns(finished, spec.tasks)
     out_dir.mkdir(parents=True, exist_ok=True)
-    advice = recommend(cands, spec.recommend, spec.goodput or {}) if spec.recommend is not None else []
-    result.files = write_outputs(result.rows, dirs, spec, out_dir, advice)
+    advice = recommend(cands, spec.recommend, spec.goodput or {}) if spec.recommend is not None else None
+    tasks = expected.configs[combos[0].name].tasks if combos else []
+    result.files = write_outputs(result.rows, dirs, spec, out_dir, advice, combos, tasks)
     return result
 
 
@@ -387,11 +364,18 @@ def _run_one(combo: Combination, cfg: RunConfig, server: Any) -> None:
 
 
 def write_outputs(
-    rows: list[dict[str, Any]], dirs: list[Path], spec: SweepSpec, out: Path, advice: list[str] | None = None
+    rows: list[dict[str, Any]],
+    dirs: list[Path],
+    spec: SweepSpec,
+    out: Path,
+    advice: Recommendation | None,
+    combos: list[Combination],
+    tasks: list[str],
 ) -> dict[str, Path]:
-    """sweep.csv, sweep.md (the ``error`` column last, when a row has one; then ``advice``, the recommendation's
-    lines) and compare.html over the run dirs ``dirs`` (with speed against concurrency when the sweep has that
-    axis)."""
+    """sweep.csv, sweep.md (the ``error`` column last, when a row has one; then the recommendation) and the
+    sweep page compare.html over the run dirs ``dirs`` (:mod:`evalkit.sweep.page`; with speed against
+    concurrency when the sweep has that axis). ``rows`` and ``combos``: every combination, in the plan's order;
+    ``tasks``: the tasks run (lm-eval groups expanded), whose primary metrics the page's table shows."""
     repeat = ["repeat"] if any("repeat" in row for row in rows) else []
     columns: list[str] = ["config", "sampling", "concurrency", *repeat, *SPEED_COLUMNS]
     for row in rows:
@@ -400,15 +384,11 @@ def write_outputs(
         columns.append(ERROR_COLUMN)
     files = {"sweep.csv": out / "sweep.csv", "sweep.md": out / "sweep.md"}
     write_text_atomic(files["sweep.csv"], to_csv(rows, columns))
-    write_text_atomic(
-        files["sweep.md"],
-        to_markdown(rows, columns) + "".join(f"\n{x}" for x in advice or []) + ("\n" if advice else ""),
-    )
+    advice_md = "".join(f"\n{x}" for x in advice.markdown()) + "\n" if advice is not None else ""
+    write_text_atomic(files["sweep.md"], to_markdown(rows, columns) + advice_md)
     if dirs:
-        from evalkit.reporting import render_compare
-
-        charts = concurrency_charts(rows) if spec.concurrency else None
-        files["compare.html"] = render_compare(dirs, out / "compare.html", charts=charts)
+        page = write_page(out / "compare.html", dirs, rows, combos, tasks, advice, bool(spec.concurrency))
+        files["compare.html"] = page
     return files
 
 
@@ -432,27 +412,3 @@ def to_markdown(rows: list[dict[str, Any]], columns: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
-
-
-def concurrency_charts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Output tokens/s and TTFT p50 against the concurrency level, one line per config and sampling point."""
-    charts: list[dict[str, Any]] = []
-    for cid, metric in CHART_SPEED:
-        m = speed_metric(metric)
-        key, label = m.column, m.label if m.unit != "ms" else f"{m.label} (ms)"
-        series: dict[str, list[dict[str, float]]] = {}
-        for r in rows:
-            if r.get(key) is not None and r.get("concurrency") is not None:
-                points = series.setdefault(f"{r['config']} / {r['sampling']}", [])
-                points.append({"x": r["concurrency"], "y": round(float(r[key]), 3)})
-        charts.append(
-            {
-                "id": cid,
-                "kind": "line",
-                "title": f"{label} against concurrency",
-                "x": "concurrency (requests in flight)",
-                "y": label,
-                "series": [{"label": k, "points": sorted(v, key=lambda p: p["x"])} for k, v in series.items()],
-            }
-        )
-    return charts

@@ -95,9 +95,27 @@ def _goodput_loss(row: dict[str, Any], min_share: float) -> str | None:
     return None
 
 
-def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) -> list[str]:
-    """sweep.md's recommendation section: the sentence naming the combination to buy (or "none qualifies"),
-    then one line per other combination with the rule it lost on."""
+@dataclass
+class Recommendation:
+    """The sweep's recommendation: the combination to buy (``pick``, None when none qualifies), the sentence that
+    says so with its evidence (``headline``, plain text), the reference combination its accuracy was judged
+    against (``reference``) and, for each other combination, the rule it lost on (``lost``)."""
+
+    pick: str | None
+    headline: str
+    lost: dict[str, str]
+    reference: str | None = None
+
+    def markdown(self) -> list[str]:
+        """sweep.md's "Recommendation" section (the pick in bold)."""
+        head = self.headline
+        if self.pick is not None:
+            head = f"**{self.pick}**" + head.removeprefix(self.pick)
+        return ["## Recommendation", "", head, "", *(f"- {name}: {why}" for name, why in self.lost.items())]
+
+
+def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) -> Recommendation:
+    """The combination to buy (or "none qualifies"), with the rule each other combination lost on."""
     refs = [c for c in cands if c.combo.config == rec.reference and c.finished]
     lost: dict[str, str] = {}
     ok: list[Candidate] = []
@@ -117,25 +135,23 @@ def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) ->
         f"accuracy not worse than config {rec.reference} (the gate's paired rules) and at least "
         f"{rec.min_goodput_share:.0%} of requests within the SLOs ({shown})"
     )
-    lines = ["## Recommendation", ""]
     scored = [(c.row.get(GOOD_PER_USD), c) for c in ok]
     best = max(((v, c) for v, c in scored if isinstance(v, int | float)), key=lambda x: x[0], default=None)
     if best is None and not any(c.finished for c in cands):
-        lines.append("None qualifies: no combination has a finished run to judge (each line says why).")
-    elif best is None:
-        lines.append(f"None qualifies: no combination has {rule}.")
-    else:
-        value, pick = best
-        lines.append(
-            f"**{pick.combo.name}**: the most good requests per dollar ({value:,.0f}) among the combinations with "
-            f"{rule}."
-        )
-        for v, c in scored:
-            if c is not pick:
-                lost[c.combo.name] = (
-                    f"cost: {v:,.0f} good requests per dollar, fewer than {pick.combo.name}'s {value:,.0f}"
-                    if isinstance(v, int | float)
-                    else "cost: the run has no price (run it with the sweep file's cost_per_gpu_hour)"
-                )
-    lines += ["", *(f"- {name}: {why}" for name, why in lost.items())]
-    return lines
+        none_finished = "None qualifies: no combination has a finished run to judge (each line says why)."
+        return Recommendation(None, none_finished, lost)
+    if best is None:
+        return Recommendation(None, f"None qualifies: no combination has {rule}.", lost)
+    value, pick = best
+    headline = (
+        f"{pick.combo.name}: the most good requests per dollar ({value:,.0f}) among the combinations with {rule}."
+    )
+    for v, c in scored:
+        if c is not pick:
+            lost[c.combo.name] = (
+                f"cost: {v:,.0f} good requests per dollar, fewer than {pick.combo.name}'s {value:,.0f}"
+                if isinstance(v, int | float)
+                else "cost: the run has no price (run it with the sweep file's cost_per_gpu_hour)"
+            )
+    ref = _reference(pick, refs)
+    return Recommendation(pick.combo.name, headline, lost, ref.combo.name if ref is not None else None)

@@ -1,8 +1,9 @@
 """``evalkit watch report DIR``: the history of a watch as one self-contained HTML page (the report's template
 machinery: inline CSS and Chart.js, a restrictive Content-Security-Policy, no network).
 
-Charts use the report's ``line`` kind with the time since the first tick on x: the window's accuracy with its 95%
-interval and the baseline on the same documents (failed verdicts drawn over it), TTFT/TPOT p50 and tokens/s.
+Charts use the report's ``line`` kind with the time since the first tick on x: the window's accuracy in percent
+(the cards' unit, on a 0-100% axis) with its 95% interval as a shaded band and the baseline on the same documents
+(failed verdicts drawn over it), TTFT/TPOT p50 and tokens/s.
 Ticks that could not judge (``cannot_decide``) are shown as such, with their reason, in the cards, the verdict
 changes and the history: never as a pass.
 """
@@ -43,21 +44,31 @@ def _acc(a: Any) -> str:
     return f"{fmt_pct(a['value'])} [{fmt_pct(a['lo'])}, {fmt_pct(a['hi'])}]"
 
 
-def _series(label: str, xs: list[float], ys: list[Any]) -> dict[str, Any]:
-    return {"label": label, "points": [{"x": x, "y": y} for x, y in zip(xs, ys, strict=True)]}
+def _series(label: str, xs: list[float], ys: list[Any], band: str | None = None) -> dict[str, Any]:
+    """A line; ``band`` "lower" / "upper": an edge of a shaded interval (no line or points of its own, the area
+    between the two filled; the lower series comes first)."""
+    series: dict[str, Any] = {"label": label, "points": [{"x": x, "y": y} for x, y in zip(xs, ys, strict=True)]}
+    if band is not None:
+        series["band"] = band
+    return series
+
+
+def _pct(v: Any) -> Any:
+    """A share in [0, 1] as percent (the cards' unit); None stays None."""
+    return round(100 * v, 4) if isinstance(v, int | float) else None
 
 
 def _charts(records: list[TickRecord], metric: str) -> list[dict[str, Any]]:
     xs, x_label = _elapsed(records)
     win = [r.window.get("accuracy") or {} for r in records]
     base = [r.window.get("baseline") or {} for r in records]
-    failed = [w.get("value") if r.verdict == "fail" else None for r, w in zip(records, win, strict=True)]
+    failed = [_pct(w.get("value")) if r.verdict == "fail" else None for r, w in zip(records, win, strict=True)]
     accuracy = [  # Chart.js draws the first series on top: the failed verdicts over the accuracy line
         _series("verdict failed", xs, failed),
-        _series(f"canary {metric} (window)", xs, [w.get("value") for w in win]),
-        _series("95% CI lower", xs, [w.get("lo") for w in win]),
-        _series("95% CI upper", xs, [w.get("hi") for w in win]),
-        _series("baseline, same documents", xs, [b.get("value") for b in base]),
+        _series(f"canary {metric} (window)", xs, [_pct(w.get("value")) for w in win]),
+        _series("95% CI lower", xs, [_pct(w.get("lo")) for w in win], band="lower"),
+        _series("95% CI", xs, [_pct(w.get("hi")) for w in win], band="upper"),
+        _series("baseline, same documents", xs, [_pct(b.get("value")) for b in base]),
     ]
     latency = [
         _series("TTFT p50 (ms)", xs, [r.speed.get(tick_speed_key("ttft_p50_ms")) for r in records]),
@@ -70,7 +81,8 @@ def _charts(records: list[TickRecord], metric: str) -> list[dict[str, Any]]:
             "kind": "line",
             "title": "Accuracy over the window",
             "x": x_label,
-            "y": metric,
+            "y": f"{metric} (%)",
+            "percent": True,
             "series": accuracy,
         },
         {"id": "latency", "kind": "line", "title": "Latency per tick", "x": x_label, "y": "ms", "series": latency},

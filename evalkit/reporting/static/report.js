@@ -49,11 +49,17 @@
     }
   };
 
-  /* Text labels next to scatter points. */
+  /* Text labels next to scatter points, none over another: each takes the first free spot of four around its
+     point (right above, right below, left above, left below); a label with none free is left out (the point's
+     tooltip names it). The boxes drawn are kept on the chart as $evalkitLabels. */
   var pointLabels = {
     id: "evalkitPointLabels",
     afterDatasetsDraw: function (chart) {
-      var ctx = chart.ctx;
+      var ctx = chart.ctx, boxes = [], area = chart.chartArea;
+      function free(b) {
+        if (area && (b.x0 < area.left || b.x1 > area.right + 40)) { return false; }
+        return boxes.every(function (o) { return b.x1 <= o.x0 || b.x0 >= o.x1 || b.y1 <= o.y0 || b.y0 >= o.y1; });
+      }
       chart.data.datasets.forEach(function (ds, di) {
         if (!ds.pointLabels || !chart.isDatasetVisible(di)) { return; }
         var meta = chart.getDatasetMeta(di);
@@ -66,10 +72,20 @@
           if (!el) { return; }
           var text = String(p.label || "");
           if (text.length > 40) { text = text.slice(0, 39) + "…"; }
-          ctx.fillText(text, el.x + 8, el.y - 8);
+          var w = ctx.measureText(text).width, h = 14;
+          var spots = [[el.x + 8, el.y - 8], [el.x + 8, el.y + 8], [el.x - 8 - w, el.y - 8], [el.x - 8 - w, el.y + 8]];
+          for (var k = 0; k < spots.length; k++) {
+            var b = { x0: spots[k][0], y0: spots[k][1] - h / 2, x1: spots[k][0] + w, y1: spots[k][1] + h / 2, text: text };
+            if (free(b)) {
+              boxes.push(b);
+              ctx.fillText(text, spots[k][0], spots[k][1]);
+              break;
+            }
+          }
         });
         ctx.restore();
       });
+      chart.$evalkitLabels = boxes;
     }
   };
 
@@ -269,7 +285,9 @@
     return { type: "line", data: { datasets: datasets }, options: opts };
   }
 
-  /* One line per series over a numeric x (a sweep's concurrency levels), on a log-2 x axis when it spans > 8x. */
+  /* One line per series over a numeric x (a sweep's concurrency levels), on a log-2 x axis when it spans > 8x.
+     A series with band "lower" / "upper" is an edge of a shaded interval: no line or points, the area between
+     the two filled (the upper one, next after the lower, named in the legend). spec.percent: a 0-100% y axis. */
   function lineConfig(spec) {
     var opts = baseOptions(spec), xs = [];
     spec.series.forEach(function (s) { s.points.forEach(function (p) { xs.push(p.x); }); });
@@ -278,10 +296,22 @@
       x: { type: wide ? "logarithmic" : "linear", title: { display: true, text: spec.x } },
       y: { min: 0, title: { display: true, text: spec.y } }
     };
+    if (spec.percent) {
+      opts.scales.y.max = 100;
+      opts.scales.y.ticks = { stepSize: 25, callback: function (v) { return v + "%"; } };
+    }
+    opts.plugins.legend.labels = { filter: function (item, data) { return data.datasets[item.datasetIndex].band !== "lower"; } };
+    var line = 0;
     return {
       type: "line",
       data: {
-        datasets: spec.series.map(function (s, i) {
+        datasets: spec.series.map(function (s) {
+          if (s.band) {
+            var c = color(Math.max(0, line - 1), 0.18);
+            return { label: s.label, data: s.points, band: s.band, borderWidth: 0, pointRadius: 0,
+              pointHitRadius: 0, borderColor: c, backgroundColor: c, fill: s.band === "upper" ? "-1" : false };
+          }
+          var i = line++;
           return { label: s.label, data: s.points, borderColor: color(i), backgroundColor: color(i, 0.2),
             borderWidth: 2, pointRadius: 4 };
         })
