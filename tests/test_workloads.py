@@ -4,6 +4,7 @@ trace's timings and shared blocks, ShareGPT's filter, the probes' scores, the ga
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -194,3 +195,70 @@ def test_malformed_trace_and_dataset_name_the_line(tmp_path: Path) -> None:
         res = invoke(["run", "trace", "--dataset-path", str(long), "--endpoint", srv.url, "-o", str(tmp_path / "l")])
         assert_one_error_line(res, f"{long}:1", "4200 tokens", "max_model_len 4096")
         assert not srv.requests
+
+
+SESSION_ARGS: tuple[str, ...] = ("sessions", "--num-prompts", "3", "--turns", "3", "--random-input-len", "12")
+SESSION_ARGS += ("--random-output-len", "5", "--think-time", "0.3")
+
+
+def test_sessions_send_each_turn_with_the_whole_history(tmp_path: Path) -> None:
+    with TestServer(Behaviour(max_model_len=4096)) as srv:
+        _run(srv, tmp_path / "s", *SESSION_ARGS, "--seed", "2")
+        sent = list(srv.requests)
+    assert len(sent) == 9 and all(r.path == "/v1/chat/completions" for r in sent)  # 3 sessions x 3 turns
+    for r in sent:
+        assert r.body["ignore_eos"] is True and r.body["min_tokens"] == r.body["max_tokens"] == 5
+    recs = {r["doc_id"]: r for r in _samples(tmp_path / "s")}
+    assert len(recs) == 3
+    for rec in recs.values():
+        turns = rec["turns"]
+        assert len(turns) == 3
+        users = [t["user"][0]["content"] for t in turns]
+        answers = [t["requests"][0]["text"] for t in turns]
+        assert all(len(u.split()) == 12 for u in users) and len(set(users)) == 3
+        mine = sorted((r for r in sent if r.body["messages"][0]["content"] == users[0]), key=lambda r: r.time)
+        assert len(mine) == 3
+        for k, req in enumerate(mine):  # turn k+1: the k earlier user turns and the server's answers, then its own
+            want: list[dict[str, str]] = []
+            for u, a in zip(users[:k], answers[:k], strict=True):
+                want += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+            assert req.body["messages"] == [*want, {"role": "user", "content": users[k]}]
+        for before, after in itertools.pairwise(mine):  # the think time between an answer and the next user turn
+            assert before.end_time is not None and after.time - before.end_time >= 0.3
+        assert [t["requests"][0]["output_tokens"] for t in turns] == [5, 5, 5]
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())["tasks"]["sessions"]
+    per_turn = summary["detail"]["turns"]
+    assert [(t["turn"], t["requests"]) for t in per_turn] == [(1, 3), (2, 3), (3, 3)]
+    grows = [t["prompt_tokens_mean"] for t in per_turn]
+    assert grows[0] < grows[1] < grows[2]  # the history grows
+    assert summary["detail"]["turn_requests"]["requests"] == 9  # every turn's request
+    assert summary["counts"]["total"] == 3  # a session is one sample
+    assert summary["speed"]["output_tokens_per_s"] > 0
+    # seeded: the same seed sends the same user turns, another seed others
+    with TestServer(Behaviour(max_model_len=4096)) as srv:
+        _run(srv, tmp_path / "again", *SESSION_ARGS, "--seed", "2")
+        _run(srv, tmp_path / "other", *SESSION_ARGS, "--seed", "3")
+
+    def users_of(run: str) -> set[tuple[str, ...]]:
+        return {tuple(t["user"][0]["content"] for t in r["turns"]) for r in _samples(tmp_path / run)}
+
+    assert users_of("again") == users_of("s") and users_of("other").isdisjoint(users_of("s"))
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["sessions", "--turns", "0"], ["workload.turns", "greater than or equal to 1"]),
+        (["sessions", "--think-time", "-1"], ["workload.think_time", "greater than or equal to 0"]),
+        (
+            ["sessions", "--turns", "4", "--random-input-len", "40", "--random-output-len", "30"],
+            ["max_model_len 256", "280 tokens", "--turns 4"],
+        ),
+        (["sessions", "--endpoint-kind", "completions"], ["chat endpoint"]),
+    ],
+)
+def test_sessions_bad_input_is_one_line(tmp_path: Path, args: list[str], needles: list[str]) -> None:
+    with TestServer(Behaviour(max_model_len=256)) as srv:
+        res = invoke(["run", *args, "--endpoint", srv.url, "-o", str(tmp_path / "x"), "-q"])
+        assert not srv.requests  # nothing sent
+    assert_one_error_line(res, *needles)

@@ -193,6 +193,16 @@ def run(
             help="trace: replay this many times faster than its timestamps (default 1).", rich_help_panel=_LOAD
         ),
     ] = None,
+    turns: Annotated[
+        int | None,
+        typer.Option(help="sessions: user turns per conversation, >= 1 (default 3).", rich_help_panel=_LOAD),
+    ] = None,
+    think_time: Annotated[
+        float | None,
+        typer.Option(
+            help="sessions: seconds from an answer to the next user turn, >= 0 (default 0).", rich_help_panel=_LOAD
+        ),
+    ] = None,
     probe: Annotated[
         list[str] | None,
         typer.Option(
@@ -421,7 +431,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
 
 WORKLOAD_OPTIONS = (
     "num_prompts", "dataset_path", "random_input_len", "random_output_len", "random_range_ratio", "random_prefix_len",
-    "ignore_eos", "trace_speed", "probe",
+    "ignore_eos", "trace_speed", "turns", "think_time", "probe",
 )  # fmt: skip
 
 

@@ -1,14 +1,15 @@
-"""A multi-turn tool-calling conversation (``Request.conversation``) sent through the one client.
+"""A multi-turn conversation (``Request.conversation``) sent through the one client.
 
-For each user turn the user's messages are appended to the history and the chat request is sent with the tools;
-while the answer calls tools, the calls run against the sample's backends (a :class:`evalkit.contracts.ToolExecutor`
-the task gives), the assistant message (``content``, ``tool_calls``, and ``reasoning_content`` when the server
-sent reasoning) and one ``tool`` message per result are appended, and the request is sent again. A turn ends at an
-answer without calls or whose calls' arguments are not JSON objects (BFCL's loop, ``base_handler``); a turn in which
-more than ``max_steps`` requests called tools stops the whole conversation (BFCL's force-quit: the sample then
-has fewer turns than its ground truth). With ``drop_reasoning`` (the default) the reasoning of the assistant
-messages of earlier turns is removed from the history when a new user turn starts, as DeepSeek-V3.2's inference
-guide asks (within a turn, the reasoning of its earlier requests is sent back).
+For each user turn (after the first, once the conversation's ``think_s`` seconds have passed since the last answer)
+the user's messages are appended to the history and the chat request is sent with the tools; while the answer calls
+tools, the calls run against the sample's backends (a :class:`evalkit.contracts.ToolExecutor` the task gives;
+without one, an answer's calls end the turn), the assistant message (``content``, ``tool_calls``, and
+``reasoning_content`` when the server sent reasoning) and one ``tool`` message per result are appended, and the
+request is sent again. A turn ends at an answer without calls or whose calls' arguments are not JSON objects (BFCL's
+loop, ``base_handler``); a turn in which more than ``max_steps`` requests called tools stops the whole conversation
+(BFCL's force-quit: the sample then has fewer turns than its ground truth). With ``drop_reasoning`` (the default)
+the reasoning of the assistant messages of earlier turns is removed from the history when a new user turn starts, as
+DeepSeek-V3.2's inference guide asks (within a turn, the reasoning of its earlier requests is sent back).
 
 One conversation is one sample: its Response sums the requests' token counts, ``attempts`` and ``retry_lost_s``
 and keeps, per user turn, its messages and each request in ``turns`` (``[{"user": [...], "requests": [...]}]``).
@@ -26,6 +27,7 @@ that the history and the answer fit ``max_model_len``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -113,9 +115,10 @@ def merge(steps: list[Response], turns: list[dict[str, Any]], error: str | None,
     )
 
 
-async def converse(send: Send, req: Request, execute: ToolExecutor, fit: Fit | None = None) -> Response:
-    """Run ``req``'s conversation (see the module docstring); ``send`` is the client's ``generate``, ``fit``
-    (if given) fits each request to the server's context before it is sent."""
+async def converse(send: Send, req: Request, execute: ToolExecutor | None, fit: Fit | None = None) -> Response:
+    """Run ``req``'s conversation (see the module docstring); ``send`` is the client's ``generate``, ``execute``
+    runs tool calls (None: no tools), ``fit`` (if given) fits each request to the server's context before it is
+    sent."""
     conv = req.conversation
     assert conv is not None, "converse needs a Request with a conversation"
     history: list[dict[str, Any]] = []
@@ -123,6 +126,8 @@ async def converse(send: Send, req: Request, execute: ToolExecutor, fit: Fit | N
     turns: list[dict[str, Any]] = []
     user_turns = (req.messages or (), *conv.turns)
     for t, user in enumerate(user_turns):
+        if t and conv.think_s > 0:
+            await asyncio.sleep(conv.think_s)
         if conv.drop_reasoning:
             for m in history:
                 m.pop("reasoning_content", None)
@@ -139,8 +144,8 @@ async def converse(send: Send, req: Request, execute: ToolExecutor, fit: Fit | N
                 return merge(steps, turns, f"turn {t + 1}, request {len(turn)}: {resp.error}", None)
             calls = resp.tool_calls or []
             history.append(_assistant(resp, calls))
-            decoded = _decoded(calls) if calls else None
-            if not decoded:
+            decoded = _decoded(calls) if calls and execute is not None else None
+            if not decoded or execute is None:
                 turn.append(_step(resp, None))
                 break
             results = execute(decoded)

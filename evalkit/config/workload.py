@@ -1,4 +1,4 @@
-"""A workload's settings (the ``random``, ``sharegpt`` and ``trace`` tasks, docs/load.md), named
+"""A workload's settings (the ``random``, ``sharegpt``, ``trace`` and ``sessions`` tasks, docs/load.md), named
 as ``vllm bench serve`` names them, and the probes mixed into a workload (``--probe TASK:SHARE``)."""
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class WorkloadSettings(BaseModel):
     random_prefix_len: int = Field(default=0, ge=0)
     ignore_eos: bool = False  # sharegpt: force each output to its recorded length (random and trace always do)
     trace_speed: float = Field(default=1.0, gt=0)  # trace: timestamps divided by this
+    turns: int = Field(default=3, ge=1)  # sessions: user turns per conversation
+    think_time: float = Field(default=0.0, ge=0)  # sessions: seconds from an answer to the next user turn
     probe: list[str] = Field(default_factory=list)  # TASK:SHARE, checked by parse_probe
 
     @field_validator("probe", mode="before")

@@ -50,14 +50,16 @@ class GenParams:
 
 @dataclass(frozen=True)
 class Conversation:
-    """A multi-turn tool-calling sample: the user turns after the first (``Request.messages``), whether the
-    reasoning of earlier turns is left out of the history sent back, and how many tool-calling requests one turn
-    may make before the conversation is stopped (BFCL's ``MAXIMUM_STEP_LIMIT``: the turn stops once more than
-    ``max_steps`` requests called tools)."""
+    """A multi-turn sample: the user turns after the first (``Request.messages``), whether the reasoning of
+    earlier turns is left out of the history sent back, how many tool-calling requests one turn may make before
+    the conversation is stopped (BFCL's ``MAXIMUM_STEP_LIMIT``: the turn stops once more than ``max_steps``
+    requests called tools), and the seconds the user thinks between a turn's answer and the next user turn
+    (``think_s``, the ``sessions`` workload's ``--think-time``)."""
 
     turns: tuple[tuple[dict[str, str], ...], ...]
     drop_reasoning: bool = True
     max_steps: int = 20
+    think_s: float = 0.0
 
 
 class ToolExecutor(Protocol):

@@ -242,10 +242,9 @@ class RequestPhase:
                 return out
 
             async def send(req: Request) -> Response:
-                executor = task.tool_executor(req) if req.conversation is not None else None
-                if executor is None:
+                if req.conversation is None:
                     return await client.generate(req)
-                return await converse(client.generate, req, executor, fit)
+                return await converse(client.generate, req, task.tool_executor(req), fit)
 
             return await execute(
                 todo,

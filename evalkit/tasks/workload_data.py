@@ -1,7 +1,7 @@
 """What the workload tasks are built from (evalkit/tasks/workload_task.py), following ``vllm bench serve``'s
 dataset code (``vllm/benchmarks/datasets``): the random prompts' lengths and token ids (its ``RandomDataset``),
 a Mooncake trace's lines and their shared prefix blocks, a ShareGPT file's first exchanges and its filter rules
-(``is_valid_sequence``). Pure functions of their inputs: no server, no tokenizer."""
+(``is_valid_sequence``), the sessions' user turns. Pure functions of their inputs: no server, no tokenizer."""
 
 from __future__ import annotations
 
@@ -170,3 +170,26 @@ def sharegpt_kept(prompt_len: int, output_len: int, fixed_output: bool = False) 
     output length is fixed), the prompt at most 1024, both together at most 2048."""
     too_short = prompt_len < SHAREGPT_MIN_LEN or (not fixed_output and output_len < SHAREGPT_MIN_LEN)
     return not (too_short or prompt_len > SHAREGPT_MAX_PROMPT or prompt_len + output_len > SHAREGPT_MAX_TOTAL)
+
+
+# common English words, each one token (with its leading space) in the usual BPE vocabularies: a sessions user
+# turn of N words is about N tokens
+_WORDS = """time year people way day man thing woman life child world school state family student group country
+problem hand part place case week company system program question work government number night point home water
+room mother area money story fact month lot right study book eye job word business issue side kind head house
+service friend father power hour game line end member law car city community name president team minute idea kid
+body information back parent face others level office door health person art war history party result change
+morning reason research girl guy moment air teacher force education"""
+SESSION_WORDS = tuple(_WORDS.split())
+
+
+def session_turns(sessions: int, turns: int, words: int, seed: int) -> list[list[str]]:
+    """``sessions`` conversations of ``turns`` user turns, each ``words`` words of :data:`SESSION_WORDS` drawn
+    uniformly by ``numpy.random.default_rng([seed, session])`` (a session's turns depend on its index and the
+    seed only)."""
+    out = []
+    for i in range(sessions):
+        rng = np.random.default_rng([seed, i])
+        picks = rng.integers(0, len(SESSION_WORDS), size=(turns, words))
+        out.append([" ".join(SESSION_WORDS[j] for j in row) for row in picks])
+    return out

@@ -12,7 +12,15 @@ metric; ``--probe TASK:SHARE`` mixes a scored task's own requests in, evalkit/ru
   rules (prompt and reply at least 4 tokens, prompt at most 1024, both at most 2048); sent as text;
 - ``trace``: a Mooncake JSONL trace, each line a request due at its ``timestamp`` (ms, divided by
   ``--trace-speed``: ``Request.arrival_s``) whose prompt is its ``hash_ids``' 512-token blocks (equal ids, equal
-  blocks: the trace's prefix reuse is replayed), its output forced to ``output_length``.
+  blocks: the trace's prefix reuse is replayed), its output forced to ``output_length``;
+- ``sessions``: ``--num-prompts`` conversations of ``--turns`` user turns on the chat endpoint, one sample each
+  (``Request.conversation``, evalkit/client/conversation.py): each turn is ``--random-input-len`` seeded words
+  (about that many tokens, workload_data.SESSION_WORDS) sent with the whole history (earlier user turns and the
+  server's own answers), each answer forced to ``--random-output-len`` tokens, the next turn sent
+  ``--think-time`` seconds (fixed) after the answer. A session is one sample, so the summary's ``speed`` counts
+  sessions (see docs/load.md); its ``detail.turns`` gives each turn's requests, TTFT, E2E and prompt tokens (later
+  turns' TTFT shows the prefix cache's reuse of the history) and ``detail.turn_requests`` the same over every
+  request.
 
 Token ids come from the server's own vocabulary without a local tokenizer: the ids vLLM's ``/tokenize`` gives
 for GSM8K's questions and solutions (add_special_tokens false; several thousand distinct ids), which also
@@ -30,7 +38,7 @@ import numpy as np
 
 from evalkit.config.endpoint import credentials, server_root
 from evalkit.config.workload import WorkloadSettings
-from evalkit.contracts import GenParams, MetricValue, Request, Response, SampleRecord, Score
+from evalkit.contracts import Conversation, GenParams, MetricValue, Request, Response, SampleRecord, Score
 from evalkit.errors import TaskError
 from evalkit.tasks import workload_data as wd
 from evalkit.tasks.base import Task, sha256_file
@@ -39,7 +47,7 @@ from evalkit.tasks.data import read_jsonl
 from evalkit.tasks.lmeval_scored import ServerTokenizer
 from evalkit.tasks.spec import TaskSettings, TaskSpec
 
-WORKLOADS = ("random", "sharegpt", "trace")
+WORKLOADS = ("random", "sharegpt", "trace", "sessions")
 DEFAULT_PROMPTS = 1000  # vllm bench serve --num-prompts
 VOCAB_TEXTS = 256  # GSM8K documents whose tokens make the vocabulary the random ids are drawn from
 TOKENIZE_BATCH = 64  # ShareGPT exchanges tokenised at a time, until enough are kept
@@ -75,11 +83,16 @@ class WorkloadTask(Task):
 
     def build_requests(self, settings: TaskSettings) -> list[Request]:
         opts = WorkloadSettings(**(settings.workload or {}))
-        if settings.endpoint_kind == "chat":
-            raise TaskError(f"task {self.name}: a workload is sent to the completions endpoint, not chat")
+        if settings.endpoint_kind not in (None, self.endpoint_kind):
+            raise TaskError(
+                f"task {self.name}: this workload is sent to the {self.endpoint_kind} endpoint, "
+                f"not {settings.endpoint_kind}"
+            )
         seed = 0 if settings.seed is None else settings.seed
         tok = self._tokenizer()
-        build = {"random": self._random, "sharegpt": self._sharegpt, "trace": self._trace}[self.workload_kind]
+        build = {"random": self._random, "sharegpt": self._sharegpt, "trace": self._trace, "sessions": self._sessions}[
+            self.workload_kind
+        ]
         reqs = build(opts, settings, tok, seed)
         return [r for _, r in settings.select(reqs)]
 
@@ -179,6 +192,35 @@ class WorkloadTask(Task):
             for i, (e, _, r) in enumerate(kept)
         ]
 
+    def _sessions(self, o: WorkloadSettings, settings: TaskSettings, tok: ServerTokenizer, seed: int) -> list[Request]:
+        built = wd.session_turns(o.num_prompts or DEFAULT_PROMPTS, o.turns, o.random_input_len, seed)
+        users = " ".join(built[0])  # every session's user turns: the same number of words
+        tok.prefetch([users])
+        asked = len(tok.encode(users)) + (o.turns - 1) * o.random_output_len
+        tok.cache.clear()
+        refuse_overlong(
+            tok.max_model_len, asked, o.random_output_len,
+            f"sessions: a last turn's history of about {asked} tokens (--turns {o.turns} user turns of "
+            f"--random-input-len {o.random_input_len} words, {o.turns - 1} answers of --random-output-len "
+            f"{o.random_output_len}) and its answer",
+            "lower --turns, --random-input-len or --random-output-len",
+        )  # fmt: skip
+        gen = self._gen(settings, o.random_output_len, forced=True)
+        return [
+            Request(
+                task=self.name,
+                doc_id=i,
+                sample_index=0,
+                prompt=turns[0],
+                gen=gen,
+                messages=({"role": "user", "content": turns[0]},),
+                conversation=Conversation(
+                    turns=tuple(({"role": "user", "content": t},) for t in turns[1:]), think_s=o.think_time
+                ),
+            )
+            for i, turns in enumerate(built)
+        ]
+
     def score(self, request: Request, response: Response) -> Score:
         empty = not response.text and not response.output_tokens
         return Score(status="empty" if empty else "ok", extracted={}, correct={})
@@ -191,6 +233,8 @@ class WorkloadTask(Task):
         from evalkit.scoring.metric_registry import token_stats
 
         detail["tokens"]["input"] = token_stats([r.prompt_tokens for r in mine if r.prompt_tokens is not None])
+        if self.workload_kind == "sessions":
+            detail["turns"], detail["turn_requests"] = per_turn([r for r in records if r.task == self.name])
         return metrics, detail
 
     def preview(self, settings: TaskSettings) -> str:
@@ -203,6 +247,37 @@ def refuse_overlong(max_model_len: int | None, prompt: int, output: int, what: s
         raise TaskError(
             f"{what} need {prompt + output} tokens of context, beyond the server's max_model_len {max_model_len}; {fix}"
         )
+
+
+def turn_figures(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Of conversation requests (``Response.turns``' steps): how many, their TTFT (p50, p99, mean) and E2E (p50,
+    p99) in ms, and their mean prompt tokens."""
+    ttft = np.asarray([s["ttft_ms"] for s in steps], dtype=float)
+    e2e = np.asarray([s["e2e_ms"] for s in steps if s.get("e2e_ms") is not None], dtype=float)
+    prompts = [s["prompt_tokens"] for s in steps if s.get("prompt_tokens") is not None]
+    return {
+        "requests": len(ttft),
+        "ttft_ms_p50": float(np.percentile(ttft, 50)), "ttft_ms_p99": float(np.percentile(ttft, 99)),
+        "ttft_ms_mean": float(ttft.mean()),
+        "e2e_ms_p50": float(np.percentile(e2e, 50)) if e2e.size else None,
+        "e2e_ms_p99": float(np.percentile(e2e, 99)) if e2e.size else None,
+        "prompt_tokens_mean": float(np.mean(prompts)) if prompts else None,
+    }  # fmt: skip
+
+
+def per_turn(records: Sequence[SampleRecord]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The sessions' figures by user turn (``turn``, 1-based, and :func:`turn_figures` of each conversation's
+    first request of that turn, over the conversations that reached it) and over every request of every turn."""
+    by_turn: dict[int, list[dict[str, Any]]] = {}
+    every: list[dict[str, Any]] = []
+    for rec in records:
+        for t, turn in enumerate(rec.turns or []):
+            steps = [s for s in turn.get("requests", []) if s.get("ttft_ms") is not None]
+            every += steps
+            if steps:
+                by_turn.setdefault(t, []).append(steps[0])
+    rows = [{"turn": t + 1, **turn_figures(by_turn[t])} for t in sorted(by_turn)]
+    return rows, turn_figures(every) if every else None
 
 
 def server_vocabulary(tok: ServerTokenizer) -> np.ndarray:
