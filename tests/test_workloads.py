@@ -1,9 +1,10 @@
-"""Workloads (random, sharegpt, trace: evalkit/tasks/workload_task.py) and probes (``--probe TASK:SHARE``,
+"""Workloads (random, sharegpt, trace, sessions: evalkit/tasks/workload_task.py) and probes (``--probe TASK:SHARE``,
 evalkit/runner/probes.py) against the deterministic test server: exact lengths, the body's forcing fields, the
 trace's timings and shared blocks, ShareGPT's filter, the probes' scores, the gate on speed only, bad input."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from evalkit.client.answer_fields import length_note
+from evalkit.client.clamp import clamp_max_tokens
 from evalkit.contracts import GenParams, Request
 from evalkit.store import open_run
 from evalkit.tasks import workload_data as wd
@@ -243,6 +245,16 @@ def test_sessions_send_each_turn_with_the_whole_history(tmp_path: Path) -> None:
         return {tuple(t["user"][0]["content"] for t in r["turns"]) for r in _samples(tmp_path / run)}
 
     assert users_of("again") == users_of("s") and users_of("other").isdisjoint(users_of("s"))
+
+
+def test_a_forced_turn_clamped_to_the_context_keeps_min_tokens_within_max_tokens() -> None:
+    words = " ".join(["word"] * 40)
+    gen = GenParams(max_tokens=30, min_tokens=30, ignore_eos=True)
+    req = Request("sessions", 0, 0, words, gen, messages=({"role": "user", "content": words},))
+    with TestServer(Behaviour(max_model_len=60)) as srv:
+        (out,), clamp = asyncio.run(clamp_max_tokens([req], srv.url, "test-model", "chat", 60))
+    assert clamp is not None and out.gen.max_tokens < 30
+    assert out.gen.min_tokens == out.gen.max_tokens  # vLLM refuses min_tokens above max_tokens
 
 
 @pytest.mark.parametrize(

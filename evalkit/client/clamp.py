@@ -67,7 +67,8 @@ async def clamp_max_tokens(
     max_model_len: int | None,
     api_key: str | None = None,
 ) -> tuple[list[Request], dict[str, Any] | None]:
-    """Requests with ``max_tokens`` lowered where needed, and a record of what was clamped (None if nothing)."""
+    """Requests with ``max_tokens`` lowered where needed (``min_tokens`` with it, never above it), and a record of
+    what was clamped (None if nothing)."""
     if not max_model_len:
         return requests, None
     # a prompt sent as token ids was cut to its length by its task (lm-eval's max_length): nothing to count
@@ -96,7 +97,8 @@ async def clamp_max_tokens(
         n = counts.get(_key(r))
         if n is not None and r.gen.max_tokens + n > max_model_len:
             allowed = max(1, max_model_len - n)
-            r = dataclasses.replace(r, gen=dataclasses.replace(r.gen, max_tokens=allowed))
+            least = None if r.gen.min_tokens is None else min(r.gen.min_tokens, allowed)  # never above max_tokens
+            r = dataclasses.replace(r, gen=dataclasses.replace(r.gen, max_tokens=allowed, min_tokens=least))
             clamped += 1
             lowest = allowed if lowest is None else min(lowest, allowed)
         out.append(r)
