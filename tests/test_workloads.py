@@ -54,6 +54,8 @@ def test_random_lengths_are_exact_and_forced(tmp_path: Path) -> None:
         assert isinstance(body["prompt"], list) and all(isinstance(t, int) for t in body["prompt"])
     prefixes = {tuple(b["prompt"][:8]) for b in bodies}
     assert len(prefixes) == 1  # the shared prefix
+    recorded = open_run(tmp_path / "r").manifest["tasks"]["random"]["settings"]["workload"]
+    assert "turns" not in recorded and "think_time" not in recorded  # the sessions' own settings
     by_len = _lengths(tmp_path / "r")
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())["tasks"]["random"]
     assert summary["metrics"] == {} and summary["speed"]["output_tokens_per_s"] > 0
@@ -236,6 +238,8 @@ def test_sessions_send_each_turn_with_the_whole_history(tmp_path: Path) -> None:
     assert summary["detail"]["turn_requests"]["requests"] == 9  # every turn's request
     assert summary["counts"]["total"] == 3  # a session is one sample
     assert summary["speed"]["output_tokens_per_s"] > 0
+    recorded = open_run(tmp_path / "s").manifest["tasks"]["sessions"]["settings"]["workload"]
+    assert recorded["turns"] == 3 and recorded["think_time"] == 0.3
     # seeded: the same seed sends the same user turns, another seed others
     with TestServer(Behaviour(max_model_len=4096)) as srv:
         _run(srv, tmp_path / "again", *SESSION_ARGS, "--seed", "2")

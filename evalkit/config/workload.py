@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+SESSIONS_ONLY = ("turns", "think_time")  # the fields only the sessions workload reads
+
 
 def parse_probe(text: str) -> tuple[str, float]:
     """``TASK:SHARE`` as (task, share), the share a number strictly between 0 and 1; ValueError naming the fix."""
@@ -55,7 +57,8 @@ class WorkloadSettings(BaseModel):
         """The probes as (task, share), in the order given."""
         return [parse_probe(p) for p in self.probe]
 
-    def task_options(self) -> dict[str, Any]:
-        """What a workload task reads (recorded in the manifest with the task's settings): every field but the
-        probes, which are tasks of their own there."""
-        return self.model_dump(mode="json", exclude={"probe"})
+    def task_options(self, workload: str) -> dict[str, Any]:
+        """What the ``workload`` task (``random``, ``sessions``, ...) reads, recorded in the manifest with the
+        task's settings: every field but the probes, which are tasks of their own there, and but the sessions'
+        own (``turns``, ``think_time``) for the other workloads."""
+        return self.model_dump(mode="json", exclude={"probe", *(() if workload == "sessions" else SESSIONS_ONLY)})

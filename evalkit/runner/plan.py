@@ -50,7 +50,7 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         endpoint_kind=cfg.endpoint_kind or task.endpoint_kind,
         docs=None if cfg.docs is None else tuple(cfg.docs),
         drop_reasoning=pick("drop_reasoning") if "drop_reasoning" in d else None,
-        workload=cfg.workload.task_options() if getattr(task, "workload_kind", None) else None,
+        workload=cfg.workload.task_options(wk) if (wk := getattr(task, "workload_kind", None)) else None,
         shard=cfg.shard,
     )
 
