@@ -1,6 +1,7 @@
 """Decision pages in Chromium (issue 49): the gate's compare.html, the comparison of two runs and the gate of
 several runs a side open with the decision (PASS / FAIL / CANNOT DECIDE, both sides by name, the reason) within
-the first screen at 1400×900 and at 390×844, and the multi-run page's flips compare baseline with candidate."""
+the first screen at 1400×900 and at 390×844, the primary metric's column of the runs' table is within the
+screen's width at both, and the multi-run page's flips compare baseline with candidate."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ FIRST_SCREEN = """(() => {
   return {text: d.innerText, title: document.title, h1: h.innerText, bottom: r.bottom, right: r.right,
           vh: window.innerHeight, vw: document.documentElement.clientWidth,
           sideways: document.documentElement.scrollWidth - document.documentElement.clientWidth};
+})()"""
+PRIMARY_COLUMN = """(() => {
+  const th = Array.from(document.querySelectorAll('table.cmp thead th')).find(t => t.innerText.includes('(primary)'));
+  return th ? {header: th.innerText, right: th.getBoundingClientRect().right, vw: document.documentElement.clientWidth}
+            : null;
 })()"""
 
 
@@ -53,6 +59,9 @@ def test_decision_pages_lead_with_the_decision(tmp_path: Path) -> None:
                     assert "rules" in seen["text"], seen  # the reason: which rules failed, or how many passed
                     assert seen["bottom"] <= seen["vh"] and seen["right"] <= seen["vw"], (name, width, seen)
                     assert seen["sideways"] <= 0, (name, width, seen)
+                    primary = await evaluate(cdp, session, PRIMARY_COLUMN)  # the per-task table of the runs
+                    assert primary is not None, f"{name}: no primary metric column"
+                    assert 0 < primary["right"] <= primary["vw"], (name, width, primary)
                     await screenshot(cdp, session, f"decision-{name}-{width}")
                     assert_clean(page_log, page)
             session, _ = await open_page(cdp, multi)

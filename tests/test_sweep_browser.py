@@ -63,7 +63,10 @@ VIEWPORT_CHECK = """(() => {
   return {top: rec.top, bottom: rec.bottom, vh: window.innerHeight,
           text: document.querySelector('#recommendation').innerText,
           labelled: boxes.map(bs => bs.length), overlaps: overlaps,
-          flips: document.querySelector('#flips') ? document.querySelector('#flips').innerText : null};
+          flips: document.querySelector('#flips') ? document.querySelector('#flips').innerText : null,
+          figure: document.querySelector('table.sweep-table thead th:nth-child(2)').innerText,
+          figure_right: document.querySelector('table.sweep-table thead th:nth-child(2)').getBoundingClientRect().right,
+          vw: document.documentElement.clientWidth};
 })()"""
 
 
@@ -111,6 +114,8 @@ def test_sweep_page_opens_with_its_recommendation(tmp_path: Path, size: tuple[in
             seen = await evaluate(cdp, session, VIEWPORT_CHECK)
             assert "RECOMMENDED: fp8__default__c128" in seen["text"], seen
             assert seen["top"] >= 0 and seen["bottom"] <= seen["vh"], seen  # within the first screen
+            # the combinations table's first figure column follows the name, on screen at either width
+            assert seen["figure"] == "output tok/s" and seen["figure_right"] <= seen["vw"], seen
             # the scatter labels its points without one label over another
             assert seen["labelled"] and max(seen["labelled"]) >= 2 and not any(seen["overlaps"]), seen
             # the flips compare the pick with the reference config's run, not two levels of one config

@@ -23,7 +23,12 @@ class SpeedCard:
     sub: str = ""
 
 
-def speed_cards(speed: Speed | None) -> list[SpeedCard]:
+def speed_cards(
+    speed: Speed | None, slos: dict[str, float] | None = None, pricing: dict[str, Any] | None = None
+) -> list[SpeedCard]:
+    """The headline's speed cards: output tok/s, requests/s, TTFT and TPOT, then goodput and the cost per million
+    output tokens where the run has them (made with ``--goodput`` / ``--cost-per-gpu-hour``), under the SLOs
+    (``slos``) and the price (``pricing``) the run counted them against."""
     conc = speed.concurrency if speed else None
     wall = speed.wall_s if speed else None
     sub = []
@@ -39,7 +44,29 @@ def speed_cards(speed: Speed | None) -> list[SpeedCard]:
             f"total tok/s {fmt_num(speed and speed.total_tokens_per_s)}",
         ),
         *(_latency_card(speed, key) for key in CARD_LATENCIES),
+        *_economics_cards(speed, slos, pricing),
     ]
+
+
+def _economics_cards(
+    speed: Speed | None, slos: dict[str, float] | None, pricing: dict[str, Any] | None
+) -> list[SpeedCard]:
+    cards = []
+    if speed is not None and speed.good_requests is not None:
+        within = f" within {slos_text(slos)}" if slos else " within the SLOs"
+        share = f"{fmt_pct(speed.goodput_share)} of requests{within}"
+        cards.append(SpeedCard("Goodput req/s", fmt_num(speed.goodput_requests_per_s, 2), share))
+    if speed is not None and speed.cost_per_million_output_tokens is not None:
+        cost = f"${fmt_num(speed.cost_per_million_output_tokens, 4)}"
+        cards.append(SpeedCard("$ per M output tokens", cost, price_text(pricing) if pricing else ""))
+    return cards
+
+
+def price_text(pricing: dict[str, Any]) -> str:
+    """``$2.5/GPU-hour × 2 GPUs``: the price a run's cost figures were counted at."""
+    gpus = as_int(pricing.get("gpus"))
+    per = f"${as_str(pricing.get('cost_per_gpu_hour'))}/GPU-hour × {as_str(pricing.get('gpus'))} GPU"
+    return per + ("" if gpus == 1 else "s")
 
 
 CARD_LATENCIES = ("ttft_ms", "tpot_ms")  # the latencies with a card: p50, and p99 under it
@@ -102,9 +129,7 @@ def economics_rows(
         share = f"{fmt_pct(speed and speed.goodput_share)} of requests ({as_str(speed and speed.good_requests)})"
         rows.append(KV(f"Goodput ({shown})", f"{good} · {share}"))
     if pricing:
-        gpus = as_int(pricing.get("gpus"))
-        per = f"${as_str(pricing.get('cost_per_gpu_hour'))}/GPU-hour × {as_str(pricing.get('gpus'))} GPU"
-        per += "" if gpus == 1 else "s"
+        per = price_text(pricing)
         steady = speed.steady_state.cost_per_million_output_tokens if speed and speed.steady_state else None
         out_tok = f"${fmt_num(speed and speed.cost_per_million_output_tokens, 4)}"
         rows += [

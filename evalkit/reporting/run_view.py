@@ -238,7 +238,7 @@ def task_view(run: Run, name: str, index: int) -> TaskView:
         metrics=metric_views(t),
         counts=chips,
         total=counts.get("total"),
-        cards=speed_cards(speed),
+        cards=speed_cards(speed, manifest.goodput_slos, manifest.pricing),
         speed_rows=srows,
         speed_extra=sextra,
         steady_title=steady_title,
