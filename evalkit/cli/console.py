@@ -93,7 +93,7 @@ def _groups(summary: dict[str, Any]) -> dict[str, GroupSummary]:
 def print_summary(summary: dict[str, Any], run_dir: str) -> None:
     acc = Table(title="accuracy", title_justify="left")
     for col in ("task", "metric", "value", "± stderr", "95% CI", "n"):
-        acc.add_column(col)
+        acc.add_column(col, no_wrap=col in ("task", "metric"))  # names whole (the other columns give way)
     speed = Table(title="speed", title_justify="left")
     for col in ("task", *(header for header, _, _ in SPEED_COLUMNS), "conc", "errors"):
         speed.add_column(col)
