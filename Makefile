@@ -18,7 +18,7 @@ test:
 	VENV=$(VENV) bash scripts/test.sh
 
 test-fast:
-	VENV=$(VENV) bash scripts/test.sh -m "not gpu and not vllm and not slow"
+	VENV=$(VENV) bash scripts/test.sh -m "not gpu and not vllm and not slow" -n 3
 
 lint:
 	$(BIN)ruff check evalkit tests tasks benchmarks examples scripts

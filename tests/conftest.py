@@ -16,3 +16,22 @@ def test_server():
 
     with TestServer(Behaviour(correct_ratio=0.6)) as srv:
         yield srv
+
+
+# Timing-sensitive tests: their figures (a stalled event loop, a climb of --concurrency auto, run-to-run speed,
+# an achieved request rate) need the cores to themselves, so scripts/test.sh runs them after its parallel phase,
+# one at a time, with the real-vLLM tests. A node id here, or a prefix of one (a module).
+SERIAL = (
+    "tests/test_worker.py::test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop",
+    "tests/test_auto_concurrency.py",
+    "tests/test_gate_speed.py",
+    "tests/test_steady_state.py",
+    "tests/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
+    "tests/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
