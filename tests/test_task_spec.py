@@ -33,7 +33,10 @@ def test_spec_reads_common_keys(tmp_path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": None, "kind": "nope"}, "kind must be one of lm-eval, logprobs, python, tool-calls, workload, got 'nope'"),
+        (
+            {"version": None, "kind": "nope"},
+            "kind must be one of lm-eval, logprobs, python, tool-calls, workload, got 'nope'",
+        ),
         ({"defaults": {"temprature": 1}}, "t: unknown defaults ['temprature']; allowed: ["),
         ({"endpoint_kind": "embeddings"}, "t: endpoint_kind must be chat or completions, got 'embeddings'"),
         ({"data": ["d.jsonl"]}, "'data' must map names to paths"),
