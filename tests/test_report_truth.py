@@ -241,7 +241,8 @@ def test_compare_shows_concurrency_and_colours() -> None:
     rows = [r for r in table_rows(html) if len(r) > 8 and r[1].startswith("gsm8k-max-num-seqs")]
     a, b = rows
     # --concurrency auto settled on 64 for A and stepped 64 -> 128 for B: B's TTFT is queueing at twice the load
-    assert a[3] == "64" and b[3] == "128 (64 at 0.0 s → 128 at 0.5 s)"
+    # (the runs table's last three columns: concurrency used, config (differs), Pareto; metrics and speed lead)
+    assert a[-3] == "64" and b[-3] == "128 (64 at 0.0 s → 128 at 0.5 s)"
     assert "empty 148" in a[1] and "truncated 80" in a[1] and "empty 148" in b[1]
     assert "TTFT p99" in html and "TPOT p99" in html
     # B is slower: its throughput change and its TTFT changes are red, not grey
