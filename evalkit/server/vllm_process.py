@@ -168,8 +168,6 @@ class VLLMServer:
         else:
             check_port_free(cfg.host, cfg.port)
             self.port = cfg.port
-        if self.dtype_note is not None:  # said once the server is about to launch (bad input stays one line)
-            print(f"evalkit: {self.dtype_note}", file=sys.stderr, flush=True)
         self.argv = build_argv(cfg, self.port, self.launcher)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         become_subreaper()
@@ -191,6 +189,8 @@ class VLLMServer:
             raise
         self.startup_s = time.monotonic() - t0
         log.info("vLLM ready at %s after %.1f s", self.base_url, self.startup_s)
+        if self.dtype_note is not None:  # said once it serves: a failed start's error stays the first line
+            print(f"evalkit: {self.dtype_note}", file=sys.stderr, flush=True)
         return self
 
     def _launch(self) -> None:
