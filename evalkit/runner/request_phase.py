@@ -24,6 +24,7 @@ from evalkit.config.endpoint import display_url, server_root
 from evalkit.contracts import Request, Response, SampleRecord, SchedulerStats, Score, TaskSummary
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
+from evalkit.runner.sender_processes import SenderSpec, send_in_processes, sender_count, shares
 from evalkit.runner.worker import Worker
 from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
 from evalkit.scoring.load import load_summary
@@ -204,6 +205,22 @@ class RequestPhase:
         if close_scoring:
             self.scoring.close()
 
+    async def _senders(self, p: TaskRun, options: ClientOptions, extra: dict[str, Any]) -> list[SenderSpec] | None:
+        """Each sender process's settings where ``p``'s requests go out over several (None: this process sends
+        them; evalkit/runner/sender_processes.py)."""
+        conversations = any(r.conversation is not None for r in (await p.peek())[:64])
+        cfg, in_flight = self.cfg, self.in_flight
+        n = sender_count(cfg.client_processes, in_flight, Arrivals.of(cfg), conversations, p.task.name)
+        if n == 1:
+            return None
+        client = dict(
+            kind=p.kind, api_key=self.api_key, options=options, extra_body=extra, headers=cfg.headers,
+            models=self.accepted,
+        )  # fmt: skip
+        return [
+            SenderSpec(self.urls, self.model, client, c, cfg.duration_s) for c in shares(int(in_flight.concurrency), n)
+        ]
+
     async def _send(
         self,
         todo: AsyncIterator[Request],
@@ -219,6 +236,11 @@ class RequestPhase:
         backends, each of its requests fitted to the context as its history grows. A response naming a model that is
         neither ``model`` nor ``accepted`` fails its attempt."""
         urls, task, kind = self.urls, p.task, p.kind
+        if (senders := await self._senders(p, options, extra)) is not None:  # several processes send
+            stats, self.clock_start_unix = await send_in_processes(
+                todo, len(senders), senders, total, Arrivals.of(self.cfg), on_done
+            )
+            return stats
         async with Client(
             urls,
             self.model,
