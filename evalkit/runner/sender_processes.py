@@ -154,6 +154,8 @@ class _Sender:
 
     def stop(self, at_once: bool) -> None:
         """Let the process exit (it has sent its stats), or end it ``at_once`` (the phase was interrupted)."""
+        if self.proc.returncode is not None:
+            return
         self.outbox.put(None)
         if at_once and self.proc.poll() is None:
             self.proc.kill()
@@ -167,100 +169,131 @@ class _Sender:
                 pipe and pipe.close()
 
 
-async def send_in_processes(
-    todo: AsyncIterator[Request],
-    n: int,
-    specs: list[SenderSpec],
-    total: int,
-    arrivals: Arrivals | None,
-    on_done: Callable[[Request, Response], Awaitable[None]],
-) -> tuple[SchedulerStats, float]:
-    """Send ``todo`` (``total`` requests) over ``n`` sender processes (``specs[k]`` the k-th's), calling
-    ``on_done`` here as each answer comes back; the merged stats and the start every sender counted from, as
-    ``time.time()``. An ``on_done`` that raises stops the sending (the answers already back are stored) and its
-    error is raised; so is a sender's failure."""
-    loop = asyncio.get_running_loop()
-    c0 = time.process_time()
-    senders = [_Sender(spec) for spec in specs]
-    ready = [loop.create_future() for _ in senders]
-    finished = [loop.create_future() for _ in senders]
-    credits = [Limiter(spec.concurrency + BACKLOG // n + 1) for spec in specs]
-    stored: set[asyncio.Task[None]] = set()
-    failed: list[BaseException] = []
+class Senders:
+    """Sender processes, started at once (their start overlaps what the run does before sending, e.g. its
+    warm-up), then used by one :meth:`send` or closed."""
 
-    async def store(k: int, req: Request, resp: Response) -> None:
-        try:
-            await on_done(req, resp)
-        except Exception as e:
-            failed.append(e)
-            for c in credits:
-                await c.close()
-        finally:
-            await credits[k].release()
+    def __init__(self, specs: list[SenderSpec]) -> None:
+        self.specs = specs
+        self._senders = [_Sender(spec) for spec in specs]
+        self._lock = threading.Lock()
+        self._early: list[tuple[int, Any]] = []  # what the senders said before send() listened
+        self._receive: Callable[[int, Any], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        for k, sender in enumerate(self._senders):
+            sender.start(functools.partial(self._deliver, k))
 
-    def receive(k: int, msg: Any) -> None:
-        kind = msg[0]
-        if kind == "ready":
-            ready[k].set_result(None)
-        elif kind == "answers":
-            for i, resp in msg[1]:
-                task = loop.create_task(store(k, senders[k].held.pop(i), resp))
-                stored.add(task)
-                task.add_done_callback(stored.discard)
-        elif not finished[k].done():  # its stats, or its failure: it takes no more requests
-            finished[k].set_result(msg)
-            closing = loop.create_task(credits[k].close())
-            stored.add(closing)
-            closing.add_done_callback(stored.discard)
-            if not ready[k].done():
+    def _deliver(self, k: int, msg: Any) -> None:
+        """A message of sender ``k`` (in its reading thread): to send()'s loop, or kept until it listens."""
+        with self._lock:
+            if self._receive is None or self._loop is None:
+                self._early.append((k, msg))
+                return
+            loop, receive = self._loop, self._receive
+        loop.call_soon_threadsafe(receive, k, msg)
+
+    def _listen(self, loop: asyncio.AbstractEventLoop, receive: Callable[[int, Any], None]) -> None:
+        with self._lock:
+            self._loop, self._receive = loop, receive
+            early, self._early = self._early, []
+        for k, msg in early:
+            receive(k, msg)
+
+    def close(self, at_once: bool = True) -> None:
+        """End the processes (``at_once``: without waiting for them to finish what they have)."""
+        for sender in self._senders:
+            sender.stop(at_once)
+
+    async def send(
+        self,
+        todo: AsyncIterator[Request],
+        total: int,
+        arrivals: Arrivals | None,
+        on_done: Callable[[Request, Response], Awaitable[None]],
+    ) -> tuple[SchedulerStats, float]:
+        """Send ``todo`` (``total`` requests) over the senders, calling ``on_done`` here as each answer comes back;
+        the merged stats and the start every sender counted from, as ``time.time()``. An ``on_done`` that raises
+        stops the sending (the answers already back are stored) and its error is raised; so is a sender's
+        failure. The processes are ended when it returns."""
+        loop = asyncio.get_running_loop()
+        c0 = time.process_time()
+        senders, specs, n = self._senders, self.specs, len(self._senders)
+        ready = [loop.create_future() for _ in senders]
+        finished = [loop.create_future() for _ in senders]
+        credits = [Limiter(spec.concurrency + BACKLOG // n + 1) for spec in specs]
+        stored: set[asyncio.Task[None]] = set()
+        failed: list[BaseException] = []
+
+        async def store(k: int, req: Request, resp: Response) -> None:
+            try:
+                await on_done(req, resp)
+            except Exception as e:
+                failed.append(e)
+                for c in credits:
+                    await c.close()
+            finally:
+                await credits[k].release()
+
+        def receive(k: int, msg: Any) -> None:
+            kind = msg[0]
+            if kind == "ready":
                 ready[k].set_result(None)
+            elif kind == "answers":
+                for i, resp in msg[1]:
+                    task = loop.create_task(store(k, senders[k].held.pop(i), resp))
+                    stored.add(task)
+                    task.add_done_callback(stored.discard)
+            elif not finished[k].done():  # its stats, or its failure: it takes no more requests
+                finished[k].set_result(msg)
+                closing = loop.create_task(credits[k].close())
+                stored.add(closing)
+                closing.add_done_callback(stored.discard)
+                if not ready[k].done():
+                    ready[k].set_result(None)
 
-    def flush() -> None:
-        for s in senders:
-            if s.batch:
-                s.outbox.put(("requests", s.batch))
-                s.batch = []
+        def flush() -> None:
+            for s in senders:
+                if s.batch:
+                    s.outbox.put(("requests", s.batch))
+                    s.batch = []
 
-    clean = False
-    try:
-        for k, s in enumerate(senders):
-            s.start(functools.partial(loop.call_soon_threadsafe, functools.partial(receive, k)))
-        await asyncio.gather(*ready)
-        start_unix = time.time() + START_LEAD_S
-        for s in senders:
-            s.outbox.put(("start", start_unix))
-        offsets = arrival_offsets(total, arrivals) if arrivals is not None else []
-        position = 0
-        async for req in todo:
-            k = position % n
-            if not await credits[k].acquire() or any(f.done() for f in finished):
-                break
-            (item,) = timed([(position, req)], offsets)
-            senders[k].held[position] = req  # the request on_done knows (its key is by identity)
-            senders[k].batch.append(item)
-            if len(senders[k].batch) == 1:
-                loop.call_soon(flush)
-            position += 1
-        flush()
-        for s in senders:
-            s.outbox.put(("end",))
-        outcomes = await asyncio.gather(*finished)
-        while stored:
-            await asyncio.gather(*list(stored))
-        if failed:
-            raise failed[0]
-        bad = next((m for m in outcomes if m[0] == "failed"), None)
-        if bad is not None:
-            raise RunError(f"a sender process failed: {bad[1]}")
-        stats = merge_stats([m[1] for m in outcomes], specs)
-        stats.not_sent = max(0, total - stats.sent) if stats.not_sent else 0
-        stats.cpu_s += time.process_time() - c0
-        clean = True
-        return stats, start_unix
-    finally:
-        for s in senders:
-            if hasattr(s, "proc"):
-                s.stop(at_once=not clean)
+        clean = False
+        try:
+            self._listen(loop, receive)
+            await asyncio.gather(*ready)
+            start_unix = time.time() + START_LEAD_S
+            for s in senders:
+                s.outbox.put(("start", start_unix))
+            offsets = arrival_offsets(total, arrivals) if arrivals is not None else []
+            position = 0
+            async for req in todo:
+                k = position % n
+                if not await credits[k].acquire() or any(f.done() for f in finished):
+                    break
+                (item,) = timed([(position, req)], offsets)
+                senders[k].held[position] = req  # the request on_done knows (its key is by identity)
+                senders[k].batch.append(item)
+                if len(senders[k].batch) == 1:
+                    loop.call_soon(flush)
+                position += 1
+            flush()
+            for s in senders:
+                s.outbox.put(("end",))
+            outcomes = await asyncio.gather(*finished)
+            while stored:
+                await asyncio.gather(*list(stored))
+            if failed:
+                raise failed[0]
+            bad = next((m for m in outcomes if m[0] == "failed"), None)
+            if bad is not None:
+                raise RunError(f"a sender process failed: {bad[1]}")
+            stats = merge_stats([m[1] for m in outcomes], specs)
+            stats.not_sent = max(0, total - stats.sent) if stats.not_sent else 0
+            stats.cpu_s += time.process_time() - c0
+            clean = True
+            return stats, start_unix
+        finally:
+            self.close(at_once=not clean)
 
 
 def merge_stats(parts: list[SchedulerStats], specs: list[SenderSpec]) -> SchedulerStats:
