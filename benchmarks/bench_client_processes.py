@@ -5,13 +5,14 @@
 
 Starts ``--servers`` bundled test servers in ``--fast`` mode (no sleeps, cached answers: the client is what is
 measured), each its own process, and runs ``evalkit run random`` (``--num-prompts`` short prompts,
-``--output-len`` streamed tokens each, no warm-up, no report) sharded over all of them, once per process count per
-round, the counts in a rotated order each round so that machine noise falls on all of them alike. A first run is
-discarded (warm caches).
+``--output-len`` streamed tokens each, the default warm-up, during which the senders start; no report) sharded
+over all of them, once per process count per round, the counts in a rotated order each round so that machine
+noise falls on all of them alike. A first run is discarded (warm caches).
 
 Per run: requests/s over the sending window (the summary's ``speed.requests_per_s``: first send to last answer),
-the request phase's requests/s (``timings_s``: the senders' start and the tail of answers still being scored and
-stored after the last one came back, which the parent does for all senders, included), and each server
+the request phase's requests/s (``timings_s``: what of the senders' start the warm-up did not cover and the tail
+of answers still being scored and stored after the last one came back, which the parent does for all senders,
+included), and each server
 process's CPU share over the phase (near 100% of a core: the servers, not the client, set the figure; add
 ``--servers``). Prints the medians, the scaling against one process, and the scaling per added process,
 ``(rate(N) / rate(1) - 1) / (N - 1)`` (1.0: each added process adds a whole process's rate; target >= 0.8 while
@@ -48,7 +49,7 @@ def run_once(servers: list[SubprocessServer], out: Path, n: int, a: argparse.Nam
     ends = [arg for s in servers for arg in ("--endpoint", s.url)]
     cmd = [sys.executable, "-m", "evalkit.cli", "run", "random", *ends, "--num-prompts", str(a.num_prompts),
            "--random-input-len", "32", "--random-output-len", str(a.output_len), "--concurrency", str(a.concurrency),
-           "--client-processes", str(n), "--no-warmup", "-o", str(out), "--fresh", "--no-report", "-q"]  # fmt: skip
+           "--client-processes", str(n), "-o", str(out), "--fresh", "--no-report", "-q"]  # fmt: skip
     before = [cpu_s(s.proc.pid) for s in servers if s.proc is not None]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "TQDM_DISABLE": "1"})
