@@ -115,6 +115,28 @@ def test_a_rate_run_over_two_processes_sends_each_request_at_its_scheduled_time(
     assert sorted(lags)[len(lags) // 2] < 0.25  # and on time, but for a busy machine's stragglers
 
 
+def test_a_probed_load_at_a_rate_over_two_processes_gives_the_run_of_one(tmp_path: Path) -> None:
+    """A workload with a probe mixed in, on a schedule: the same samples (the probe's answers and scores) and the
+    same due times with two senders as with one."""
+    outs = {n: tmp_path / f"p{n}" for n in (1, 2)}
+    with TestServer(Behaviour(max_model_len=4096, correct_ratio=0.5)) as srv:
+        for n, out in outs.items():
+            args = ["run", "random", "--endpoint", srv.url, "--random-input-len", "20", "--random-output-len", "4",
+                    "--num-prompts", "30", "--probe", "gsm8k:0.25", "--seed", "1", "--request-rate", "100",
+                    "--client-processes", str(n), "-o", str(out), "--no-report", "-q"]  # fmt: skip
+            code, err = invoke(args)
+            assert code == 0, err
+    one, two = by_key(outs[1]), by_key(outs[2])
+    assert one == two and len(two) == 40
+    assert sum(r["task"] == "gsm8k" for r in two.values()) == 10
+
+    def due(out: Path) -> list[float]:
+        origin = orjson.loads((out / "summary.json").read_bytes())["tasks"]["random"]["load"].get("origin_s", 0.0)
+        return sorted(r["scheduled_s"] - origin for r in records(out))
+
+    assert due(outs[2]) == pytest.approx(due(outs[1]), abs=2e-3)
+
+
 # ------------------------------------------------------------------------------------------ resume after a kill
 STALLED = 4  # = --concurrency: every slot of both senders ends up holding a stalled request
 DONE_BEFORE_KILL = 8
