@@ -75,6 +75,12 @@ def run(
             help="Send no request after this long (e.g. 90s, 10m, 1h); requests in flight finish and are kept."
         ),
     ] = None,
+    client_processes: Annotated[
+        int | None,
+        typer.Option(
+            help="Processes sending the requests, each with its own connections and a share of --concurrency or of the --request-rate schedule (default: as many as the load needs, at most the cores; docs/load.md)."
+        ),
+    ] = None,
     auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 128).")] = None,
     warmup: Annotated[
         int | None,
@@ -386,6 +392,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         ramp_up_start_rps=take("ramp_up_start_rps"),
         ramp_up_end_rps=take("ramp_up_end_rps"),
         duration_s=take("duration"),
+        client_processes=take("client_processes"),
         auto_start=take("auto_start"),
         warmup=_warmup_setting(take("warmup"), take("no_warmup")),
         limit=take("limit"),

@@ -126,6 +126,7 @@ async def execute(
     send: Callable[[Request], Awaitable[Response]] | None = None,
     arrivals: Arrivals | None = None,
     duration_s: float | None = None,
+    start: float | None = None,
 ) -> SchedulerStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order).
@@ -150,7 +151,9 @@ async def execute(
     offset (evalkit.client.arrivals), both seconds from the phase's start; one that is late (no slot was free,
     the loop was busy) goes as soon as it can. Its Response's ``scheduled_s`` says when it was due. With
     ``duration_s`` no request is sent (or due) that many seconds after the start or later: requests in flight
-    then finish and are recorded; the rest are counted in ``not_sent``."""
+    then finish and are recorded; the rest are counted in ``not_sent``. ``start``: the phase's start on the
+    ``time.perf_counter()`` clock, which due times count from (default: now; a sender process of several gives
+    their shared start)."""
     stats = SchedulerStats()
     answer = send or client.generate
     auto = AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
@@ -169,7 +172,7 @@ async def execute(
     # requests in flight + answers not yet handled by on_done
     unfinished = Limiter((max_concurrency if auto else limit) + backlog)
     stats.concurrency_trace.append((0.0, limit))
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter() if start is None else start, time.process_time()
     stats.origin_s = t0 - client.t0
     deadline = t0 + duration_s if duration_s is not None else None
     lag_task = asyncio.create_task(_loop_lag(stats))

@@ -106,6 +106,9 @@ class RunConfig(BaseSettings):
     ramp_up_start_rps: float | None = Field(default=None, gt=0)
     ramp_up_end_rps: float | None = Field(default=None, gt=0)
     duration_s: float | None = Field(default=None, gt=0)
+    # processes sending the timed phase's requests (evalkit/runner/sender_processes.py); None: as many as the
+    # offered load needs, at most the cores
+    client_processes: int | None = Field(default=None, ge=1)
     # --shard I/N: only the I-th of N parts of each task's documents (config/shard.py), as (index, count)
     shard: tuple[int, int] | None = None
     user: str | None = None  # the OpenAI ``user`` field sent with every request
@@ -142,7 +145,8 @@ class RunConfig(BaseSettings):
         return v
 
     def check_arrivals(self) -> None:
-        """ConfigError for arrival settings that do not go together (each field alone is checked by its type)."""
+        """ConfigError for arrival and sender settings that do not go together (each field alone is checked by its
+        type)."""
         ramp = (self.ramp_up_start_rps, self.ramp_up_end_rps)
         if (ramp[0] is None) != (ramp[1] is None):
             given = "--ramp-up-start-rps" if ramp[1] is None else "--ramp-up-end-rps"
@@ -155,6 +159,11 @@ class RunConfig(BaseSettings):
                 raise ConfigError(f"{name} shapes the arrivals at --request-rate R; give --request-rate too")
         if self.burstiness is not None and self.arrival == "constant":
             raise ConfigError("--burstiness shapes Poisson/gamma arrivals; --arrival constant has none: drop one")
+        if self.client_processes is not None and self.client_processes > 1 and self.in_flight_cap() == "auto":
+            raise ConfigError(
+                f"--client-processes {self.client_processes} splits a fixed --concurrency or a --request-rate over "
+                "processes; --concurrency auto tunes one process's: give --concurrency N or --request-rate R"
+            )
         if paced and self.concurrency == "auto" and "concurrency" in self.model_fields_set:
             raise ConfigError(
                 "--concurrency auto tunes requests in flight, the arrival process sets the load; with "

@@ -138,3 +138,4 @@ class SchedulerStats:
     origin_s: float = 0.0  # the phase's start (the schedule's zero) on the client's clock (``start_s``'s)
     sent: int = 0  # requests sent
     not_sent: int = 0  # requests left unsent when the duration ran out
+    processes: int = 1  # the processes that sent (cpu_s is their sum; evalkit/runner/sender_processes.py)

@@ -280,18 +280,23 @@ class Runner:
             self.progress(p.task.name, done, p.total, None)
         options = client_options(self.cfg)
         extra = extra_body(self.cfg, p.settings)
-        sent = self._warmups.warm_up(
-            p,
-            self._urls,
-            phase.api_key,
-            phase.model,
-            phase.max_model_len,
-            in_flight=self._in_flight,
-            options=options,
-            extra=extra,
-            left=max(0, p.total - done),
-            server=self.server,
-        )
+        phase.start_senders(p, options, extra)  # several sender processes: their start overlaps the warm-up
+        try:
+            sent = self._warmups.warm_up(
+                p,
+                self._urls,
+                phase.api_key,
+                phase.model,
+                phase.max_model_len,
+                in_flight=self._in_flight,
+                options=options,
+                extra=extra,
+                left=max(0, p.total - done),
+                server=self.server,
+            )
+        except BaseException:
+            phase.stop_senders()
+            raise
         if sent:
             key = f"{p.task.name}.warmup"
             self._lap(key)

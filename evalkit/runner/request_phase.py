@@ -24,6 +24,7 @@ from evalkit.config.endpoint import display_url, server_root
 from evalkit.contracts import Request, Response, SampleRecord, SchedulerStats, Score, TaskSummary
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
+from evalkit.runner.sender_processes import Senders, SenderSpec, sender_count, shares
 from evalkit.runner.worker import Worker
 from evalkit.scoring.goodput import add_cost, add_energy, add_goodput
 from evalkit.scoring.load import load_summary
@@ -83,6 +84,7 @@ class RequestPhase:
     _records: list[SampleRecord] = field(default_factory=list)  # the last task summarised: its records
     _itl_by: dict[str, array] | None = None  # and its inter-token latencies by endpoint (a sharded run)
     clock_start_unix: float = 0.0  # set by each task's sending: time.time() at its client's start
+    _started: dict[str, Senders] = field(default_factory=dict)  # a task's sender processes, started ahead
 
     def run(
         self, p: TaskRun, options: ClientOptions, extra: dict[str, Any], close_scoring: bool
@@ -147,6 +149,7 @@ class RequestPhase:
                 stats = asyncio.run(self._send(todo(), max(0, total - done), p, options, extra, on_done))
         finally:
             positions.close()
+            self.stop_senders()
         self.lap(f"{task.name}.requests")
         deltas = observer.server_deltas(self.scoring)
         out = {q.task.name: self._summary(q, stats, close_scoring=False) for q in p.probes}
@@ -204,6 +207,32 @@ class RequestPhase:
         if close_scoring:
             self.scoring.close()
 
+    def start_senders(self, p: TaskRun, options: ClientOptions, extra: dict[str, Any]) -> Senders | None:
+        """The sender processes of ``p``'s request phase, started now and kept for it, where its requests go out
+        over several (None: this process sends them; evalkit/runner/sender_processes.py)."""
+        if sum(len(q.done_keys) for q in [p, *p.probes]) >= p.total:  # nothing left to send
+            return None
+        known = p.source if isinstance(p.source, list) else p.head or []  # a streamed task has no conversations
+        conversations = any(r.conversation is not None for r in known[:64])
+        cfg, in_flight = self.cfg, self.in_flight
+        n = sender_count(cfg.client_processes, in_flight, Arrivals.of(cfg), conversations, p.task.name)
+        if n == 1:
+            return None
+        client = dict(
+            kind=p.kind, api_key=self.api_key, options=options, extra_body=extra, headers=cfg.headers,
+            models=self.accepted,
+        )  # fmt: skip
+        specs = [
+            SenderSpec(self.urls, self.model, client, c, cfg.duration_s) for c in shares(int(in_flight.concurrency), n)
+        ]
+        senders = self._started[p.task.name] = Senders(specs)
+        return senders
+
+    def stop_senders(self) -> None:
+        """End sender processes started for a phase that did not use them (it failed before sending)."""
+        while self._started:
+            self._started.popitem()[1].close()
+
     async def _send(
         self,
         todo: AsyncIterator[Request],
@@ -219,6 +248,10 @@ class RequestPhase:
         backends, each of its requests fitted to the context as its history grows. A response naming a model that is
         neither ``model`` nor ``accepted`` fails its attempt."""
         urls, task, kind = self.urls, p.task, p.kind
+        senders = self._started.pop(task.name, None) or self.start_senders(p, options, extra)
+        if senders is not None:  # several processes send
+            stats, self.clock_start_unix = await senders.send(todo, total, Arrivals.of(self.cfg), on_done)
+            return stats
         async with Client(
             urls,
             self.model,

@@ -100,7 +100,7 @@ def task_summary(
     speed.client_cpu_s = round(stats.cpu_s, 3)
     lags = sorted(stats.loop_lag_ms)
     speed.loop_lag_ms_p99 = round(percentile(lags, 99), 3) if lags else None
-    busy = stats.cpu_s / stats.wall_s if stats.wall_s > 1 else 0.0
+    busy = stats.cpu_s / (stats.wall_s * stats.processes) if stats.wall_s > 1 else 0.0
     speed.client_bound = (loop_lagged(lags) and busy >= LAG_CPU_SHARE) or busy > CPU_BOUND_SHARE
     if stats.final_concurrency > 0:
         session = [r for r in records if r.key not in earlier] if earlier else records
