@@ -75,6 +75,12 @@ def run(
             help="Send no request after this long (e.g. 90s, 10m, 1h); requests in flight finish and are kept."
         ),
     ] = None,
+    start_at: Annotated[
+        float | None,
+        typer.Option(
+            help="Unix time (seconds) the timed phase starts at, e.g. $(date -d '+2 min' +%s): a load's shards share one schedule (docs/scale-out.md)."
+        ),
+    ] = None,
     auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 128).")] = None,
     warmup: Annotated[
         int | None,
@@ -386,6 +392,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         ramp_up_start_rps=take("ramp_up_start_rps"),
         ramp_up_end_rps=take("ramp_up_end_rps"),
         duration_s=take("duration"),
+        start_at=take("start_at"),
         auto_start=take("auto_start"),
         warmup=_warmup_setting(take("warmup"), take("no_warmup")),
         limit=take("limit"),

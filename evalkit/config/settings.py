@@ -106,6 +106,9 @@ class RunConfig(BaseSettings):
     ramp_up_start_rps: float | None = Field(default=None, gt=0)
     ramp_up_end_rps: float | None = Field(default=None, gt=0)
     duration_s: float | None = Field(default=None, gt=0)
+    # --start-at: the wall-clock time (Unix seconds) the timed phase's schedule counts from, shared by a load's
+    # shards; the phase waits for it (started late: what is due already goes at once; a resumed run: ignored)
+    start_at: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     # --shard I/N: only the I-th of N parts of each task's documents (config/shard.py), as (index, count)
     shard: tuple[int, int] | None = None
     user: str | None = None  # the OpenAI ``user`` field sent with every request

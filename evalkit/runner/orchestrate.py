@@ -30,7 +30,7 @@ from evalkit.runner.plan import (
     lm_eval_expanded,
     new_manifest,
     plan_tasks,
-    shard_load,
+    split_schedule,
     task_settings,
 )
 from evalkit.runner.probes import plan_probes, probe_tasks
@@ -96,7 +96,7 @@ class Runner:
         the history's writer), imported during the first warm-up with the report's."""
         self._created = time.perf_counter()  # a later run of this process counts its start-up from here
         self._groups = lm_eval_groups(cfg.tasks, cfg.include_path)  # before its groups expand into their tasks
-        self.cfg = cfg = shard_load(lm_eval_expanded(cfg))
+        self.cfg = cfg = lm_eval_expanded(cfg)
         self.progress = progress
         self.argv = argv or sys.argv
         self.registry = Registry(cfg.tasks_dir)
@@ -218,6 +218,7 @@ class Runner:
         if self._probes:  # mixed into the one workload's requests, sent in its timed phase
             (workload,) = (p for p in plans if getattr(p.task, "workload_kind", None))
             probed = plan_probes(workload, self._probes, self.cfg, base_url, api_key, model, max_model_len)
+        split_schedule(plans, self.cfg)  # a load's shard: its part of the unsharded run's schedule
         self._lap("prompts")
         manifest = new_manifest(
             self.cfg, [*plans, *probed], self.argv, self._urls, model, self._in_flight.cap, self.server, api_key

@@ -258,4 +258,6 @@ class RequestPhase:
                 send=send,
                 arrivals=Arrivals.of(self.cfg),
                 duration_s=self.cfg.duration_s,
+                # a resumed session's schedule counts from its own start (what was due before is answered)
+                start_at_unix=self.cfg.start_at if not any(q.done_keys for q in [p, *p.probes]) else None,
             )
