@@ -137,3 +137,33 @@ def test_other_documents_or_prompts_are_refused(runs: dict[str, Path], tmp_path:
     assert_one_error_line(res, "scored none of the probe's gsm8k documents", "--limit 10")
     res = invoke(["report", str(runs["loaded"]), str(runs["rest"]), "--rest-run", str(runs["rest"])])
     assert_one_error_line(res, "--rest-run goes with one load run")
+
+
+def test_evalkit_run_takes_the_rest_run_into_its_report(runs: dict[str, Path], tmp_path: Path) -> None:
+    with TestServer(Behaviour(correct_ratio=0.0)) as srv:
+        out = tmp_path / "probed"
+        res = invoke(["run", *LOAD, "--endpoint", srv.url, "-o", str(out), "-q", "--no-warmup",
+                      "--rest-run", str(runs["rest"])])  # fmt: skip
+        assert res.code == 0, res.stderr
+        section = _probe_section((out / "report.html").read_text())
+        assert "significantly worse under load" in section and f"{PROBE_DOCS} of {PROBE_DOCS}" in section
+        # refused before anything is sent: no probes to compare, a rest run of another model, not a run dir
+        sent = len(srv.requests)
+        for i, (args, needles) in enumerate(
+            (
+                (["gsm8k", "--limit", "3", "--rest-run", str(runs["rest"])], ["give --probe TASK:SHARE"]),
+                (
+                    [*LOAD, "--rest-run", str(runs["other_model"])],
+                    ["a run of other-model", "give a rest run of test-model"],
+                ),
+                ([*LOAD, "--rest-run", str(tmp_path / "nowhere")], ["is not a run dir"]),
+            )
+        ):
+            res = invoke(["run", *args, "--endpoint", srv.url, "-o", str(tmp_path / f"refused{i}"), "-q"])
+            assert_one_error_line(res, *needles)
+        assert [r for r in srv.requests[sent:] if "completions" in r.path] == []
+        # a rest run found not comparable once the run is done: the run and its report are kept, one line says why
+        res = invoke(["run", *LOAD, "--endpoint", srv.url, "-o", str(tmp_path / "late"), "-q", "--no-warmup",
+                      "--rest-run", str(runs["no_probe_task"])])  # fmt: skip
+        assert_one_error_line(res, "no scored samples of the probe task gsm8k", "the run is complete")
+        assert (tmp_path / "late" / "report.html").is_file() and (tmp_path / "late" / "summary.json").is_file()

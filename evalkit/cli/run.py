@@ -130,6 +130,12 @@ def run(
         float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")
     ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write report.html.")] = False,
+    rest_run: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --probe: a run of the probe tasks at rest, whose accuracy the report shows beside theirs under this load (docs/load.md)."
+        ),
+    ] = None,
     idle_timeout: Annotated[
         float | None,
         typer.Option(
@@ -417,6 +423,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         fresh=take("fresh") or None,
         max_error_rate=take("max_error_rate"),
         report=False if take("no_report") else None,
+        rest_run=take("rest_run"),
         idle_timeout_s=take("idle_timeout"),
         ttft_timeout_s=take("ttft_timeout"),
         max_attempts=take("max_attempts"),

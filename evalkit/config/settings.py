@@ -89,6 +89,8 @@ class RunConfig(BaseSettings):
     fresh: bool = False
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
     report: bool = True
+    # --rest-run: a run of the probe tasks at rest, beside whose accuracy the report shows the probes' under load
+    rest_run: Path | None = None
     connect_timeout_s: float = Field(default=10.0, gt=0)
     idle_timeout_s: float = Field(default=120.0, gt=0)  # between data events, once a request's tokens flow
     ttft_timeout_s: float = Field(default=1800.0, gt=0)  # from a send to its first data event (queue wait, prefill)
