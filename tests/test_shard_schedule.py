@@ -150,3 +150,23 @@ def test_shards_send_their_parts_of_one_schedule_and_merge_to_it(tmp_path: Path)
     assert load["offered_rps"] == pytest.approx(_load(tmp_path / "whole")["offered_rps"], rel=0.02)
     assert load["offered_rps"] == pytest.approx(RATE, rel=0.15) and load["request_rate"] == RATE
     assert json.loads((tmp_path / "m" / "manifest.json").read_text())["request_rate"] == RATE
+
+
+def test_without_start_at_each_shard_counts_from_its_own_start_and_the_merge_records_it(tmp_path: Path) -> None:
+    with TestServer(Behaviour(fast=True, max_model_len=4096, correct_ratio=0.5)) as srv:
+        res = invoke([*LOAD, "--endpoint", srv.url, "-o", str(tmp_path / "whole")])
+        assert res.code == 0, res.stderr
+        for i in range(2):  # one after the other: shard 1 starts seconds after shard 0
+            res = invoke([*LOAD, "--endpoint", srv.url, "--shard", "auto/2", "-o", str(tmp_path / f"s{i}")],
+                         env={"JOB_COMPLETION_INDEX": str(i)})  # fmt: skip
+            assert res.code == 0, res.stderr
+    res = invoke(["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "-o", str(tmp_path / "m")])
+    assert res.code == 0, res.stderr
+    whole, merged = _schedule(tmp_path / "whole"), _schedule(tmp_path / "m")
+    offsets = [
+        s["clock_offset_s"]["random"] for s in json.loads((tmp_path / "m" / "manifest.json").read_text())["shards"]
+    ]
+    assert offsets[0] == 0 and offsets[1] > 1.0  # shard 1's start, recorded
+    for i in range(2):  # each shard's part of the schedule, moved by its own start
+        for key in _schedule(tmp_path / f"s{i}"):
+            assert merged[key] - whole[key] == pytest.approx(offsets[i], abs=0.02), key
