@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from evalkit.client.arrivals import Arrivals, schedule_part, timed
+from evalkit.client.arrivals import Arrivals, arrival_offsets, schedule_part, timed
 from evalkit.contracts import GenParams, Request
 from evalkit.runner.plan import TaskRun
 from evalkit.runner.prompt_stream import RequestStream
@@ -47,7 +47,7 @@ SCHEDULES = [Arrivals(rate=40.0, seed=3), Arrivals(rate=9.0, burstiness=0.4, see
 @pytest.mark.parametrize("count", [1, 2, 3, 7])
 @pytest.mark.parametrize("arrivals", SCHEDULES)
 def test_parts_together_are_the_unsharded_schedule_exactly(count: int, arrivals: Arrivals) -> None:
-    whole = timed(_requests(50, trace_every=9), arrivals)
+    whole = timed(_requests(50, trace_every=9), arrival_offsets(50, arrivals))
     assert all(r.arrival_s is not None for r in whole)
     assert [r.arrival_s for r in whole if r.doc_id % 9 == 0] == [100.0 + i for i in range(0, 50, 9)]  # kept
     parts = [schedule_part(whole, i, count) for i in range(count)]
@@ -62,7 +62,7 @@ def test_parts_together_are_the_unsharded_schedule_exactly(count: int, arrivals:
 
 def test_a_streamed_task_yields_its_part_with_the_whole_schedules_times() -> None:
     arrivals = Arrivals(rate=10.0, seed=4)
-    whole = timed(_requests(23), arrivals)
+    whole = timed(_requests(23), arrival_offsets(23, arrivals))
     stream = RequestStream()
     reqs = _requests(23)
     for start in range(0, 23, 5):  # batches that do not line up with the parts

@@ -5,7 +5,6 @@ that records them."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -104,11 +103,7 @@ class TaskRun:
                 yield batch
                 continue
             index, count, offsets = self.part
-            yield [
-                r if r.arrival_s is not None else dataclasses.replace(r, arrival_s=offsets[position + i])
-                for i, r in enumerate(batch)
-                if (position + i) % count == index
-            ]
+            yield schedule_part(timed(batch, offsets, position), index, count, start=position)
             position += len(batch)
 
     async def _batches(self) -> AsyncIterator[list[Request]]:
@@ -172,7 +167,7 @@ def split_schedule(plans: list[TaskRun], cfg: RunConfig) -> None:
             p.part = (index, count, arrival_offsets(p.total, arrivals))
             p.total = len(range(index, p.total, count))
             continue
-        part = schedule_part(timed(p.source, arrivals), index, count)
+        part = schedule_part(timed(p.source, arrival_offsets(len(p.source), arrivals)), index, count)
         p.source, p.total = part, len(part)
         for q in p.probes:
             mine = {(r.doc_id, r.sample_index) for r in part if r.task == q.task.name}
