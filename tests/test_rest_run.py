@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,14 @@ def test_evalkit_run_takes_the_rest_run_into_its_report(runs: dict[str, Path], t
                       "--rest-run", str(runs["no_probe_task"])])  # fmt: skip
         assert_one_error_line(res, "no scored samples of the probe task gsm8k", "the run is complete")
         assert (tmp_path / "late" / "report.html").is_file() and (tmp_path / "late" / "summary.json").is_file()
+
+
+def test_a_probed_run_cut_short_still_reports_without_the_section(runs: dict[str, Path], tmp_path: Path) -> None:
+    cut = tmp_path / "cut"
+    shutil.copytree(runs["loaded"], cut)
+    (cut / "summary.json").unlink()  # interrupted before its summary: the report shows what there is
+    res = invoke(["report", str(cut), "-o", str(tmp_path / "cut.html")])
+    assert res.code == 0, res.stderr
+    assert 'id="probes"' not in (tmp_path / "cut.html").read_text()
+    res = invoke(["report", str(cut), "--rest-run", str(runs["rest"]), "-o", str(tmp_path / "cut2.html")])
+    assert_one_error_line(res, "summary.json")

@@ -389,9 +389,15 @@ def probes_of(run: Run, rest_run: Path | None) -> ProbeSection | None:
     workload = any(manifest.task(n).settings.get("workload") is not None for n in manifest.tasks)
     if rest_run is None and not (workload and len(manifest.tasks) > 1):
         return None
+    from evalkit.errors import EvalkitError
     from evalkit.reporting.probe_view import probe_section
 
-    return probe_section(run, rest_run)
+    try:
+        return probe_section(run, rest_run)
+    except EvalkitError:
+        if rest_run is not None:
+            raise
+        return None  # a run the gate cannot read yet (no summary: cut short): its report without the section
 
 
 def build_run_view(run: Run, rest_run: Path | None = None) -> RunView:
