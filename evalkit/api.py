@@ -54,9 +54,11 @@ def open_run(run_dir: str | Path, *, with_samples: bool = True) -> Run:
     return read(run_dir, with_samples=with_samples)
 
 
-def report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | None = None) -> Path:
+def report(
+    run_dirs: str | Path | Sequence[str | Path], output: str | Path | None = None, rest_run: str | Path | None = None
+) -> Path:
     """Render one run's ``report.html`` or the comparison of several, as ``evalkit report``:
-    :func:`evalkit.reporting.write.write_report`.
+    :func:`evalkit.reporting.write.write_report` (``rest_run``: a run at rest of a probed load run's probes).
 
     Example::
 
@@ -64,7 +66,7 @@ def report(run_dirs: str | Path | Sequence[str | Path], output: str | Path | Non
     """
     from evalkit.reporting.write import write_report
 
-    return write_report(run_dirs, output)
+    return write_report(run_dirs, output, rest_run)
 
 
 def gate(

@@ -81,6 +81,12 @@ def run(
             help="Processes sending the requests, each with its own connections and a share of --concurrency or of the --request-rate schedule (default: as many as the load needs, at most the cores; docs/load.md)."
         ),
     ] = None,
+    start_at: Annotated[
+        float | None,
+        typer.Option(
+            help="Unix time (seconds) the timed phase starts at, e.g. $(date -d '+2 min' +%s): a load's shards share one schedule (docs/scale-out.md)."
+        ),
+    ] = None,
     auto_start: Annotated[int | None, typer.Option(help="Where --concurrency auto starts (default 128).")] = None,
     warmup: Annotated[
         int | None,
@@ -130,6 +136,12 @@ def run(
         float | None, typer.Option(help="Fail (exit 1) when more requests than this fraction failed.")
     ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write report.html.")] = False,
+    rest_run: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --probe: a run of the probe tasks at rest, whose accuracy the report shows beside theirs under this load (docs/load.md)."
+        ),
+    ] = None,
     idle_timeout: Annotated[
         float | None,
         typer.Option(
@@ -393,6 +405,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         ramp_up_end_rps=take("ramp_up_end_rps"),
         duration_s=take("duration"),
         client_processes=take("client_processes"),
+        start_at=take("start_at"),
         auto_start=take("auto_start"),
         warmup=_warmup_setting(take("warmup"), take("no_warmup")),
         limit=take("limit"),
@@ -417,6 +430,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         fresh=take("fresh") or None,
         max_error_rate=take("max_error_rate"),
         report=False if take("no_report") else None,
+        rest_run=take("rest_run"),
         idle_timeout_s=take("idle_timeout"),
         ttft_timeout_s=take("ttft_timeout"),
         max_attempts=take("max_attempts"),

@@ -14,12 +14,17 @@ so a seed gives the same schedule on every run. Offsets are seconds from the tim
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from evalkit.config import RunConfig
+    from evalkit.contracts import Request
+
+T = TypeVar("T")
 
 DEFAULT_SEED = 0  # vllm bench serve's --seed default
 Process = Literal["poisson", "constant"]
@@ -102,3 +107,25 @@ def mean_gap_s(arrivals: Arrivals) -> float:
     """The mean inter-arrival time (for a ramp: at its mean rate)."""
     rate = arrivals.rate if arrivals.ramp is None else sum(arrivals.ramp) / 2
     return 1.0 / rate if rate else math.inf
+
+
+def schedule_part(schedule: Sequence[T], index: int, count: int, start: int = 0) -> list[T]:
+    """Part ``index`` of ``count`` of ``schedule`` (0 <= index < count): the items at positions ≡ index mod
+    count, in order — the split ``--shard I/N`` deals documents by (``Shard.takes``). Any sequence in send order:
+    the requests of a schedule whose ``arrival_s`` are set (:func:`timed`), or the offsets themselves; ``start``:
+    the position of ``schedule[0]`` in the whole (a batch of a stream, split as it comes). The ``count`` parts
+    together are the schedule exactly, each item once with its own arrival time, so N senders (shards, client
+    processes) that each send their part from one shared start send the one schedule."""
+    if not 0 <= index < count:
+        raise ValueError(f"part {index} of {count}: the index must be in 0..{count - 1}")
+    return list(schedule[(index - start) % count :: count])
+
+
+def timed(requests: Sequence[Request], offsets: Sequence[float], start: int = 0) -> list[Request]:
+    """``requests`` (in send order, the first at position ``start`` of the whole) each with its ``arrival_s``:
+    its own where it has one (a trace's, a probe's), else its position's offset in ``offsets`` (the schedule of
+    the whole, :func:`arrival_offsets`, as the scheduler would give it when sending them all)."""
+    return [
+        r if r.arrival_s is not None else dataclasses.replace(r, arrival_s=offsets[start + i])
+        for i, r in enumerate(requests)
+    ]

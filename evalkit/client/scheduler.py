@@ -127,6 +127,7 @@ async def execute(
     arrivals: Arrivals | None = None,
     duration_s: float | None = None,
     start: float | None = None,
+    start_at_unix: float | None = None,
 ) -> SchedulerStats:
     """Send every request, at most ``concurrency`` at a time ("auto" tunes it), calling ``on_done`` as each
     completes (in completion order).
@@ -153,7 +154,9 @@ async def execute(
     ``duration_s`` no request is sent (or due) that many seconds after the start or later: requests in flight
     then finish and are recorded; the rest are counted in ``not_sent``. ``start``: the phase's start on the
     ``time.perf_counter()`` clock, which due times count from (default: now; a sender process of several gives
-    their shared start)."""
+    their shared start). With ``start_at_unix`` the schedule's zero is that wall-clock time, the same for every
+    sender given it: the phase waits for it, or (started late) sends what is already due at once, its lateness in
+    the send lag."""
     stats = SchedulerStats()
     answer = send or client.generate
     auto = AutoConcurrency(auto_start, max_concurrency, metrics_url) if concurrency == "auto" else None
@@ -172,9 +175,15 @@ async def execute(
     # requests in flight + answers not yet handled by on_done
     unfinished = Limiter((max_concurrency if auto else limit) + backlog)
     stats.concurrency_trace.append((0.0, limit))
+    late = 0.0  # seconds the phase starts after ``start_at_unix``: the schedule's zero stays there
+    if start_at_unix is not None:
+        if (wait := start_at_unix - time.time()) > 0:
+            await asyncio.sleep(wait)
+        late = max(0.0, time.time() - start_at_unix)
     t0, c0 = time.perf_counter() if start is None else start, time.process_time()
-    stats.origin_s = t0 - client.t0
-    deadline = t0 + duration_s if duration_s is not None else None
+    zero = t0 - late  # the schedule's zero on the perf_counter clock
+    stats.origin_s = zero - client.t0
+    deadline = zero + duration_s if duration_s is not None else None
     lag_task = asyncio.create_task(_loop_lag(stats))
     assert client._session is not None
     auto_task = asyncio.create_task(auto.run(limiter, client, stats, t0)) if auto else None
@@ -218,7 +227,7 @@ async def execute(
                 await limiter.release()
                 await unfinished.release()
                 break
-            due = _due(req, t0, offsets, stats.sent)
+            due = _due(req, zero, offsets, stats.sent)
             if deadline is not None and (due if due is not None else time.perf_counter()) >= deadline:
                 await limiter.release()
                 await unfinished.release()

@@ -89,6 +89,8 @@ class RunConfig(BaseSettings):
     fresh: bool = False
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
     report: bool = True
+    # --rest-run: a run of the probe tasks at rest, beside whose accuracy the report shows the probes' under load
+    rest_run: Path | None = None
     connect_timeout_s: float = Field(default=10.0, gt=0)
     idle_timeout_s: float = Field(default=120.0, gt=0)  # between data events, once a request's tokens flow
     ttft_timeout_s: float = Field(default=1800.0, gt=0)  # from a send to its first data event (queue wait, prefill)
@@ -109,6 +111,9 @@ class RunConfig(BaseSettings):
     # processes sending the timed phase's requests (evalkit/runner/sender_processes.py); None: as many as the
     # offered load needs, at most the cores
     client_processes: int | None = Field(default=None, ge=1)
+    # --start-at: the wall-clock time (Unix seconds) the timed phase's schedule counts from, shared by a load's
+    # shards; the phase waits for it (started late: what is due already goes at once; a resumed run: ignored)
+    start_at: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     # --shard I/N: only the I-th of N parts of each task's documents (config/shard.py), as (index, count)
     shard: tuple[int, int] | None = None
     user: str | None = None  # the OpenAI ``user`` field sent with every request

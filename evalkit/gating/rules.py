@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,34 @@ def estimated(est: Estimate) -> dict[str, Any]:
     )
 
 
+@dataclass(frozen=True)
+class PairedAccuracy:
+    """One accuracy metric of two runs over the items scored in both (``items``, sorted): per item right answers
+    and scored samples of the baseline (``sb``/``nb``) and the candidate (``sc``/``nc``), and the paired estimate of
+    the difference (candidate − baseline)."""
+
+    items: list[int]
+    sb: np.ndarray
+    nb: np.ndarray
+    sc: np.ndarray
+    nc: np.ndarray
+    estimate: Estimate
+
+
+def paired_accuracy(base: MetricSamples, cand: MetricSamples, alpha: float, boot: BootstrapSettings) -> PairedAccuracy:
+    """The gate's paired test of one accuracy metric over the items scored in both runs (at least one): exact
+    McNemar (one-sided: is the candidate worse) with Tango's interval when every item has one sample in both,
+    else a paired bootstrap over items with the sign-flip test."""
+    common = sorted(base.items.keys() & cand.items.keys())
+    (sb, nb), (sc, nc) = sums([base.items[d] for d in common]), sums([cand.items[d] for d in common])
+    if (nb == 1).all() and (nc == 1).all():
+        losses, gains = int(((sb == 1) & (sc == 0)).sum()), int(((sb == 0) & (sc == 1)).sum())
+        est = mcnemar_exact(losses, gains, len(common), alpha)
+    else:
+        est = paired_bootstrap(sb, nb, sc, nc, alpha, boot.resamples, boot.seed)
+    return PairedAccuracy(common, sb, nb, sc, nc, est)
+
+
 def accuracy_rule(
     task: str, base: MetricSamples, cand: MetricSamples, rule: AccuracyRule, boot: BootstrapSettings
 ) -> Rule:
@@ -73,12 +102,8 @@ def accuracy_rule(
         return Rule(name=name, task=task, kind="accuracy", verdict="skip", note="turned off by the policy")
     if not common:
         return Rule(name=name, task=task, kind="accuracy", verdict="skip", note="no item was scored in both runs")
-    (sb, nb), (sc, nc) = sums([base.items[d] for d in common]), sums([cand.items[d] for d in common])
-    if (nb == 1).all() and (nc == 1).all():
-        losses, gains = int(((sb == 1) & (sc == 0)).sum()), int(((sb == 0) & (sc == 1)).sum())
-        est = mcnemar_exact(losses, gains, len(common), rule.alpha)
-    else:
-        est = paired_bootstrap(sb, nb, sc, nc, rule.alpha, boot.resamples, boot.seed)
+    paired = paired_accuracy(base, cand, rule.alpha, boot)
+    sb, nb, sc, nc, est = paired.sb, paired.nb, paired.sc, paired.nc, paired.estimate
     base_value = float(sb.sum() / nb.sum())
     budget = rule.budget(base_value)
     verdict, decided_by = decide(-est.value, -est.ci[0], est.p_value, budget, rule.alpha, rule.mode)

@@ -54,18 +54,20 @@ def _numerics_css() -> str:
     return numerics_css()
 
 
-def render_run_html(run_dir: Path) -> str:
-    """The single-run report of ``run_dir`` as an HTML string."""
+def render_run_html(run_dir: Path, rest_run: Path | None = None) -> str:
+    """The single-run report of ``run_dir`` as an HTML string; ``rest_run``: a run of its probe tasks at rest,
+    whose accuracy the probe section shows beside the accuracy under load (reporting/probe_view.py)."""
     run = open_run(Path(run_dir))
-    view = build_run_view(run)
+    view = build_run_view(run, None if rest_run is None else Path(rest_run))
     return render_template("run.html.j2", _numerics_css() if view.numerics else "", v=view)
 
 
-def render_run(run_dir: Path, out: Path | None = None) -> Path:
-    """Write the single-run report of ``run_dir`` to ``out`` (default ``run_dir/"report.html"``)."""
+def render_run(run_dir: Path, out: Path | None = None, rest_run: Path | None = None) -> Path:
+    """Write the single-run report of ``run_dir`` to ``out`` (default ``run_dir/"report.html"``), its probes
+    beside ``rest_run``'s accuracy when given."""
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
-    write_text_atomic(target, render_run_html(run_dir))
+    write_text_atomic(target, render_run_html(run_dir, rest_run))
     return target
 
 

@@ -45,7 +45,10 @@ from evalkit.store.positions_file import POSITIONS
 from evalkit.store.reader import Run, TaskRead, as_dict, as_int, as_list, as_num, as_str
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from evalkit.reporting.numerics_view import NumericsFloor
+    from evalkit.reporting.probe_view import ProbeSection
 
 # ----------------------------------------------------------------------------------------------------------
 # Single-run report
@@ -366,6 +369,7 @@ class RunView:
     cdf_ids: list[str] = field(default_factory=lambda: [f"cdf-{lat.key}" for lat in CDF_LATENCIES])
     endpoint_headers: list[str] = field(default_factory=lambda: [h for _, h, _ in ENDPOINT_COLUMNS])
     numerics: list[NumericsFloor] = field(default_factory=list)  # each numerics task's noise floor
+    probes: ProbeSection | None = None  # a probed load run's probes, beside a rest run's accuracy when given
 
 
 def numerics_floors(run: Run) -> list[NumericsFloor]:
@@ -378,7 +382,26 @@ def numerics_floors(run: Run) -> list[NumericsFloor]:
     return build_numerics_floors(run)
 
 
-def build_run_view(run: Run) -> RunView:
+def probes_of(run: Run, rest_run: Path | None) -> ProbeSection | None:
+    """The probe section of a probed load run (a workload beside scored tasks), or of any run given a rest run;
+    the probe view (gate, scipy) is imported only then."""
+    manifest = run.manifest_read()
+    workload = any(manifest.task(n).settings.get("workload") is not None for n in manifest.tasks)
+    if rest_run is None and not (workload and len(manifest.tasks) > 1):
+        return None
+    from evalkit.errors import EvalkitError
+    from evalkit.reporting.probe_view import probe_section
+
+    try:
+        return probe_section(run, rest_run)
+    except EvalkitError:
+        if rest_run is not None:
+            raise
+        return None  # a run the gate cannot read yet (no summary: cut short): its report without the section
+
+
+def build_run_view(run: Run, rest_run: Path | None = None) -> RunView:
+    """The report of ``run``; ``rest_run``: a run of its probe tasks at rest, compared in the probe section."""
     names = run.task_names()
     model = run.manifest_read().model
     prov, tprov = provenance(run)
@@ -397,4 +420,5 @@ def build_run_view(run: Run) -> RunView:
         charts=charts,
         chart_ids={c["id"] for c in charts},
         numerics=numerics_floors(run),
+        probes=probes_of(run, rest_run),
     )

@@ -7,14 +7,19 @@
   (``started_at_unix``, by its own machine's clock); a shard's ``start_s`` and concurrency trace move by its
   start less the earliest shard's, less any stretch before it in which no shard was sending (shards run one after
   another: the merged clock counts the union of their windows, for the summary's throughput as for the gate's
-  steady state) (``manifest.shards[].clock_offset_s``). Offsets between the machines' clocks
-  are not measured: with NTP-synchronised nodes they are milliseconds, and the merged timeline is as good as
-  they are. A resumed shard's earlier session counts from its own start (as in any resumed run).
+  steady state) (``manifest.shards[].clock_offset_s``); shards that each sent their part of one load's
+  schedule (``arrivals.schedule_part``) keep their starts as they were: the gaps are the schedule's. Offsets
+  between the machines' clocks are not measured: with NTP-synchronised nodes they are milliseconds, and the
+  merged timeline is as good as they are. A resumed shard's earlier session counts from its own start (as in
+  any resumed run).
 - Accuracy: the task's own ``summarize`` in the scoring process over the merged store, then
   :func:`~evalkit.scoring.summary.task_summary`, the code a run's summary comes from. Speed percentiles over the
   merged samples; throughput over the union of the shards' windows (first send to last answer, each); the
   concurrency trace the sum of the shards' limits where their windows overlap; ``speed.concurrency`` and the
   steady state at its highest level; client CPU summed, the event-loop lag p99 the highest shard's.
+- Load: each record's ``scheduled_s`` moves with its ``start_s``; offered and achieved rate, send lag and the
+  time series over the merged records (:func:`~evalkit.scoring.load.load_summary`), the run's ``request_rate``
+  the shards' own where each sent its part of one schedule (the sum for shards that paced themselves).
 - Not merged (each shard saw only part of them, over a shared server): the servers' ``/metrics`` deltas, GPU
   samples and energy (the summary's ``server``/``gpu`` are left out), ``--concurrency auto``'s level table,
   lm-eval group aggregates.
@@ -33,6 +38,7 @@ from evalkit.client.clamp import merge_clamps
 from evalkit.config import load_config
 from evalkit.config.endpoint import display_url
 from evalkit.contracts import (
+    LoadSummary,
     Manifest,
     MergedShard,
     RunSummary,
@@ -49,6 +55,7 @@ from evalkit.runner.resume import manifest_endpoints
 from evalkit.runner.shards import ShardRun, wait_for_shards
 from evalkit.runner.worker import Worker
 from evalkit.scoring.goodput import add_cost, add_goodput
+from evalkit.scoring.load import load_summary
 from evalkit.scoring.summary import endpoint_summaries, task_summary
 from evalkit.store.files import iter_sample_dicts, write_error
 from evalkit.store.positions_file import PositionsWriter, read_positions
@@ -156,8 +163,9 @@ class Merge:
         for i, mine in enumerate(per_shard):
             for task, recs in mine.items():
                 for d in recs:
-                    if d.get("start_s") is not None:
-                        d["start_s"] = round(d["start_s"] + self.offsets[i][task], 6)
+                    for clocked in ("start_s", "scheduled_s"):
+                        if d.get(clocked) is not None:
+                            d[clocked] = round(d[clocked] + self.offsets[i][task], 6)
         self.store.open()
         try:
             for _, d in sorted(lines, key=lambda x: x[0]):
@@ -176,9 +184,10 @@ class Merge:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
+        one_schedule = self.sent_one_schedule()  # its gaps are the schedule's (a probe's few requests, a lull)
         for i, window in enumerate(raw):
             at = window[0] if window is not None else self.offsets[i][task]
-            idle = sum(max(0.0, min(at, nxt[0]) - cur[1]) for cur, nxt in pairwise(merged))
+            idle = 0.0 if one_schedule else sum(max(0.0, min(at, nxt[0]) - cur[1]) for cur, nxt in pairwise(merged))
             self.offsets[i][task] = round(self.offsets[i][task] - idle, 6)
             if window is not None:
                 self.windows[task].append((window[0] - idle, window[1] - idle))
@@ -193,8 +202,7 @@ class Merge:
         m.shard = None
         if any(x.concurrency == "auto" for x in ms):
             m.concurrency = "auto"
-        rates = [x.request_rate for x in ms]
-        m.request_rate = sum(r for r in rates if r is not None) if all(r is not None for r in rates) else None
+        m.request_rate = self.request_rate()
         if self.stamp:
             m.endpoints = self.endpoints
         resumed = sorted(r for x in ms for r in x.resumed_at or [])
@@ -243,6 +251,7 @@ class Merge:
         out = task_summary(
             self.first.tasks[name].version, scored, records, stats, itl, spans, wall_s=union_s(self.windows[name])
         )
+        out.load = self._load(name, parts, records)
         out.speed.loop_lag_ms_p99 = max(lags) if lags else None
         out.speed.client_bound = any(p.speed.client_bound for p in parts)
         if self.first.goodput_slos:
@@ -253,6 +262,33 @@ class Merge:
         if itl_by is not None:
             out.endpoints = endpoint_summaries(records, itl_by, {display_url(u): None for u in self.endpoints})
         return out
+
+    def sent_one_schedule(self) -> bool:
+        """Whether each shard sent its part of one schedule (a load's shards, ``arrivals.schedule_part``)."""
+        return all((s.manifest.arrivals or {}).get("schedule_part") for s in self.shards)
+
+    def request_rate(self) -> float | None:
+        """The merged run's ``--request-rate``: the shards' own where each sent its part of one schedule at that
+        rate, else (shards that paced themselves at their share of it) their sum."""
+        rates = [s.manifest.request_rate for s in self.shards]
+        if self.sent_one_schedule():
+            return rates[0]
+        return sum(r for r in rates if r is not None) if all(r is not None for r in rates) else None
+
+    def _load(self, name: str, parts: list[TaskSummary], records: list[SampleRecord]) -> LoadSummary | None:
+        """The load of the merged records (their ``scheduled_s`` moved with their ``start_s``): offered and achieved
+        rate, send lag and time series over the union, as :func:`~evalkit.scoring.load.load_summary` gives a run's;
+        the schedule's zero the earliest shard's. None when no shard sent on a schedule."""
+        loads = [(i, p.load) for i, p in enumerate(parts) if p.load is not None]
+        if not loads:
+            return None
+        stats = SchedulerStats(
+            sent=sum(x.sent for _, x in loads),
+            not_sent=sum(x.not_sent for _, x in loads),
+            origin_s=min(x.origin_s + self.offsets[i][name] for i, x in loads),
+        )
+        first = loads[0][1]
+        return load_summary(records, stats, first.process, self.request_rate(), first.duration_s)
 
 
 def _warmup(shards: Sequence[ShardRun]) -> WarmupSummary | None:

@@ -30,10 +30,10 @@ from evalkit.runner.plan import (
     lm_eval_expanded,
     new_manifest,
     plan_tasks,
-    shard_load,
+    split_schedule,
     task_settings,
 )
-from evalkit.runner.probes import plan_probes, probe_tasks
+from evalkit.runner.probes import check_rest_run, plan_probes, probe_tasks
 from evalkit.runner.prompt_stream import PromptBuilder
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
 from evalkit.runner.resume import check_resume, mark_answered
@@ -96,7 +96,7 @@ class Runner:
         the history's writer), imported during the first warm-up with the report's."""
         self._created = time.perf_counter()  # a later run of this process counts its start-up from here
         self._groups = lm_eval_groups(cfg.tasks, cfg.include_path)  # before its groups expand into their tasks
-        self.cfg = cfg = shard_load(lm_eval_expanded(cfg))
+        self.cfg = cfg = lm_eval_expanded(cfg)
         self.progress = progress
         self.argv = argv or sys.argv
         self.registry = Registry(cfg.tasks_dir)
@@ -144,6 +144,7 @@ class Runner:
         self.cfg.billed_gpus()  # a price with no GPU count fails now, not after the requests
         tasks = self._tasks()
         self._probes = probe_tasks(self.registry, self.cfg, tasks)  # checked before anything starts
+        check_rest_run(self.cfg, self._probes)
         self._settings = settings = {task.name: task_settings(task, self.cfg) for task in tasks}
         # prompts that take seconds to build (lm-eval, cold prompt cache) are built in a worker process from now
         # on, beside setup (and a server start), and each request is sent as it comes (runner/prompt_stream.py)
@@ -173,6 +174,7 @@ class Runner:
             if self.cfg.server is not None and self.cfg.server.api_key is not None:
                 api_key = self.cfg.server.api_key.get_secret_value()
             served, self._listed = served_model(self.cfg, urls, api_key)
+            check_rest_run(self.cfg, self._probes, served.id)
             if store is None:
                 store = RunStore(default_output_dir(self.cfg, served.id)).lock()
             self._in_flight = fit_open_files(self.cfg.in_flight_cap(), self.cfg.max_concurrency)
@@ -218,6 +220,7 @@ class Runner:
         if self._probes:  # mixed into the one workload's requests, sent in its timed phase
             (workload,) = (p for p in plans if getattr(p.task, "workload_kind", None))
             probed = plan_probes(workload, self._probes, self.cfg, base_url, api_key, model, max_model_len)
+        split_schedule(plans, self.cfg)  # a load's shard: its part of the unsharded run's schedule
         self._lap("prompts")
         manifest = new_manifest(
             self.cfg, [*plans, *probed], self.argv, self._urls, model, self._in_flight.cap, self.server, api_key
@@ -310,7 +313,14 @@ class Runner:
         except ImportError:
             return
         try:
-            render_run(store.dir)
+            try:
+                render_run(store.dir, rest_run=self.cfg.rest_run)
+            except ConfigError as e:  # the rest run does not compare: the report without it, and the reason
+                render_run(store.dir)
+                raise ConfigError(
+                    f"{e} (the run is complete; its report without the rest run's figures is written; with another "
+                    f"rest run: evalkit report {store.dir} --rest-run REST_RUN)"
+                ) from None
         except OSError as e:
             raise write_error(
                 store.dir / "report.html",

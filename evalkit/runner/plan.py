@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.client import warmup
-from evalkit.client.arrivals import Arrivals
+from evalkit.client.arrivals import Arrivals, arrival_offsets, schedule_part, timed
 from evalkit.client.clamp import clamp_max_tokens
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url
@@ -51,7 +51,7 @@ def task_settings(task: Task, cfg: RunConfig) -> TaskSettings:
         docs=None if cfg.docs is None else tuple(cfg.docs),
         drop_reasoning=pick("drop_reasoning") if "drop_reasoning" in d else None,
         workload=cfg.workload.task_options(wk) if (wk := getattr(task, "workload_kind", None)) else None,
-        shard=cfg.shard,
+        shard=None if splits_schedule(cfg) else cfg.shard,  # a load's shard: its part of the whole schedule
     )
 
 
@@ -67,6 +67,8 @@ class TaskRun:
     done_keys: set[str] = field(default_factory=set)
     head: list[Request] | None = None  # a streamed task's first batch, taken by peek() before the timed phase
     probes: list[TaskRun] = field(default_factory=list)  # tasks whose requests are mixed in (runner/probes.py)
+    # a streamed task of a load's shard: (I, N, the whole schedule's offsets): batches() yields the shard's part
+    part: tuple[int, int, list[float]] | None = None
 
     @property
     def kind(self) -> EndpointKind:
@@ -93,6 +95,18 @@ class TaskRun:
         return head
 
     async def batches(self) -> AsyncIterator[list[Request]]:
+        """The requests in send order, in batches (a shard's ``part`` of a streamed task: its positions with their
+        arrival times, :func:`split_schedule`)."""
+        position = 0
+        async for batch in self._batches():
+            if self.part is None:
+                yield batch
+                continue
+            index, count, offsets = self.part
+            yield schedule_part(timed(batch, offsets, position), index, count, start=position)
+            position += len(batch)
+
+    async def _batches(self) -> AsyncIterator[list[Request]]:
         if isinstance(self.source, RequestStream):
             if self.head is not None:
                 yield self.head
@@ -130,14 +144,36 @@ def lm_eval_expanded(cfg: RunConfig) -> RunConfig:
     return cfg.model_copy(update={"tasks": tasks, "tasks_dir": dirs})
 
 
-def shard_load(cfg: RunConfig) -> RunConfig:
-    """``cfg`` as one shard sends it: with ``--shard I/N`` and ``--request-rate R``, R/N requests per second, so
-    that the N shards together send at R (each shard paces its own requests; their send times are not
-    interleaved into one schedule: the arrival processes are the load issue's hook). Unchanged otherwise
-    (``--concurrency`` is each shard's own)."""
-    if cfg.shard is None or cfg.request_rate is None:
-        return cfg
-    return cfg.model_copy(update={"request_rate": cfg.request_rate / cfg.shard[1]})
+def splits_schedule(cfg: RunConfig) -> bool:
+    """Whether the run is one shard of a load sent on a schedule (``--shard I/N`` with an arrival process): its
+    tasks are then planned whole and the shard sends its part of the unsharded run's schedule
+    (:func:`split_schedule`), not a schedule of its own."""
+    return cfg.shard is not None and Arrivals.of(cfg) is not None
+
+
+def split_schedule(plans: list[TaskRun], cfg: RunConfig) -> None:
+    """With :func:`splits_schedule`: each plan, planned whole (``--limit`` before the split, probes mixed in), keeps
+    its shard's part of the unsharded run's schedule (:func:`~evalkit.client.arrivals.schedule_part`: the requests
+    at positions ≡ I mod N of the send order, each with its ``arrival_s`` from the schedule of all of them), so
+    that the N shards together send exactly the unsharded schedule at the full rate. A probe's plan keeps the
+    requests of it that its workload's part holds; a streamed task's requests are split as they come."""
+    if not splits_schedule(cfg):
+        return
+    arrivals = Arrivals.of(cfg)
+    assert arrivals is not None and cfg.shard is not None
+    index, count = cfg.shard
+    for p in plans:
+        if not isinstance(p.source, list):
+            p.part = (index, count, arrival_offsets(p.total, arrivals))
+            p.total = len(range(index, p.total, count))
+            continue
+        part = schedule_part(timed(p.source, arrival_offsets(len(p.source), arrivals)), index, count)
+        p.source, p.total = part, len(part)
+        for q in p.probes:
+            mine = {(r.doc_id, r.sample_index) for r in part if r.task == q.task.name}
+            assert isinstance(q.source, list)
+            q.source = [r for r in q.source if (r.doc_id, r.sample_index) in mine]
+            q.total = len(q.source)
 
 
 def default_output_dir(cfg: RunConfig, model: str) -> Path:
@@ -182,7 +218,12 @@ def arrivals_record(cfg: RunConfig) -> dict[str, Any] | None:
     if arrivals is None and cfg.duration_s is None:
         return None
     process = arrivals.record() if arrivals is not None else {"process": None}
-    return {**process, "duration_s": cfg.duration_s, "max_in_flight": cfg.in_flight_cap()}
+    out = {**process, "duration_s": cfg.duration_s, "max_in_flight": cfg.in_flight_cap()}
+    if splits_schedule(cfg):  # this shard sent its part of the schedule at the full rate (evalkit merge: not summed)
+        out["schedule_part"] = "position mod N"
+    if cfg.start_at is not None:
+        out["start_at_unix"] = cfg.start_at
+    return out
 
 
 def new_manifest(

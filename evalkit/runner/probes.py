@@ -14,6 +14,7 @@ from evalkit.config import RunConfig
 from evalkit.contracts import Request
 from evalkit.errors import ConfigError
 from evalkit.runner.plan import TaskRun, plan_tasks, task_settings
+from evalkit.store.reader import open_run
 from evalkit.tasks.base import Task
 from evalkit.tasks.registry import Registry
 from evalkit.tasks.spec import TaskSettings
@@ -42,6 +43,25 @@ def probe_tasks(registry: Registry, cfg: RunConfig, tasks: list[Task]) -> list[t
             raise ConfigError(f"--probe {name}: a workload cannot be a probe; probe a scored task, e.g. gsm8k:0.05")
         out.append((task, share))
     return out
+
+
+def check_rest_run(cfg: RunConfig, probes: list[tuple[Task, float]], model: str | None = None) -> None:
+    """ConfigError, before anything is sent, for a ``--rest-run`` the report could not compare: without
+    ``--probe``, not a run dir, or (once ``model``, the served model, is known) a run of another model."""
+    rest = cfg.rest_run
+    if rest is None:
+        return
+    if not probes:
+        raise ConfigError(
+            "--rest-run compares the probes of a load run with a run at rest: give --probe TASK:SHARE, or leave "
+            "--rest-run out"
+        )
+    if not (rest / "manifest.json").is_file():
+        raise ConfigError(f"--rest-run {rest} is not a run dir (no manifest.json); give a run at rest's dir")
+    if model is not None and (other := open_run(rest).manifest_read().model) != model:
+        raise ConfigError(
+            f"--rest-run {rest} is a run of {other}, this run's model is {model}; give a rest run of {model}"
+        )
 
 
 def probe_count(workload_requests: int, share: float, available: int) -> int:

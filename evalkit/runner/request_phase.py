@@ -207,6 +207,11 @@ class RequestPhase:
         if close_scoring:
             self.scoring.close()
 
+    def _start_at(self, p: TaskRun) -> float | None:
+        """``--start-at``, unless ``p`` resumes: a resumed session's schedule counts from its own start (what was
+        due before is answered)."""
+        return self.cfg.start_at if not any(q.done_keys for q in [p, *p.probes]) else None
+
     def start_senders(self, p: TaskRun, options: ClientOptions, extra: dict[str, Any]) -> Senders | None:
         """The sender processes of ``p``'s request phase, started now and kept for it, where its requests go out
         over several (None: this process sends them; evalkit/runner/sender_processes.py)."""
@@ -250,7 +255,9 @@ class RequestPhase:
         urls, task, kind = self.urls, p.task, p.kind
         senders = self._started.pop(task.name, None) or self.start_senders(p, options, extra)
         if senders is not None:  # several processes send
-            stats, self.clock_start_unix = await senders.send(todo, total, Arrivals.of(self.cfg), on_done)
+            stats, self.clock_start_unix = await senders.send(
+                todo, total, Arrivals.of(self.cfg), on_done, start_at_unix=self._start_at(p)
+            )
             return stats
         async with Client(
             urls,
@@ -291,4 +298,5 @@ class RequestPhase:
                 send=send,
                 arrivals=Arrivals.of(self.cfg),
                 duration_s=self.cfg.duration_s,
+                start_at_unix=self._start_at(p),
             )

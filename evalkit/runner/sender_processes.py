@@ -210,11 +210,13 @@ class Senders:
         total: int,
         arrivals: Arrivals | None,
         on_done: Callable[[Request, Response], Awaitable[None]],
+        start_at_unix: float | None = None,
     ) -> tuple[SchedulerStats, float]:
         """Send ``todo`` (``total`` requests) over the senders, calling ``on_done`` here as each answer comes back;
-        the merged stats and the start every sender counted from, as ``time.time()``. An ``on_done`` that raises
-        stops the sending (the answers already back are stored) and its error is raised; so is a sender's
-        failure. The processes are ended when it returns."""
+        the merged stats and the start every sender counted from, as ``time.time()``: ``start_at_unix`` when given
+        (``--start-at``; passed already, what is due goes at once), else a moment after every sender is ready.
+        An ``on_done`` that raises stops the sending (the answers already back are stored) and its error is
+        raised; so is a sender's failure. The processes are ended when it returns."""
         loop = asyncio.get_running_loop()
         c0 = time.process_time()
         senders, specs, n = self._senders, self.specs, len(self._senders)
@@ -261,7 +263,7 @@ class Senders:
         try:
             self._listen(loop, receive)
             await asyncio.gather(*ready)
-            start_unix = time.time() + START_LEAD_S
+            start_unix = start_at_unix if start_at_unix is not None else time.time() + START_LEAD_S
             for s in senders:
                 s.outbox.put(("start", start_unix))
             offsets = arrival_offsets(total, arrivals) if arrivals is not None else []
