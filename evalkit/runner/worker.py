@@ -350,7 +350,10 @@ def main() -> None:
             reply = (call_id, True, getattr(child, op)(*args))
         except Exception as e:
             reply = (call_id, False, _portable(e))
-        _write(out, reply)
+        try:
+            _write(out, reply)
+        except BrokenPipeError:  # the parent is gone (killed, or ended without closing us): nothing to answer
+            break
     # the parent closed our stdin: every reply is written; skip the interpreter's teardown of lm-eval and friends
     # (~0.3 s the parent would wait for), stopping math-verify's worker as atexit would
     if "evalkit.scoring.math_answer" in sys.modules:
