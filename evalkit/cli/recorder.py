@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 RECORD_RUN = "evalkit.history:record_run"
+NICE = 10  # the child's niceness, added to the command's
 
 
 class RunRecorder:
@@ -37,6 +38,9 @@ class RunRecorder:
             self._worker = Worker(job="history")
         except OSError:  # no process to be had: the run is recorded in this one
             return
+        # at a lower priority: on a machine whose cores are all busy, its imports wait for the command's own work
+        # (the start-up imports it runs beside) instead of slowing it; on idle cores they run at full speed
+        self._worker.call("os:nice", NICE)
         self._worker.preload(modules)
 
     def record(self, run_dir: Path) -> None:
