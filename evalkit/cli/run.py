@@ -277,10 +277,10 @@ def run(
         except EvalkitError as e:
             fail(e)
         return
-    # the run history's writes, in a process of its own that imports the writer while the run goes on
-    recorder = RunRecorder()
+    recorder: RunRecorder | None = None
     try:
         settings, config_file = run_settings(params)
+        recorder = RunRecorder()  # the run history's writes, in a process that imports the writer meanwhile
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
             if repeats > 1:
                 results = api.run_repeats(
@@ -292,7 +292,7 @@ def run(
             recorder.record(result.run_dir)  # written there while the summary is printed here
             print_summary(summary_json(result.summary), str(result.run_dir))
     except RunError as e:  # finished and written, with more failed requests than allowed: recorded all the same
-        if e.run_dir is not None:
+        if e.run_dir is not None and recorder is not None:
             recorder.record(e.run_dir)
         fail(e)
     except EvalkitError as e:
@@ -301,7 +301,8 @@ def run(
         console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
         raise typer.Exit(130) from None
     finally:
-        recorder.close()  # the runs are in the history when the command returns
+        if recorder is not None:
+            recorder.close()  # the runs are in the history when the command returns
 
 
 def command_args(params: dict[str, Any]) -> list[str]:
