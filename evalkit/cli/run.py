@@ -285,16 +285,20 @@ def run(
     params.update(params.pop("server_options"))
     from evalkit import api
     from evalkit.cli.console import LiveProgress, console, print_summary
+    from evalkit.cli.recorder import RunRecorder
     from evalkit.contracts import summary_json
-    from evalkit.history import record_run, writer_modules
 
     cluster = {k: params.pop(k) for k in CLUSTER_KEYS}
-    try:
-        if cluster["k8s"] is not None or cluster["shards"] is not None:
+    if cluster["k8s"] is not None or cluster["shards"] is not None:
+        try:
             _write_cluster_jobs(cluster, params)
-            return
+        except EvalkitError as e:
+            fail(e)
+        return
+    recorder: RunRecorder | None = None
+    try:
         settings, config_file = run_settings(params)
-        settings["after_run_imports"] = writer_modules()  # imported during the warm-up, not after the run
+        recorder = RunRecorder()  # the run history's writes, in a process that imports the writer meanwhile
         with LiveProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
             if repeats > 1:
                 results = api.run_repeats(
@@ -303,17 +307,20 @@ def run(
             else:
                 results = [api.run(config=config_file, progress=progress, argv=sys.argv, **settings)]
         for result in results:
+            recorder.record(result.run_dir)  # written there while the summary is printed here
             print_summary(summary_json(result.summary), str(result.run_dir))
-            record_run(result.run_dir)
     except RunError as e:  # finished and written, with more failed requests than allowed: recorded all the same
-        if e.run_dir is not None:
-            record_run(e.run_dir)
+        if e.run_dir is not None and recorder is not None:
+            recorder.record(e.run_dir)
         fail(e)
     except EvalkitError as e:
         fail(e)
     except KeyboardInterrupt:
         console.print("evalkit: interrupted; completed samples are kept in the run dir (re-run to resume)")
         raise typer.Exit(130) from None
+    finally:
+        if recorder is not None:
+            recorder.close()  # the runs are in the history when the command returns
 
 
 def command_args(params: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """Work that holds the GIL for long runs in child processes, never in the process that times the requests.
 
-Two jobs run this way (``python -m evalkit.runner.worker``, one process each):
+Three jobs run this way (``python -m evalkit.runner.worker``, one process each):
 
 - **scoring**: loading lm-eval's task (imports of lm_eval and datasets, ~2 s of pure Python), its filters and
   metrics (~0.5 ms an answer), math-verify's parsing. In a thread of the timing process each of these holds the
@@ -13,6 +13,9 @@ Two jobs run this way (``python -m evalkit.runner.worker``, one process each):
 - **prompt building** with a cold prompt cache (lm-eval builds the 1319 GSM8K 5-shot prompts in ~6 s): the
   builder streams each task's requests back as lm-eval builds them, so the first requests go out while later
   prompts are still being built (see ``evalkit/runner/prompt_stream.py``).
+- **the run history's write** after ``evalkit run`` (:meth:`Worker.call` of ``evalkit.history:record_run``): its
+  writer imports SQLAlchemy's ORM (0.2-0.4 s), made in the child while the run goes on, so the command's own
+  process never makes it (``evalkit/cli/recorder.py``).
 
 Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
 ``(id, ok, result or exception)``; a streaming op (``build``) first sends any number of ``(id, "part", payload)``.
@@ -139,6 +142,10 @@ class Worker:
         batches in order and ``("done", name)`` as each task's build ends. The future ends with the last task."""
         return self._call("build", specs, on_part=on_part)
 
+    def call(self, target: str, *args: Any) -> Future[Any]:
+        """``module:function`` called with ``args`` in the child (the module imported there on first use)."""
+        return self._call("call", target, *args)
+
     def _call(self, op: str, *args: Any, on_part: Callable[[Any], None] | None = None) -> Future[Any]:
         fut: Future[Any] = Future()
         with self._lock:
@@ -263,6 +270,10 @@ class _Child:
     def preload(self, modules: list[str]) -> None:
         threading.Thread(target=_import_all, args=(modules,), name="preload", daemon=True).start()
 
+    def call(self, target: str, *args: Any) -> Any:
+        module, _, name = target.partition(":")
+        return getattr(importlib.import_module(module), name)(*args)
+
     def server_deltas(self, observed: list[tuple[Any, Any, dict[str, Any]]], model: str) -> list[Any]:
         from evalkit.server.metrics import delta
 
@@ -339,7 +350,10 @@ def main() -> None:
             reply = (call_id, True, getattr(child, op)(*args))
         except Exception as e:
             reply = (call_id, False, _portable(e))
-        _write(out, reply)
+        try:
+            _write(out, reply)
+        except BrokenPipeError:  # the parent is gone (killed, or ended without closing us): nothing to answer
+            break
     # the parent closed our stdin: every reply is written; skip the interpreter's teardown of lm-eval and friends
     # (~0.3 s the parent would wait for), stopping math-verify's worker as atexit would
     if "evalkit.scoring.math_answer" in sys.modules:

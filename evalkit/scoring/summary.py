@@ -14,7 +14,6 @@ from evalkit.contracts import (
     SchedulerStats,
     TaskSummary,
 )
-from evalkit.scoring.metric_registry import count_statuses
 from evalkit.scoring.speed import percentile, speed_summary, steady_state
 
 LOOP_LAG_BOUND_MS = 20.0  # event-loop lag above this: requests went out (and streams were read) late
@@ -29,6 +28,9 @@ LAG_CPU_SHARE = 0.5
 
 
 def _counts(records: list[SampleRecord]) -> dict[str, int]:
+    # numpy comes with it: imported by the end of a task, not by the run's start
+    from evalkit.scoring.metric_registry import count_statuses
+
     return {"total": len(records), **count_statuses(records)}  # the tool-calling statuses only where they occur
 
 

@@ -23,7 +23,6 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import orjson
 
 from evalkit.contracts import PromptPositions
@@ -35,12 +34,14 @@ MAGIC = b"EVALKIT-POSITIONS 1\n"
 _TAG = b"POS1"
 _HEAD = struct.Struct("<4sII")
 _CRC = struct.Struct("<I")
-_I32, _F32 = np.dtype("<i4"), np.dtype("<f4")  # as stored
+_I32, _F32 = "<i4", "<f4"  # as stored (numpy is imported where a record is encoded or decoded, not with the run)
 log = logging.getLogger("evalkit")
 
 
 def encode(p: PromptPositions) -> bytes:
     """One record of ``positions.bin``."""
+    import numpy as np
+
     n, k, m = p.n, p.k, int(p.continuation_ids.shape[0])
     if p.token_logprobs.shape != (n,) or p.top_ids.shape != (n, k) or p.top_logprobs.shape != (n, k):
         raise ValueError(f"positions of {p.key}: arrays of mismatched shapes")
@@ -61,6 +62,8 @@ def encode(p: PromptPositions) -> bytes:
 
 
 def _decode(header: bytes, body: bytes) -> PromptPositions:
+    import numpy as np
+
     h = orjson.loads(header)
     n, k, m = int(h["n"]), int(h["k"]), int(h["m"])
     if len(body) != 4 * (2 * n + 2 * n * k + m):
@@ -69,7 +72,7 @@ def _decode(header: bytes, body: bytes) -> PromptPositions:
     layout = ((_I32, n, (n,)), (_F32, n, (n,)), (_I32, n * k, (n, k)), (_F32, n * k, (n, k)), (_I32, m, (m,)))
     for dtype, count, shape in layout:
         stored = np.frombuffer(body, dtype=dtype, count=count, offset=at).reshape(shape)
-        arrays.append(stored.astype(dtype.newbyteorder("="), copy=True))  # native byte order, writable
+        arrays.append(stored.astype(np.dtype(dtype).newbyteorder("="), copy=True))  # native byte order, writable
         at += 4 * count
     return PromptPositions(
         key=str(h["key"]), task=str(h["task"]), doc_id=int(h["doc_id"]), sample_index=int(h["sample_index"]),
