@@ -42,6 +42,9 @@ SERIAL = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.vllm_env import keep_xdist_groups
+
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+    keep_xdist_groups(config, items)

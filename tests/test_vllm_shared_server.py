@@ -4,6 +4,10 @@ scripts/test.sh's parallel run of the real-vLLM tests starts that server once. C
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +63,33 @@ def test_the_shared_server_is_the_default_server_with_the_tokenizer_info_endpoin
     cfg = shared_server_config()
     assert cfg.model_dump(exclude={"extra_args"}) == smollm2_server().model_dump(exclude={"extra_args"})
     assert cfg.extra_args == ["--no-enable-prefix-caching", "--enable-tokenizer-info-endpoint"]
+
+
+def test_an_xdist_group_stays_on_one_worker_under_loadgroup(tmp_path: Path) -> None:
+    """``--dist loadgroup`` keeps a group's tests on one worker (pytest-xdist 3.8 under pytest 9 splits them
+    without tests/vllm_env.py's ``keep_xdist_groups``), across modules, marked per test or per module."""
+
+    (tmp_path / "conftest.py").write_text(
+        "from tests.vllm_env import keep_xdist_groups\n\n\n"
+        "def pytest_collection_modifyitems(config, items):\n    keep_xdist_groups(config, items)\n"
+    )
+    test = "import time\nimport pytest\n\n\n"
+    (tmp_path / "test_a.py").write_text(
+        test + '@pytest.mark.xdist_group("g")\n@pytest.mark.parametrize("i", range(3))\n'
+        "def test_a(i):\n    time.sleep(0.3)\n\n\n"
+        "def test_free(i=0):\n    time.sleep(0.3)\n"
+    )
+    (tmp_path / "test_b.py").write_text(
+        test + 'pytestmark = pytest.mark.xdist_group("g")\n\n\n'
+        "def test_b1():\n    time.sleep(0.3)\n\n\n"
+        "def test_b2():\n    time.sleep(0.3)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v",
+         "-c", "/dev/null", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    ran = re.findall(r"\[(gw\d)\] .*PASSED \S*::(test_\w+)", p.stdout)
+    grouped = {gw for gw, name in ran if name.startswith(("test_a", "test_b"))}
+    assert len(ran) == 6 and len(grouped) == 1, p.stdout

@@ -62,6 +62,22 @@ SHARED_GROUP = "smollm2-shared"
 SHARED_MARKS = [*VLLM_MARKS, pytest.mark.xdist_group(SHARED_GROUP)]
 
 
+def keep_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, gives each item marked ``xdist_group`` its group in its node id (``...@GROUP``),
+    which pytest-xdist's scheduler keeps on one worker. pytest-xdist adds it itself by setting ``item._nodeid``,
+    which pytest 9 no longer reads (its node id is ``item._id``): without this the groups are silently split."""
+    if not config.getoption("loadgroup", False):
+        return
+    for item in items:
+        names = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
 def shared_server_config() -> ServerConfig:
     """The server the endpoint-only tests share: :func:`smollm2_server`'s defaults (prefix caching off, so that
     lm-eval's and evalkit's identical prompts get bit-identical computations whichever runs first), with vLLM's
