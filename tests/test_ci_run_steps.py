@@ -46,7 +46,7 @@ def _sandbox(tmp_path: Path, *, docker_rc: int, docker_wait_s: float, tests_rc: 
 
 
 def _ci(root: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{root / '.venv' / 'bin'}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{root / '.venv' / 'bin'}:{os.environ['PATH']}", "TMPDIR": str(root)}
     return subprocess.run(["bash", str(root / ".ci" / "run")], capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -74,4 +74,5 @@ def test_ci_fails_when_any_step_fails_and_always_waits_for_the_docker_step(
     if docker_wait_s and lint_rc == 0:  # it ran beside the tests: they started before it ended
         assert calls.index("tests: -q -p no:cacheprovider --durations=25") < calls.index(f"docker: ended {docker_rc}")
     assert "docker says hello" in p.stdout
+    assert list(root.glob("evalkit-docker-ci.*")) == []  # its output shown, then removed
     assert f"[ci] docker: cpu image built and run, compose cpu profile done (exit {docker_rc})" in p.stdout
