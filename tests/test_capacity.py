@@ -1,0 +1,152 @@
+"""``evalkit capacity`` against the test server, whose capacity is known: with ``--max-num-seqs c`` and a fixed
+service time D it is an M/D/c queue, and the highest Poisson rate at which 99% of requests have TTFT ≤ X follows
+from a discrete-event simulation of the same seeded arrivals (:func:`mdc_capacity`). The search must land within
+10% of it, in fewer points than a grid of the same resolution; every point is an ordinary run dir. Bad input:
+SLOs missing or unparsable, a start the server already fails (exit 1: below the start, not zero), a server
+failing every point (cannot decide, exit 2), --max-duration running out (the bracket so far, exit 2)."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from evalkit.cli import app
+from evalkit.client.arrivals import Arrivals, arrival_offsets
+from evalkit.store.capacity_dir import open_capacity
+from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
+
+SEQS, SERVICE_S, TTFT_SLO_MS = 4, 0.05, 150.0
+# the default point is 60 s; at this service time (50 ms) the test's points are as many service times as 60 s
+# points are for a 1 s service: 3 s
+POINT = ("--point-duration", "3s")
+LOAD = ("random", "--random-input-len", "20", "--random-output-len", "2")
+
+
+def mdc_share(rate: float, n: int, seed: int = 0) -> float:
+    """The share of ``n`` requests, arriving as evalkit's seeded Poisson schedule at ``rate``, served first come
+    first served by SEQS servers in SERVICE_S each, whose TTFT (wait + service) is within the SLO."""
+    free = [0.0] * SEQS
+    ok = 0
+    for due in arrival_offsets(n, Arrivals(rate=rate, seed=seed)):
+        start = max(due, heapq.heappop(free))
+        heapq.heappush(free, start + SERVICE_S)
+        ok += start - due + SERVICE_S <= TTFT_SLO_MS / 1000 + 1e-12
+    return ok / n
+
+
+def mdc_capacity(share: float = 0.99, n: int = 20_000, seed: int = 0) -> float:
+    """The highest rate whose simulated share is at least ``share`` (bisected to 0.01 req/s)."""
+    low, high = 0.0, SEQS / SERVICE_S
+    while high - low > 0.01:
+        mid = (low + high) / 2
+        low, high = (mid, high) if mdc_share(mid, n, seed) >= share else (low, mid)
+    return low
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, ["capacity", *args])
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res.exit_code, res.stdout, res.stderr
+
+
+@pytest.fixture(scope="module")
+def mdc_server() -> Iterator[SubprocessServer]:
+    """The test server in a process of its own (its event loop shares no GIL with the client's)."""
+    with SubprocessServer("--max-num-seqs", str(SEQS), "--ttft", str(SERVICE_S)) as srv:
+        yield srv
+
+
+def test_the_search_lands_within_10_percent_of_the_mdc_answer(tmp_path: Path, mdc_server: SubprocessServer) -> None:
+    truth = mdc_capacity()
+    assert 55 < truth < 65  # c / D = 80 req/s would be full use; 99% within 150 ms leaves ~61
+    out = tmp_path / "cap"
+    code, stdout, err = invoke(
+        *LOAD, "--endpoint", mdc_server.url, "--goodput", f"ttft:{TTFT_SLO_MS:g}", "--start-rate", "16",
+        "--cost-per-gpu-hour", "2", "--gpus-billed", "1", *POINT, "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    cap = open_capacity(out).record
+    assert cap.status == "ok" and cap.capacity_rps is not None and cap.bracket is not None
+    assert abs(cap.capacity_rps - truth) <= 0.10 * truth, (cap.capacity_rps, truth, cap.bracket)
+    low, high = cap.bracket
+    assert low == cap.capacity_rps and high is not None and high - low <= 0.05 * low + 1e-9
+    grid = cap.decision.grid_points
+    assert grid is not None and cap.decision.points < grid, (cap.decision, grid)
+    # the console's one sentence, as the issue writes it
+    at = cap.at_capacity
+    assert at is not None and at.output_tokens_per_s is not None and cap.cost_per_million_output_tokens is not None
+    sentence = stdout.splitlines()[0]
+    assert sentence == (
+        f"holds {cap.capacity_rps:,.3g} req/s (bracket {low:,.3g}–{high:,.3g}) with 99% of requests within "
+        f"TTFT ≤ 150 ms; {at.output_tokens_per_s:,.0f} output tok/s; "
+        f"${cap.cost_per_million_output_tokens:,.2f} per million output tokens"
+    )
+    # every point is an ordinary run dir at its offered rate, warmed up, its goodput counted against the SLOs
+    read = open_capacity(out)
+    for p in cap.points:
+        run = read.point_run(p)
+        manifest = run.typed_manifest()
+        assert manifest.request_rate == p.offered and manifest.goodput_slos == {"ttft": TTFT_SLO_MS}
+        assert manifest.warmup is not None and manifest.warmup.requests == 16
+        assert len(run.samples) == p.requests
+    assert [c.offered for c in cap.curve] == sorted({p.offered for p in cap.points})
+    html = (out / "capacity.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|@import|url\(""", html)  # no remote assets
+    assert html.count("<svg") >= 4 and "<title>SLO</title>" in html and "<title>capacity</title>" in html
+    assert sentence in html
+
+
+def test_missing_or_unparsable_slos_are_one_line(tmp_path: Path) -> None:
+    code, _, err = invoke(*LOAD, "--endpoint", "http://127.0.0.1:9/v1", "-o", str(tmp_path / "a"))
+    assert code == 2 and "needs the SLOs: give --goodput ttft:MS" in err and len(err.strip().splitlines()) == 1
+    code, _, err = invoke(*LOAD, "--endpoint", "http://127.0.0.1:9/v1", "--goodput", "ttft:soon", "-o", str(tmp_path))
+    assert code == 2 and "'soon' is not a number of milliseconds" in err
+    code, _, err = invoke(*LOAD, "--endpoint", "http://x:9", "--goodput", "ttft:100", "--slo-share", "1.5", "-o", "x")
+    assert code == 2 and "--slo-share 1.5 is not a share" in err
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_start_the_server_already_fails_is_below_the_start(tmp_path: Path) -> None:
+    with TestServer(Behaviour(max_num_seqs=1, ttft_s=0.2, max_model_len=4096)) as srv:
+        code, stdout, err = invoke(
+            *LOAD, "--endpoint", srv.url, "--goodput", "ttft:100", "--start-rate", "4", "--point-requests", "8",
+            "--warmup", "1", "--no-report", "-o", str(tmp_path / "c"),
+        )  # fmt: skip
+    assert code == 1, err
+    assert stdout.startswith("capacity below the start 4 req/s: it does not hold 99% of requests within TTFT ≤ 100 ms")
+    cap = open_capacity(tmp_path / "c").record
+    assert cap.status == "below_start" and cap.capacity_rps is None and cap.bracket == [None, 4.0]
+    assert json.loads((tmp_path / "c" / "capacity.json").read_text())["capacity_rps"] is None  # not 0
+
+
+def test_a_server_failing_every_point_cannot_be_decided(tmp_path: Path) -> None:
+    with TestServer(Behaviour(max_model_len=4096)) as srv:
+        srv.faults.extend([{"status": 400, "message": "no"}] * 500)
+        code, stdout, err = invoke(
+            *LOAD, "--endpoint", srv.url, "--goodput", "ttft:100", "--start-rate", "4", "--point-requests", "8",
+            "--warmup", "0", "--no-report", "-o", str(tmp_path / "c"),
+        )  # fmt: skip
+    assert code == 2, (stdout, err)
+    cap = open_capacity(tmp_path / "c").record
+    assert cap.status == "cannot_decide" and cap.capacity_rps is None and len(cap.points) == 1
+    assert stdout.startswith("cannot decide the capacity: no load could be judged: the run at 4 req/s failed")
+
+
+def test_max_duration_stops_and_reports_the_bracket_so_far(tmp_path: Path, mdc_server: SubprocessServer) -> None:
+    code, stdout, err = invoke(
+        *LOAD, "--endpoint", mdc_server.url, "--goodput", "ttft:150", "--start-rate", "32", "--point-duration", "2s",
+        "--max-duration", "12s", "--warmup", "1", "--no-report", "-o", str(tmp_path / "c"),
+    )  # fmt: skip
+    assert code == 2, err
+    cap = open_capacity(tmp_path / "c").record
+    assert cap.status == "max_duration" and cap.points and cap.bracket is not None
+    assert "--max-duration ran out" in stdout
+    spent = sum((p.duration_s or 0) for p in cap.points)
+    assert spent <= 12
