@@ -13,8 +13,14 @@ from evalkit.contracts import CapacityPoint
 class Scripted:
     """A bench whose level holds when ``share(level, repeat)`` ≥ the SLO share; ``budget``: points it affords."""
 
-    def __init__(self, share: Callable[[float, int], float | None], n: int = 1000, budget: int = 1000) -> None:
-        self.share, self.n, self.budget = share, n, budget
+    def __init__(
+        self,
+        share: Callable[[float, int], float | None],
+        n: int = 1000,
+        budget: int = 1000,
+        kept: Callable[[float, int], bool] = lambda level, repeat: True,
+    ) -> None:
+        self.share, self.n, self.budget, self.kept = share, n, budget, kept
         self.measured: list[tuple[float, Step, int]] = []
 
     def affordable(self, level: float) -> bool:
@@ -28,7 +34,8 @@ class Scripted:
                                  repeat=repeat, error="connection refused")  # fmt: skip
         good = round(share * self.n)
         return CapacityPoint(offered=level, requests=self.n, good_requests=good, goodput_share=good / self.n,
-                             holds=good / self.n >= 0.99, run_dir="x", step=step, repeat=repeat)  # fmt: skip
+                             holds=good / self.n >= 0.99, run_dir=f"x{len(self.measured)}", step=step, repeat=repeat,
+                             schedule_kept=self.kept(level, repeat))  # fmt: skip
 
 
 def _settings(**kw: object) -> SearchSettings:
@@ -57,10 +64,28 @@ def test_a_point_near_the_boundary_is_repeated_and_decided_pooled() -> None:
     assert near_boundary(0.992, 1000, 0.99) and not near_boundary(1.0, 1000, 0.99)
 
 
-def test_a_bracket_point_is_never_repeated() -> None:
-    bench = Scripted(lambda level, _: 0.991 if level <= 8 else 0.0)
-    search(_settings(), bench)
-    assert not [m for m in bench.measured if m[1] == "repeat" and m[0] <= 8]
+def test_a_bracket_point_near_the_boundary_is_repeated_but_not_one_with_every_request_good() -> None:
+    """Doubling, 16 first misses by a hair (0.985 of 200: within one standard error of 0.99), its repeat
+    holds at 1.0: pooled 0.9925, it holds. 1, 2, 4, 8 (every request good) are not repeated, nor is 32 (0.5)."""
+    share = {16.0: (0.985, 1.0)}
+    bench = Scripted(lambda level, rep: 1.0 if level < 16 else share[level][rep] if level in share else 0.5, n=200)
+    r = search(_settings(), bench)
+    assert [m for m in bench.measured if m[1] == "repeat"] == [(16.0, "repeat", 1)]
+    assert r.low is not None and r.low >= 16.0 and r.high is not None and r.high <= 32.0
+
+
+def test_a_failing_level_the_client_sent_late_is_measured_again_and_decided_on_time() -> None:
+    """16's first measurement fails (0.8) while the client lagged behind the schedule; measured again on schedule it
+    holds (1.0), and that decides it. 32 fails on schedule: not repeated. A level that lags every time is
+    decided on what was measured: 64 here, never reached."""
+    bench = Scripted(lambda level, rep: 0.8 if (level, rep) == (16.0, 0) or level >= 32 else 1.0,
+                     kept=lambda level, rep: (level, rep) != (16.0, 0))  # fmt: skip
+    r = search(_settings(), bench)
+    assert [m for m in bench.measured if m[1] == "repeat"] == [(16.0, "repeat", 1)]
+    assert r.low is not None and r.low >= 16.0 and r.high is not None and r.high <= 32.0
+    always_late = Scripted(lambda level, rep: 0.8 if level >= 16 else 1.0, kept=lambda level, rep: level < 16)
+    r = search(_settings(), always_late)
+    assert r.high is not None and r.high <= 16.0 and (16.0, "repeat", 1) in always_late.measured
 
 
 def test_a_start_that_already_fails_is_below_start_not_zero() -> None:

@@ -128,7 +128,7 @@ class RunBench:
         self._worker: Worker | None = None
         self._overheads: list[float] = []
         self._per_in_flight_rps: float | None = None  # concurrency search: achieved requests/s per request in flight
-        self.runs: dict[float, list[Path]] = {}  # level -> the run dirs that measured it (errors left out)
+        self.runs: dict[float, list[tuple[Path, CapacityPoint]]] = {}  # level -> its measurements (errors left out)
         self.count = 0
 
     # -- the Bench protocol ----------------------------------------------------------------------------
@@ -201,11 +201,9 @@ class RunBench:
             if figures["answered"] == 0:
                 error = f"the server answered none of its {figures['requests']} requests"
             del figures["answered"]
-        if error is None:
-            self.runs.setdefault(level, []).append(run_dir)
-            if self.plan.kind == "concurrency" and facts is not None and facts.achieved_rps:
-                self._per_in_flight_rps = max(self._per_in_flight_rps or 0.0, facts.achieved_rps / level)
-        return CapacityPoint(
+        if error is None and self.plan.kind == "concurrency" and facts is not None and facts.achieved_rps:
+            self._per_in_flight_rps = max(self._per_in_flight_rps or 0.0, facts.achieved_rps / level)
+        point = CapacityPoint(
             **figures,
             run_dir=name,
             repeat=repeat,
@@ -214,6 +212,9 @@ class RunBench:
             schedule_kept=facts.schedule_kept if facts is not None else None,
             error=error,
         )
+        if error is None:
+            self.runs.setdefault(level, []).append((run_dir, point))
+        return point
 
     def _estimate_s(self, level: float) -> float:
         overhead = max(self._overheads) if self._overheads else OVERHEAD_GUESS_S

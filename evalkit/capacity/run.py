@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.capacity.points import POINTS_DIR, PointPlan, RunBench, level_figures
-from evalkit.capacity.search import SearchResult, SearchSettings, decision_rule, search
+from evalkit.capacity.search import SearchResult, SearchSettings, deciding, decision_rule, search
 from evalkit.config import RunConfig, load_config
 from evalkit.config.slos import parse_slos
 from evalkit.contracts import CapacityDecision, CapacityPoint, CapacityRecord, LoadFigures, ServerIdentity
@@ -148,10 +148,11 @@ def _record(
     created: str,
 ) -> CapacityRecord:
     task = base.tasks[0]
-    curve = [
-        level_figures(level, [(d, task) for d in dirs], slos, s.slo_share).figures
-        for level, dirs in sorted(bench.runs.items())
-    ]
+    curve = []
+    for level, measured in sorted(bench.runs.items()):
+        used = deciding([p for _, p in measured])
+        dirs = [(d, task) for d, p in measured if p in used]
+        curve.append(level_figures(level, dirs, slos, s.slo_share).figures)
     at: LoadFigures | None = next((c for c in curve if r.low is not None and c.offered == r.low), None)
     answer = r.low if r.status in ("ok", "max_duration") else None
     cost = None
@@ -205,8 +206,8 @@ def _workload(base: RunConfig) -> dict[str, Any]:
 def _server(base: RunConfig, bench: RunBench, gpus: int | None) -> ServerIdentity:
     """The endpoint, model and started server (``--serve``: its provenance) as the first measured point's
     manifest records them (credentials and secrets redacted there), and the GPUs billed."""
-    for dirs in bench.runs.values():
-        manifest = open_run(dirs[0], with_samples=False).manifest_read()
+    for measured in bench.runs.values():
+        manifest = open_run(measured[0][0], with_samples=False).manifest_read()
         endpoint = manifest.endpoint.base_url if manifest.endpoint is not None else None
         return ServerIdentity(endpoint=endpoint, model=manifest.model, serve=manifest.server, gpus=gpus)
     return ServerIdentity(model=base.server.model if base.server is not None else base.model, gpus=gpus)

@@ -6,10 +6,13 @@ next one fits in the time left; :func:`search` decides which levels to measure a
   that held is ``low``. The start failing already is ``below_start`` (the capacity lies below it, not at zero).
 - **Bisect**: measure the middle of ``[low, high]`` and keep the half the boundary lies in, until ``high − low ≤
   tolerance × low`` (a rate) or ``high − low ≤ max(1, ⌊tolerance × low⌋)`` (requests in flight, whole numbers).
-- **Repeat**: a level measured while bisecting (inside the bracket, near the boundary) whose goodput share lies
-  within one binomial standard error of the SLO share (``|share − s| ≤ √(s(1 − s)/n)``, ``n`` its requests)
-  is measured once more, and decided on the requests of both measurements pooled, so that one noisy point
-  does not decide the boundary.
+- **Repeat**: a level whose goodput share lies within one binomial standard error of the SLO share
+  (``|share − s| ≤ √(s(1 − s)/n)``, ``n`` its requests), with at least one request outside the SLOs, is measured
+  once more and decided on the requests of both measurements pooled, so that one noisy point does not decide
+  the boundary (a level with every request within the SLOs has nothing against it, and is not repeated).
+- **The client's lag**: a level that fails while its measurement did not keep the schedule (send lag p99 over
+  the run's threshold: the client sent late, in bursts the server then queued) is measured once more too, and
+  decided on the measurements that kept their schedule (on all, when none did).
 - A level whose run failed or answered no request cannot be judged: before any load held, the search cannot
   decide (exit 2); above a load that held, it counts as not holding (the server did not carry it).
 """
@@ -28,9 +31,10 @@ MAX_DOUBLINGS = 16  # the bracket gives up after start x 2^16 held (65,536 times
 
 REPEAT_RULE = (
     "bracket: the start load doubled until one fails; bisect: the middle of [low, high] until high - low <= "
-    "{resolution}; repeat: a level measured while bisecting whose goodput share lies within one binomial standard "
-    "error of {share:g} (sqrt(s(1 - s)/n), n its requests) is measured {extra} more time(s) and decided on all its "
-    "requests pooled; "
+    "{resolution}; repeat: a level whose goodput share lies within one binomial standard error of {share:g} "
+    "(sqrt(s(1 - s)/n), n its requests), with a request outside the SLOs, is measured {extra} more time(s), and so "
+    "is a failing level whose measurement did not keep its schedule (the client lagged); a level is decided on the "
+    "requests of its measurements pooled, those that kept their schedule (all, when none did); "
     "the answer is the highest load measured to hold"
 )
 
@@ -93,6 +97,17 @@ def pooled_share(points: list[CapacityPoint]) -> float | None:
     return sum(p.good_requests for p in points) / n if n else None
 
 
+def kept(p: CapacityPoint) -> bool:
+    """Whether the client sent ``p``'s requests on schedule (a point without a schedule, ``--search
+    concurrency``, counts as kept)."""
+    return p.schedule_kept is not False
+
+
+def deciding(points: list[CapacityPoint]) -> list[CapacityPoint]:
+    """The measurements a level is decided on: those that kept their schedule, or all when none did."""
+    return [p for p in points if kept(p)] or points
+
+
 def near_boundary(share: float, n: int, slo_share: float) -> bool:
     """Whether ``share`` over ``n`` requests lies within one binomial standard error of ``slo_share``."""
     return n > 0 and abs(share - slo_share) <= math.sqrt(slo_share * (1 - slo_share) / n)
@@ -119,19 +134,26 @@ class _Search:
                 raise _Unjudged(first)
             return False
         measured = [first]
-        while step == "bisect" and len(measured) <= self.s.max_repeats:
-            share = pooled_share(measured)
-            n = sum(p.requests for p in measured)
-            if share is None or not near_boundary(share, n, self.s.slo_share) or not self.bench.affordable(level):
-                break
+        while len(measured) <= self.s.max_repeats and self._again(measured) and self.bench.affordable(level):
             again = self.bench.measure(level, "repeat", len(measured))
             r.points.append(again)
             r.repeats += 1
             if again.error is not None:
                 break
             measured.append(again)
-        share = pooled_share(measured)
+        share = pooled_share(deciding(measured))
         return share is not None and share >= self.s.slo_share
+
+    def _again(self, measured: list[CapacityPoint]) -> bool:
+        """Whether the level's measurements so far call for one more: near the boundary with a request outside
+        the SLOs, or failing while no measurement kept its schedule (the client, not the server, may have failed)."""
+        share = pooled_share(deciding(measured))
+        if share is None:
+            return False
+        if share < self.s.slo_share and not any(kept(p) for p in measured):
+            return True
+        n = sum(p.requests for p in deciding(measured))
+        return share < 1.0 and near_boundary(share, n, self.s.slo_share)
 
     def run(self) -> SearchResult:
         s, r = self.s, self.result
