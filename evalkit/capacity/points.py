@@ -217,7 +217,10 @@ class RunBench:
         return point
 
     def _estimate_s(self, level: float) -> float:
-        overhead = max(self._overheads) if self._overheads else OVERHEAD_GUESS_S
+        seen = self._overheads
+        if self.base.server is not None and len(seen) > 1:
+            seen = seen[1:]  # the first point's includes the server's start
+        overhead = max(seen) if seen else OVERHEAD_GUESS_S
         p = self.plan
         if p.duration_s is not None:
             return p.duration_s + overhead

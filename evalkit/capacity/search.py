@@ -8,11 +8,11 @@ next one fits in the time left; :func:`search` decides which levels to measure a
   tolerance × low`` (a rate) or ``high − low ≤ max(1, ⌊tolerance × low⌋)`` (requests in flight, whole numbers).
 - **Repeat**: a level whose goodput share lies within one binomial standard error of the SLO share
   (``|share − s| ≤ √(s(1 − s)/n)``, ``n`` its requests), with at least one request outside the SLOs, is measured
-  once more and decided on the requests of both measurements pooled, so that one noisy point does not decide
-  the boundary (a level with every request within the SLOs has nothing against it, and is not repeated).
-- **The client's lag**: a level that fails while its measurement did not keep the schedule (send lag p99 over
-  the run's threshold: the client sent late, in bursts the server then queued) is measured once more too, and
-  decided on the measurements that kept their schedule (on all, when none did).
+  again (at most twice more, while its pooled share stays that near) and decided on the requests of its
+  measurements pooled, so that one noisy point does not decide the boundary (a level with every request within the SLOs has nothing against it, and is not repeated).
+- **The client's lag**: a level that fails while none of its measurements kept the schedule (send lag p99 over
+  the run's threshold: the client sent late, in bursts the server then queued) is measured again too (the same
+  limit), and decided on the measurements that kept their schedule (on all, when none did).
 - A level whose run failed or answered no request cannot be judged: before any load held, the search cannot
   decide (exit 2); above a load that held, it counts as not holding (the server did not carry it).
 """
@@ -32,7 +32,8 @@ MAX_DOUBLINGS = 16  # the bracket gives up after start x 2^16 held (65,536 times
 REPEAT_RULE = (
     "bracket: the start load doubled until one fails; bisect: the middle of [low, high] until high - low <= "
     "{resolution}; repeat: a level whose goodput share lies within one binomial standard error of {share:g} "
-    "(sqrt(s(1 - s)/n), n its requests), with a request outside the SLOs, is measured {extra} more time(s), and so "
+    "(sqrt(s(1 - s)/n), n its requests), with a request outside the SLOs, is measured again, up to {extra} more "
+    "time(s) while it stays that near, and so "
     "is a failing level whose measurement did not keep its schedule (the client lagged); a level is decided on the "
     "requests of its measurements pooled, those that kept their schedule (all, when none did); "
     "the answer is the highest load measured to hold"
@@ -57,7 +58,7 @@ class SearchSettings:
     start: float
     slo_share: float
     tolerance: float
-    max_repeats: int = 1
+    max_repeats: int = 2  # measurements of one level beyond its first
 
     def resolution_text(self) -> str:
         return f"{self.tolerance:g} x low" if self.kind == "rate" else f"max(1, {self.tolerance:g} x low)"
