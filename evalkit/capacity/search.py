@@ -9,7 +9,8 @@ next one fits in the time left; :func:`search` decides which levels to measure a
 - **Repeat**: a level whose goodput share lies within one binomial standard error of the SLO share
   (``|share − s| ≤ √(s(1 − s)/n)``, ``n`` its requests), with at least one request outside the SLOs, is measured
   again (at most twice more, while its pooled share stays that near) and decided on the requests of its
-  measurements pooled, so that one noisy point does not decide the boundary (a level with every request within the SLOs has nothing against it, and is not repeated).
+  measurements pooled, so that one noisy point does not decide the boundary (a level with every request within
+  the SLOs has nothing against it, and is not repeated).
 - **The client's lag**: a level that fails while none of its measurements kept the schedule (send lag p99 over
   the run's threshold: the client sent late, in bursts the server then queued) is measured again too (the same
   limit), and decided on the measurements that kept their schedule (on all, when none did).
