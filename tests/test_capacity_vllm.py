@@ -28,7 +28,7 @@ def test_a_small_rate_search_on_cpu_vllm(tmp_path: Path) -> None:
         app,
         ["capacity", "random", "--config", str(config), "--random-input-len", "32", "--random-output-len", "8",
          "--goodput", "ttft:1000", "--slo-share", "0.9", "--start-rate", "1", "--tolerance", "0.25",
-         "--point-requests", "24", "--warmup", "2", "--max-duration", "6m", "-o", str(out)],
+         "--point-requests", "24", "--warmup", "2", "--max-duration", "8m", "-o", str(out)],
     )  # fmt: skip
     assert res.exit_code == 0, (res.stdout, res.stderr)
     cap = open_capacity(out).record

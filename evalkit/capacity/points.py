@@ -217,9 +217,7 @@ class RunBench:
         return point
 
     def _estimate_s(self, level: float) -> float:
-        seen = self._overheads
-        if self.base.server is not None and len(seen) > 1:
-            seen = seen[1:]  # the first point's includes the server's start
+        seen = self._overheads[1:] if self.base.server is not None else self._overheads  # the first: server start
         overhead = max(seen) if seen else OVERHEAD_GUESS_S
         p = self.plan
         if p.duration_s is not None:
