@@ -18,7 +18,7 @@ from evalkit.cli.common import app
 # Each module registers its commands on app when imported, and evalkit --help lists them in that order (the
 # command groups tasks, watch, config come after them, in the order common.py adds them).
 # isort: off
-from evalkit.cli import run, merge, report, schema, gate, sweep, tasks, watch, history, config  # noqa: F401
+from evalkit.cli import run, capacity, merge, report, schema, gate, sweep, tasks, watch, history, config  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]

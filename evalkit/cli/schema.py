@@ -12,13 +12,16 @@ from evalkit.errors import EvalkitError
 
 @app.command()
 def schema(
-    name: Annotated[str, typer.Argument(help="summary, manifest or sample (one line of samples.jsonl).")],
+    name: Annotated[
+        str, typer.Argument(help="summary, manifest, sample (one line of samples.jsonl) or capacity (capacity.json).")
+    ],
 ) -> None:
-    """Print the JSON Schema of a run dir's summary.json, manifest.json or samples.jsonl lines."""
+    """Print the JSON Schema of a run dir's summary.json, manifest.json or samples.jsonl lines, or of a capacity
+    dir's capacity.json."""
     import json
 
-    from evalkit.contracts import json_schema
+    from evalkit.contracts import SCHEMAS, json_schema
 
-    if name not in ("summary", "manifest", "sample"):
-        fail(EvalkitError(f"no schema named {name!r}; pass summary, manifest or sample"))
+    if name not in SCHEMAS:
+        fail(EvalkitError(f"no schema named {name!r}; pass summary, manifest or sample, or capacity (capacity.json)"))
     typer.echo(json.dumps(json_schema(name), indent=2))  # type: ignore[arg-type]

@@ -141,13 +141,7 @@ class RunConfig(BaseSettings):
     @field_validator("duration_s", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> Any:
-        """``90``, ``"90s"``, ``"10m"``, ``"1.5h"`` as seconds."""
-        if isinstance(v, str):
-            m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", v.lower())
-            if m is None:
-                raise ValueError("must be seconds, or a number with s, m or h (e.g. 90s, 10m, 1h)")
-            return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-        return v
+        return parse_duration_s(v) if isinstance(v, str) else v
 
     def check_arrivals(self) -> None:
         """ConfigError for arrival and sender settings that do not go together (each field alone is checked by its
@@ -331,6 +325,14 @@ def _one_line(err: ValidationError, source: str) -> str:
 def given(cli: dict[str, Any]) -> dict[str, Any]:
     """The command-line values that were given (None, [] and an unset ``--fresh`` were not)."""
     return {k: v for k, v in cli.items() if not (v is None or v == [] or (v is False and k in ("fresh",)))}
+
+
+def parse_duration_s(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"`` as seconds; ValueError naming the form otherwise."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text.lower())
+    if m is None:
+        raise ValueError("must be seconds, or a number with s, m or h (e.g. 90s, 10m, 1h)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def load_config(cli: dict[str, Any], config_file: Path | None = None) -> RunConfig:

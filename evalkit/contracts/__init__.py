@@ -14,7 +14,8 @@ validation would cost client CPU that the speed numbers measure. What is written
 Everything downstream (report, gate, compare) reads only the run directory, through :mod:`evalkit.store`.
 Their models derive from :class:`~evalkit.contracts.record.Record`: a field added with a default is left out of the
 files while unset, so the files of older runs read and write back unchanged.
-``evalkit schema summary|manifest`` prints the JSON Schema of those files.
+``evalkit schema summary|manifest`` prints the JSON Schema of those files. ``capacity.json`` (``evalkit capacity``,
+beside the run dirs of its load points) -> :class:`CapacityRecord` (:mod:`evalkit.contracts.capacity`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalkit.contracts.capacity import (  # noqa: F401 - part of the contract
+    CapacityDecision,
+    CapacityPoint,
+    CapacityRecord,
+    LoadFigures,
+    ServerIdentity,
+)
 from evalkit.contracts.exchange import (  # noqa: F401 - part of the contract
     Conversation,
     GenParams,
@@ -389,7 +397,13 @@ def manifest_json(manifest: Manifest) -> dict[str, Any]:
     return manifest.model_dump(mode="json")
 
 
-def json_schema(name: Literal["summary", "manifest", "sample"]) -> dict[str, Any]:
-    """The JSON Schema of ``summary.json``, ``manifest.json`` or one line of ``samples.jsonl``."""
-    models: dict[str, type[BaseModel]] = {"summary": RunSummary, "manifest": Manifest, "sample": SampleRecord}
+SCHEMAS = ("summary", "manifest", "sample", "capacity")
+"""The files ``evalkit schema NAME`` gives the JSON Schema of."""
+
+
+def json_schema(name: Literal["summary", "manifest", "sample", "capacity"]) -> dict[str, Any]:
+    """The JSON Schema of ``summary.json``, ``manifest.json``, one line of ``samples.jsonl`` or ``capacity.json``."""
+    models: dict[str, type[BaseModel]] = {
+        "summary": RunSummary, "manifest": Manifest, "sample": SampleRecord, "capacity": CapacityRecord,
+    }  # fmt: skip
     return models[name].model_json_schema(mode="serialization")
