@@ -133,7 +133,7 @@ def test_a_bad_max_capacity_drop_is_refused(tmp_path: Path) -> None:
     base = write_search(tmp_path / "base", [10.0, 10.5])
     cand = write_search(tmp_path / "cand", [9.5, 10.0])
     code, out, _ = gate(tmp_path, base, cand, {"speed": {"max_capacity_drop": 1.5}})
-    assert code == 2 and "max_capacity_drop" in out
+    assert code == 2 and "max_capacity_drop" in out and "less than 1" in out, out
 
 
 def _search(url: str, out: Path, start: float) -> None:

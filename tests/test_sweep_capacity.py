@@ -92,7 +92,7 @@ def test_the_layout_table_orders_the_configs_and_recommends_the_wider(tmp_path: 
         ({"concurrency": [4]}, "drop 'concurrency'"),
         ({"tasks": ["random", "gsm8k"]}, "measures one load"),
         ({"search": None}, "'capacity' settings go with 'search: capacity'"),
-        ({"search": "grid"}, "search"),
+        ({"search": "grid"}, "Input should be 'capacity'"),
         ({"capacity": {"slo_share": 1.5}}, "capacity.slo_share"),
         ({"capacity": {"probe": ["gsm8k"]}}, "capacity.probe"),
         ({"capacity": {"start": 1.0}}, "recommend with search: capacity judges accuracy on capacity.probe"),
