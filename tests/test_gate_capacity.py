@@ -71,8 +71,9 @@ def test_a_candidate_bracket_below_the_baselines_less_the_drop_fails(tmp_path: P
     assert rule["ci"] == pytest.approx([7.0 / 10.5 - 1, 7.4 / 10.0 - 1])
     assert "7.4 is below the baseline's low 10 × (1 − 10%) = 9" in rule["note"]
     assert "2 measurements, 100.0% within the SLOs" in rule["note"]  # the repeated boundary points
+    assert "capacity: lower by more than 10% (speed.max_capacity_drop)" in out and "accuracy:" not in out
     md = (tmp_path / "out" / "gate.md").read_text()
-    assert "capacity change" in md and "fail" in md
+    assert "capacity change" in md and "fail" in md and "brackets allow [-33.3%, -26.0%]" in md
     junit = (tmp_path / "out" / "junit.xml").read_text()
     assert "capacity change" in junit and "<failure" in junit
 

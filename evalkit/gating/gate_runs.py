@@ -275,6 +275,12 @@ def policy_lines(policy: Policy, result: GateResult | None = None) -> list[str]:
     """The policy in a few lines: accuracy, speed, numerics, rates and expected scores. With the ``result`` it
     decided: the speed budgets applied (with one run per side, each figure's run-to-run noise budget), and numerics
     only where a task held teacher-forced positions."""
+    if result is not None and any(r.method == "brackets" for r in result.rules):  # two capacity dirs
+        return [
+            f"capacity: lower by more than {getattr(policy.speed, r.key):.0%} (speed.{r.key}) on the searches' "
+            "brackets fails"
+            for r in CAPACITY_RULES
+        ]
     acc = policy.accuracy.default
     budget = (
         " or ".join(
