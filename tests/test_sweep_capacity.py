@@ -104,3 +104,26 @@ def test_bad_sweep_files_are_refused_in_one_line(tmp_path: Path, over: dict, nam
     code, out = sweep(tmp_path, spec)
     assert code == 2 and named in out, out
     assert len(out.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_collect_tabulates_searches_and_a_search_without_an_answer_fails_the_exit(tmp_path: Path) -> None:
+    """Two searches written as capacity dirs (no server): --collect tabulates them by the sweep file; the one
+    below its start has its error cell and exit 1, with no recommendation but the reason."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_gate_capacity import write_search
+
+    urls = {"wide": "http://127.0.0.1:9/v1", "narrow": "http://127.0.0.1:9/v1"}
+    spec = spec_for(urls)
+    fields = {"slos": {"ttft": 1000.0}, "tolerance": 0.25, "start": 2.0, "point_requests": 40}
+    fields["workload"] = {"probe": ["gsm8k:0.2"]}
+    cap = tmp_path / "out" / "capacity"
+    write_search(cap / "wide__default", [24.0, 28.0], **fields)
+    write_search(cap / "narrow__default", [None, 2.0], status="below_start", reason="2 fails", **fields)
+    code, out = sweep(tmp_path, spec, "--collect")
+    assert code == 1 and "narrow__default: search below_start: 2 fails" in out, out
+    rows = {r["config"]: r for r in csv.DictReader((tmp_path / "out" / "sweep.csv").open())}
+    assert rows["wide"]["capacity"] == "24.0" and rows["wide"]["bracket_high"] == "28.0"
+    assert rows["narrow"]["capacity"] == "" and rows["narrow"]["status"] == "below_start"
+    assert "None qualifies" in (tmp_path / "out" / "sweep.md").read_text()

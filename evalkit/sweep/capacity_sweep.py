@@ -9,8 +9,10 @@ requests within the SLOs per dollar at its capacity among those whose accuracy a
 answer points' run dirs), or why none qualifies.
 
 A re-run keeps a finished search whose recorded settings (SLOs, share, kind, tolerance, start, point length,
-task, probes) are the sweep file's; one with other settings, or that did not finish, is moved aside to
-``<dir>.stale-<time>`` and searched again. A config whose search fails (its server does not start, the endpoint
+task, probes) are the sweep file's; one with other settings, that did not finish or that could not decide (no
+point measured), is moved aside to ``<dir>.stale-<time>`` and searched again. A search without an answer within
+its bracket (below its start, ``--max-duration`` ran out) is tabulated with its ``error`` cell and counts as
+failed in the command's exit (1). A config whose search fails (its server does not start, the endpoint
 is down) is recorded in the row's ``error`` cell; the others still run.
 """
 
@@ -129,7 +131,13 @@ def _kept(spec: SweepSpec, cap_dir: Path, result: SweepResult, say: Echo) -> boo
     except StoreError as e:
         why: str | None = str(e)
     else:
-        why = _differences(spec, record) if record.finished_at else "the search did not finish"
+        why = (
+            "the search did not finish"
+            if not record.finished_at
+            else f"the search could not decide ({record.reason})"
+            if record.status == "cannot_decide"
+            else _differences(spec, record)
+        )
     if why is None:
         return True
     say(f"sweep: {cap_dir} held a search with other settings ({why}); moved it to {_aside(cap_dir)}")
@@ -169,11 +177,13 @@ def run_capacity_sweep(
 
 
 def answer_run(read: CapacityRead) -> Path | None:
-    """The run dir of the search's answer (its first measurement at the capacity), None without an answer."""
+    """The run dir of the search's answer (its first measurement at the capacity); None without an answer or
+    when that run dir is gone."""
     r = read.record
     low = r.capacity_rps if r.search == "rate" else r.capacity_concurrency
     point = next((p for p in r.points if low is not None and p.offered == low and p.error is None), None)
-    return (read.path / point.run_dir) if point is not None else None
+    run_dir = read.path / point.run_dir if point is not None else None
+    return run_dir if run_dir is not None and run_dir.is_dir() else None
 
 
 def capacity_row(combo: Combination, read: CapacityRead, probes: list[str]) -> dict[str, Any]:
@@ -224,6 +234,8 @@ def tabulate(spec: SweepSpec, out_dir: Path, result: SweepResult) -> SweepResult
             result.rows.append(row)
             continue
         row = capacity_row(combo, read, probes)
+        if ERROR_COLUMN in row:  # no capacity within the bracket searched: the sweep's exit says so
+            result.failed.setdefault(combo.name, row[ERROR_COLUMN])
         run_dir = answer_run(read)
         if run_dir is not None:
             finished.append((row, run_dir))
