@@ -227,7 +227,7 @@ def tabulate(spec: SweepSpec, out_dir: Path, result: SweepResult) -> SweepResult
         try:
             read = open_capacity(cap_dir)
         except StoreError as e:
-            row = {"config": combo.config, "sampling": combo.sampling, "concurrency": None}
+            row: dict[str, Any] = {"config": combo.config, "sampling": combo.sampling, "concurrency": None}
             row[ERROR_COLUMN] = result.failed.get(combo.name) or str(e)
             result.missing.append(combo.name)
             cands.append(Candidate(combo, row, cap_dir, finished=False))
@@ -235,7 +235,7 @@ def tabulate(spec: SweepSpec, out_dir: Path, result: SweepResult) -> SweepResult
             continue
         row = capacity_row(combo, read, probes)
         if ERROR_COLUMN in row:  # no capacity within the bracket searched: the sweep's exit says so
-            result.failed.setdefault(combo.name, row[ERROR_COLUMN])
+            result.failed.setdefault(combo.name, str(row[ERROR_COLUMN]))
         run_dir = answer_run(read)
         if run_dir is not None:
             finished.append((row, run_dir))
