@@ -16,7 +16,7 @@ def gate(
     runs: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="BASELINE CANDIDATE (two run dirs), or CANDIDATE alone to check it against the policy's expected scores."
+            help="BASELINE CANDIDATE (two run dirs, or two capacity dirs of evalkit capacity), or CANDIDATE alone to check it against the policy's expected scores."
         ),
     ] = None,
     baseline: Annotated[

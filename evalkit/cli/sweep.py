@@ -82,12 +82,19 @@ def sweep(
 
     try:
         spec = load_spec(file)
+        if k8s is not None and spec.search == "capacity":
+            raise EvalkitError("--k8s writes one Job per combination; a sweep with search: capacity runs here (-o DIR)")
         if k8s is not None:
             _emit_k8s(spec, file, k8s, image, pvc, namespace, name, model_cache_pvc, api_key_secret)
             return
         if output is None:
             raise EvalkitError("evalkit sweep needs -o DIR (the sweep folder), or --k8s DIR to write manifests")
-        if collect:
+        if spec.search == "capacity":
+            from evalkit.sweep.capacity_sweep import run_capacity_sweep
+
+            say = lambda line: typer.echo(line, err=True)  # noqa: E731
+            result = run_capacity_sweep(spec, output, echo=say, collect=collect)
+        elif collect:
             if not (output / "runs").is_dir():
                 raise EvalkitError(f"{output} holds no runs/ folder; pass -o the sweep folder the runs were written to")
             result = collect_runs(spec, output)

@@ -14,14 +14,16 @@ from typing import Any
 
 import orjson
 
+from evalkit.gating.capacity_gate import capacity_sides, gate_capacity
 from evalkit.gating.engine import combine_runs, evaluate, evaluate_expected
 from evalkit.gating.errors import CannotCompare, CannotDecide, GateInputError
 from evalkit.gating.inputs import RunInputs
 from evalkit.gating.load import from_run_dir
 from evalkit.gating.numerics_rules import figure_text
-from evalkit.gating.output import append_step_summary, to_markdown, write_outputs
+from evalkit.gating.output import GATE_JSON, GATE_MD, JUNIT_XML, append_step_summary, to_markdown, write_outputs
 from evalkit.gating.policy import GATED_SPEED, Policy, default_policy, load_policy, policy_from_dict
 from evalkit.gating.result import EXIT_CODES, GateResult
+from evalkit.gating.rule_catalogue import CAPACITY_RULES
 from evalkit.gating.servers import server_note
 from evalkit.scoring.numerics import FIGURE_LABELS, FIGURES
 from evalkit.store.reader import writer_pid
@@ -120,7 +122,9 @@ def run_gate(
     judged on run-to-run variation. ``write_compare`` writes compare.html beside them when there is a baseline
     (the API passes :func:`evalkit.reporting.write_gate_compare`; the gate knows no report). Raises CannotCompare,
     CannotDecide, GateInputError or PolicyError (one line each, exit 2) before anything is written. ``expected``:
-    expected scores added to the policy's (``--expected-from``: the reference scores evalkit ships)."""
+    expected scores added to the policy's (``--expected-from``: the reference scores evalkit ships). Two capacity
+    dirs (``evalkit capacity -o DIR``) are judged by the policy's capacity rules instead
+    (:func:`evalkit.gating.capacity_gate.gate_capacity`)."""
     bases = _dirs(baseline)
     cands = _dirs(candidate)
     if not cands:
@@ -131,6 +135,12 @@ def run_gate(
     for path in (*bases, *cands):
         if not path.is_dir():
             raise GateInputError(f"{path} is not a run directory; pass the --output-dir of an evalkit run")
+    if (searches := capacity_sides(bases, cands)) is not None:  # two capacity dirs: the capacity rules
+        out = out_dir if out_dir is not None else default_out_dir(cands[0])
+        result = gate_capacity(*searches, policy, out)
+        files = {name: out / name for name in (GATE_JSON, GATE_MD, JUNIT_XML)}
+        summary = append_step_summary(to_markdown(result), env)
+        return GateOutcome(result, policy, policy_file, out, files, summary, bases, cands)
     check_decidable(bases, cands)
     base_runs, cand_runs = [from_run_dir(b) for b in bases], [from_run_dir(c) for c in cands]
     check_answered_by(base_runs, cand_runs)
@@ -149,6 +159,11 @@ def run_gate(
     numerics = any(r.kind == "numerics" for r in result.rules)
     result.notes += (base.notes if base is not None else []) + cand.notes + _batch_invariant_notes(roles, numerics)
     result.notes += _server_notes(bases, cands)
+    result.notes += [
+        f"speed.{r.key} judges two capacity dirs (evalkit capacity -o DIR), not run dirs: not judged here"
+        for r in CAPACITY_RULES
+        if r.key in policy.speed.model_fields_set
+    ]
     out = out_dir if out_dir is not None else default_out_dir(cands[0])
     try:
         files = write_outputs(result, out)
@@ -260,6 +275,12 @@ def policy_lines(policy: Policy, result: GateResult | None = None) -> list[str]:
     """The policy in a few lines: accuracy, speed, numerics, rates and expected scores. With the ``result`` it
     decided: the speed budgets applied (with one run per side, each figure's run-to-run noise budget), and numerics
     only where a task held teacher-forced positions."""
+    if result is not None and any(r.method == "brackets" for r in result.rules):  # two capacity dirs
+        return [
+            f"capacity: lower by more than {getattr(policy.speed, r.key):.0%} (speed.{r.key}) on the searches' "
+            "brackets fails"
+            for r in CAPACITY_RULES
+        ]
     acc = policy.accuracy.default
     budget = (
         " or ".join(

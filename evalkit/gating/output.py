@@ -77,6 +77,8 @@ def evidence_text(r: Rule) -> str:
     if r.kind == "numerics" and r.ci is not None and r.ci_level is not None:
         figure = _numerics_figure(r)
         return f"{r.ci_level:.0%} CI [{figure_text(figure, r.ci[0])}, {figure_text(figure, r.ci[1])}]"
+    if r.method == "brackets":  # the capacity rule: the change the two searches' brackets allow
+        return f"brackets allow [{r.ci[0]:+.1%}, {r.ci[1]:+.1%}]" if r.ci is not None else "brackets"
     scale, unit = (100.0, " pts") if r.kind == "accuracy" else (100.0, "%")
     if r.p_value is not None:
         parts.append(f"p={r.p_value:.3g}")

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from evalkit.config.settings_files import read_settings_file
 from evalkit.gating.errors import PolicyError
-from evalkit.gating.rule_catalogue import GATED_SPEEDS, RATE_RULES, GatedSpeed, RateRule
+from evalkit.gating.rule_catalogue import CAPACITY_RULES, GATED_SPEEDS, RATE_RULES, GatedSpeed, RateRule
 
 MAX_RESAMPLES = 100_000  # bootstrap replicates: at 1,000+ items each rule then takes seconds, not hours
 SEED_LIMIT = 2**32  # bootstrap seeds: 0 <= seed < 2**32
@@ -144,10 +144,12 @@ class SpeedLimits(_Strict):
 
 def speed_policy_model(gated: Sequence[GatedSpeed]) -> type[SpeedLimits]:
     """The ``speed:`` model: a :class:`SpeedRule` field (None by default unless ``judged``) per figure of
-    ``gated``, then :class:`SpeedLimits`' fields."""
+    ``gated``, a fraction per capacity rule (the rule catalogue's :data:`CAPACITY_RULES`), then
+    :class:`SpeedLimits`' fields."""
     rules: dict[str, Any] = {
         g.key: (SpeedRule | None, Field(default_factory=SpeedRule) if g.judged else None) for g in gated
     }
+    rules.update({r.key: (float, Field(default=r.default, ge=0, lt=1)) for r in CAPACITY_RULES})
     rule_fields = create_model("SpeedRules", __base__=_Strict, __module__=__name__, **rules)
     model = cast(
         type[SpeedLimits],

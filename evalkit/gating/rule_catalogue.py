@@ -1,10 +1,13 @@
-"""The gate's rule catalogue: one entry per rate rule and per gated speed figure, the one place each is declared.
+"""The gate's rule catalogue: one entry per rate rule, per gated speed figure and per capacity rule, the one place
+each is declared.
 
 The policy's ``rates:`` and ``speed:`` rule keys are built from it (:mod:`evalkit.gating.policy`), and the engine
-judges what the policy holds by it (:mod:`evalkit.gating.rules`), so a key is judged or refused, never accepted
+judges what the policy holds by it (:mod:`evalkit.gating.rules`; the capacity keys, on two capacity dirs of
+``evalkit capacity``: :mod:`evalkit.gating.capacity_gate`), so a key is judged or refused, never accepted
 and ignored. A new rate rule: a :class:`RateRule` in :data:`RATE_RULES`. A new gated speed figure (e.g. TTFT
 p90): a :class:`GatedSpeed` in :data:`GATED_SPEEDS`, naming a figure of the speed catalogue
-(:data:`evalkit.contracts.SPEED_METRICS`) with its noise budget and, for a latency, its floor.
+(:data:`evalkit.contracts.SPEED_METRICS`) with its noise budget and, for a latency, its floor. A new rule on two
+capacity searches: a :class:`CapacityRule` in :data:`CAPACITY_RULES`.
 """
 
 from __future__ import annotations
@@ -71,3 +74,18 @@ GATED_SPEEDS: tuple[GatedSpeed, ...] = (
     GatedSpeed("e2e_p50_ms", noise=0.80, floor_ms=10.0, judged=False),
 )
 """The speed figures a policy can judge, in the order the gate reports them."""
+
+
+@dataclass(frozen=True)
+class CapacityRule:
+    """A rule on two capacity searches (``evalkit gate BASE CAND`` with two capacity dirs): ``key`` is its key
+    under the policy's ``speed:`` (a fraction, 0 to 1), ``label`` the rule's name, ``default`` the fraction without
+    a policy file."""
+
+    key: str
+    label: str
+    default: float
+
+
+CAPACITY_RULES: tuple[CapacityRule, ...] = (CapacityRule("max_capacity_drop", "capacity change", default=0.10),)
+"""The rules judged when both sides of the gate are capacity dirs; every other rule judges run dirs."""

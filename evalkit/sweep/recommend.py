@@ -9,7 +9,7 @@ why each did not. Also the sweep table's goodput and cost cells of a run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +65,9 @@ def _reference(c: Candidate, refs: list[Candidate]) -> Candidate | None:
     return found[0] if found else None
 
 
-def _accuracy_loss(c: Candidate, ref: Candidate | None, reference: str) -> str | None:
-    """Why ``c``'s accuracy is worse than (or cannot be compared with) the reference's; None when it is not."""
+def _accuracy_loss(c: Candidate, ref: Candidate | None, reference: str, tasks: list[str] | None = None) -> str | None:
+    """Why ``c``'s accuracy is worse than (or cannot be compared with) the reference's; None when it is not.
+    ``tasks``: judge only these tasks of the two runs (None: all)."""
     if ref is None:
         return f"accuracy: config {reference} has no finished run of sampling point {c.combo.sampling} to compare with"
     if ref.combo.config == c.combo.config:
@@ -74,8 +75,12 @@ def _accuracy_loss(c: Candidate, ref: Candidate | None, reference: str) -> str |
     from evalkit.errors import EvalkitError
     from evalkit.gating import default_policy, evaluate, from_run_dir
 
+    def judged(run_dir: Path) -> Any:
+        run = from_run_dir(run_dir)
+        return run if tasks is None else replace(run, tasks={k: v for k, v in run.tasks.items() if k in tasks})
+
     try:
-        result = evaluate(from_run_dir(ref.run_dir), from_run_dir(c.run_dir), default_policy())
+        result = evaluate(judged(ref.run_dir), judged(c.run_dir), default_policy())
     except EvalkitError as e:
         return f"accuracy: cannot be compared with {ref.combo.name} ({' '.join(str(e).split())})"
     failed = [r for r in result.rules if r.kind in ("accuracy", "perplexity") and r.verdict == "fail"]
@@ -114,8 +119,11 @@ class Recommendation:
         return ["## Recommendation", "", head, "", *(f"- {name}: {why}" for name, why in self.lost.items())]
 
 
-def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) -> Recommendation:
-    """The combination to buy (or "none qualifies"), with the rule each other combination lost on."""
+def recommend(
+    cands: list[Candidate], rec: Recommend, slos: dict[str, float], accuracy_tasks: list[str] | None = None
+) -> Recommendation:
+    """The combination to buy (or "none qualifies"), with the rule each other combination lost on; accuracy
+    judged on ``accuracy_tasks`` only (None: every task of the runs)."""
     refs = [c for c in cands if c.combo.config == rec.reference and c.finished]
     lost: dict[str, str] = {}
     ok: list[Candidate] = []
@@ -124,7 +132,8 @@ def recommend(cands: list[Candidate], rec: Recommend, slos: dict[str, float]) ->
         why = (
             f"run: {error}"
             if error
-            else _accuracy_loss(c, _reference(c, refs), rec.reference) or _goodput_loss(c.row, rec.min_goodput_share)
+            else _accuracy_loss(c, _reference(c, refs), rec.reference, accuracy_tasks)
+            or _goodput_loss(c.row, rec.min_goodput_share)
         )
         if why:
             lost[c.combo.name] = why

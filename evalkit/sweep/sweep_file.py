@@ -17,19 +17,22 @@ goodput: {ttft: 500, tpot: 50}  # optional: each run's --goodput SLOs (ms): good
 cost_per_gpu_hour: 2.5          # optional: each run's price; GPUs: a server config's TP x PP x DP, or gpus_billed
 gpus_billed: 8                  # an endpoint sweep's GPUs (a config may set its own: {endpoint: ..., gpus_billed: 4})
 recommend: {reference: seqs64, min_goodput_share: 0.9}   # optional: sweep.md's recommendation (docs/sweep.md)
+search: capacity                # optional: per config x sampling, evalkit capacity's search (goodput: its SLOs)
+capacity: {slo_share: 0.99, point_duration: 60, probe: ["gsm8k:0.1"], workload: {random_input_len: 512}}
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evalkit.config import MAX_COST_PER_GPU_HOUR, MAX_GPUS_BILLED, SEED_MAX, SEED_MIN, ServerConfig, read_config_file
 from evalkit.config.server_config import world_size
 from evalkit.config.slos import parse_slos
+from evalkit.config.workload import WorkloadSettings, parse_probe
 from evalkit.errors import ConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a config or sampling name becomes part of a folder name
@@ -67,6 +70,30 @@ class Recommend(_Strict):
     min_goodput_share: float = Field(default=0.9, ge=0, le=1)
 
 
+class CapacitySearch(_Strict):
+    """``search: capacity``'s settings: each config's search as ``evalkit capacity`` runs it (its ``--slo-share``,
+    ``--search``, ``--start-rate`` / ``--start-concurrency``, ``--tolerance``, ``--point-duration`` (seconds),
+    ``--point-requests``, ``--max-duration`` (seconds), ``--probe TASK:SHARE`` and the workload's settings
+    (``--random-input-len`` …, as ``workload:`` keys); the SLOs are ``goodput:``."""
+
+    slo_share: float = Field(default=0.99, gt=0, le=1)
+    load: Literal["rate", "concurrency"] = "rate"
+    start: float | None = Field(default=None, gt=0)
+    tolerance: float = Field(default=0.05, ge=0.001, lt=1)
+    point_duration: float | None = Field(default=None, gt=0)
+    point_requests: int | None = Field(default=None, ge=1)
+    max_duration: float | None = Field(default=None, gt=0)
+    probe: list[str] | None = None  # TASK:SHARE: tasks mixed into the load, their accuracy at the answer
+    workload: WorkloadSettings | None = None  # the workload task's settings (random_input_len, …)
+
+    @field_validator("probe")
+    @classmethod
+    def _probe(cls, v: list[str] | None) -> list[str] | None:
+        for item in v or []:
+            parse_probe(item)
+        return v
+
+
 def _one_config() -> dict[str, dict[str, Any]]:
     return {"default": {}}
 
@@ -89,9 +116,12 @@ class SweepSpec(_Strict):
     # each run's --gpus-billed (default: its server's GPUs)
     gpus_billed: int | None = Field(default=None, ge=1, le=MAX_GPUS_BILLED)
     recommend: Recommend | None = None
+    search: Literal["capacity"] | None = None  # capacity: a capacity search per config x sampling point
+    capacity: CapacitySearch | None = None  # its settings (default: evalkit capacity's)
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
+        self._check_capacity()
         if (self.endpoint is None) == (self.server is None):
             raise ValueError("give either 'endpoint' (a running server) or 'server' (evalkit starts vLLM), not both")
         if not self.configs:
@@ -119,6 +149,27 @@ class SweepSpec(_Strict):
             if self.goodput is None or self.cost_per_gpu_hour is None:
                 raise ValueError("recommend needs goodput (the SLOs) and cost_per_gpu_hour; give both")
         return self
+
+    def _check_capacity(self) -> None:
+        if self.search is None:
+            if self.capacity is not None:
+                raise ValueError("'capacity' settings go with 'search: capacity'; add it or drop 'capacity'")
+            return
+        if self.goodput is None:
+            raise ValueError("search: capacity needs goodput (the SLOs the search holds), e.g. {ttft: 2000}")
+        if len(self.tasks) != 1:
+            raise ValueError(
+                f"search: capacity measures one load: give one task or workload in 'tasks', not {len(self.tasks)} "
+                "(mix others in with capacity.probe)"
+            )
+        if self.recommend is not None and not (self.capacity and self.capacity.probe):
+            raise ValueError(
+                "recommend with search: capacity judges accuracy on capacity.probe tasks; give capacity.probe, "
+                'e.g. ["gsm8k:0.05"]'
+            )
+        for key in ("concurrency", "repeats"):
+            if key in self.model_fields_set:
+                raise ValueError(f"search: capacity sets each point's load itself; drop '{key}'")
 
     def gpus(self, name: str) -> int | None:
         """The GPUs config ``name`` is billed for: ``gpus_billed`` (its own, with an endpoint, else the file's),
@@ -173,6 +224,8 @@ def _one_line(err: ValidationError, path: Path) -> str:
             known = ", ".join(Sampling.model_fields)
         elif where[0] == "recommend":
             known = ", ".join(Recommend.model_fields)
+        elif where[0] == "capacity":
+            known = ", ".join(CapacitySearch.model_fields)
         else:
             known = "see the sweep file example in docs/sweep.md"
         return f"unknown key '{loc}' in sweep file {path}; allowed: {known}"
