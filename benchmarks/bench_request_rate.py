@@ -10,13 +10,14 @@ short answers, ~54 tokens each, one token per SSE chunk). Against it, each round
 order that alternates from round to round:
 
 - ``bare``: ``python -m benchmarks.raw_client`` (:mod:`benchmarks.raw_client`: aiohttp, ``json.loads`` per
-  ``data:`` line, nothing else) sending the same GSM8K requests with the same number in flight; its CPU is the
-  process's ``time.process_time()`` around the sending.
-- ``evalkit``: the real command ``evalkit run gsm8k --endpoint URL --concurrency C --no-report`` (a fresh run
-  dir, the prompt cache warm); its CPU is the run's own accounting, the summary's ``speed.client_cpu_s``: the
-  process's CPU (every thread: the event loop, the hand-off to the scoring process, the store's writes, progress)
-  from the first request sent to the last answer stored. The scoring process's CPU is not in it (it is another
-  process, as the server is).
+  ``data:`` line, nothing else) sending the same GSM8K requests (their bodies built once, as evalkit's Client
+  builds them, and read from a file) with the same number in flight; its CPU is the process's
+  ``time.process_time()`` around the sending.
+- ``evalkit``: the real command ``evalkit run gsm8k --endpoint URL --concurrency C --no-report`` (a fresh run dir;
+  the prompt cache, evalkit's usual one, is warmed first by building the bare loop's bodies); its CPU is the run's
+  own accounting, the summary's ``speed.client_cpu_s``: the process's CPU (every thread: the event loop, the hand-
+  off to the scoring process, the store's writes, progress) from the first request sent to the last answer stored.
+  The scoring process's CPU is not in it (it is another process, as the server is).
 
 Printed per round and as medians: µs of client CPU per request, requests/s (requests over the sending's wall
 time), requests per CPU-second (what one process could sustain with a core to itself), and the ratio
@@ -39,28 +40,29 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.raw_client import gsm8k_bodies
 from evalkit.testing.server import SubprocessServer
 
 RATIO_BOUND = 1.5
 MODEL = "test-model"
 
 
-def run_bare(url: str, concurrency: int, limit: int | None, env: dict[str, str]) -> dict[str, float]:
-    """The bare loop in a fresh process: its sending's CPU and wall."""
+def run_bare(url: str, concurrency: int, bodies: Path, env: dict[str, str]) -> dict[str, float]:
+    """The bare loop in a fresh process, sending ``bodies`` (a JSON file): its sending's CPU and wall."""
     cmd = [sys.executable, "-m", "benchmarks.raw_client", "--endpoint", url, "--model", MODEL]
-    cmd += ["--concurrency", str(concurrency), *(["--limit", str(limit)] if limit else [])]
+    cmd += ["--concurrency", str(concurrency), "--bodies", str(bodies)]
     out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
     return {"requests": r["requests"], "cpu_s": r["cpu_s"], "wall_s": r["wall_s"]}
 
 
 def run_evalkit(
-    url: str, concurrency: int, limit: int | None, env: dict[str, str], out: Path, code: str | None = None
+    url: str, concurrency: int, args: list[str], env: dict[str, str], out: Path, code: str | None = None
 ) -> dict[str, float]:
-    """`evalkit run gsm8k` as a command (run in ``code``, another checkout, if given): its request phase's CPU and
-    wall as the run dir's summary records them."""
+    """`evalkit run gsm8k ARGS` as a command (run in ``code``, another checkout, if given): its request phase's
+    CPU and wall as the run dir's summary records them."""
     cmd = [sys.executable, "-m", "evalkit.cli", "run", "gsm8k", "--endpoint", url, "--concurrency", str(concurrency)]
-    cmd += ["-o", str(out), "--fresh", "-q", "--no-report", *(["--limit", str(limit)] if limit else [])]
+    cmd += ["-o", str(out), "--fresh", "-q", "--no-report", *args]
     subprocess.run(cmd, check=True, env=env, capture_output=True, cwd=code)
     task = json.loads((out / "summary.json").read_text())["tasks"]["gsm8k"]
     speed = task["speed"]
@@ -79,20 +81,30 @@ def figures(r: dict[str, float]) -> dict[str, float]:
 
 
 def measure(
-    rounds: int = 3, limit: int | None = None, concurrency: int = 256, warmup: bool = True, code: str | None = None
+    rounds: int = 3,
+    limit: int | None = None,
+    concurrency: int = 256,
+    warmup: bool = True,
+    code: str | None = None,
+    short: bool = False,
 ) -> dict[str, Any]:
-    """``rounds`` rounds of each against one fast test server (a warm-up round first, discarded)."""
+    """``rounds`` rounds of each against one fast test server (with ``warmup``, a warm-up round first, discarded).
+    ``short``: `evalkit run` with ``--no-warmup`` (its warm-up requests are not in the measured phase; CI's guard
+    saves their time)."""
     rows: list[dict[str, Any]] = []
+    args = [*(["--limit", str(limit)] if limit else []), *(["--no-warmup"] if short else [])]
     with tempfile.TemporaryDirectory() as tmp, SubprocessServer("--fast") as srv:
-        env = {**os.environ, "EVALKIT_CACHE_DIR": str(Path(tmp) / "cache"), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        bodies = Path(tmp) / "bodies.json"  # built here: the prompt cache is warm for the runs (their prompts
+        bodies.write_bytes(json.dumps(gsm8k_bodies(MODEL, limit)).encode())  # are not built while they send)
         impls = {
-            "bare": lambda: run_bare(srv.url, concurrency, limit, env),
-            "evalkit": lambda: run_evalkit(srv.url, concurrency, limit, env, Path(tmp) / "run"),
+            "bare": lambda: run_bare(srv.url, concurrency, bodies, env),
+            "evalkit": lambda: run_evalkit(srv.url, concurrency, args, env, Path(tmp) / "run"),
         }
         if code is not None:
             other = {**env, "PYTHONPATH": os.pathsep.join([code, env.get("PYTHONPATH", "")])}
             run_dir = Path(tmp) / "run"
-            impls[f"evalkit@{code}"] = lambda: run_evalkit(srv.url, concurrency, limit, other, run_dir, code)
+            impls[f"evalkit@{code}"] = lambda: run_evalkit(srv.url, concurrency, args, other, run_dir, code)
         for i in range(-1 if warmup else 0, rounds):
             order = list(impls) if i % 2 == 0 else list(reversed(impls))
             got = {name: figures(impls[name]()) for name in order}
