@@ -15,9 +15,9 @@ Two jobs run this way (``python -m evalkit.runner.worker``, one process each):
   prompts are still being built (see ``evalkit/runner/prompt_stream.py``).
 
 Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
-``(id, ok, result or exception)``; a streaming op (``build``, ``score_many``) first sends any number of ``(id, "part", payload)``.
-The parent writes from a thread and reads in a thread, so neither a full pipe nor a slow child ever blocks the
-event loop; results come back as ``concurrent.futures.Future``s, parts through a callback.
+``(id, ok, result or exception)``; a streaming op (``build``, ``score_many``) first sends any number of
+``(id, "part", payload)``. The parent writes from a thread and reads in a thread, so neither a full pipe nor a slow
+child ever blocks the event loop; results come back as ``concurrent.futures.Future``s, parts through a callback.
 """
 
 from __future__ import annotations
