@@ -83,8 +83,13 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--bodies", help="send these request bodies (a JSON list) instead of building GSM8K's")
     a = ap.parse_args()
-    bodies = gsm8k_bodies(a.model, a.limit)
+    if a.bodies:
+        with open(a.bodies) as f:
+            bodies = json.load(f)[: a.limit]
+    else:
+        bodies = gsm8k_bodies(a.model, a.limit)
     print(json.dumps(asyncio.run(run(a.endpoint.rstrip("/") + "/completions", bodies, a.concurrency))))
 
 

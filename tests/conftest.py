@@ -38,6 +38,7 @@ SERIAL = (
     "tests/test_steady_state.py",
     "tests/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
     "tests/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
+    "tests/test_client_cost_guard.py",
 )
 
 

@@ -14,8 +14,8 @@ Timeouts: :mod:`evalkit.client.timeouts` (a request waiting its turn is bounded 
 
 The hot path reads SSE lines from aiohttp and parses each ``data:`` payload with orjson, not through the
 ``openai`` package's chunk iterator, whose CPU per token would distort timings on a fast server
-(docs/benchmarks.md). Retries live here and only here (tenacity), and the SDK's own retries are never used for
-generation.
+(docs/benchmarks.md). Retries live here and only here (:meth:`Client.generate`'s loop), and the SDK's own
+retries are never used for generation.
 
 What the server sends is checked off the per-chunk path: text pieces are joined once at the end (a piece that
 is not a string fails the attempt as a malformed event), ``finish_reason`` and ``usage`` are checked once per
@@ -44,13 +44,6 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp.http_exceptions import LineTooLong
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-)
 
 from evalkit.client.answer_fields import length_note, retry_after
 from evalkit.client.model_discovery import redirect_error
@@ -454,38 +447,43 @@ class Client:
         return redact_secrets(value, self._secrets) if isinstance(value, str) else value
 
     # -- with retries ------------------------------------------------------------------------------------
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, RequestFailed) and exc.retry_after is not None:
-            return min(exc.retry_after, self.options.backoff_max_s * 4)
+    def _backoff(self, exc: RequestFailed, attempt: int) -> float:
+        """Seconds to wait after the ``attempt``-th failed with ``exc``: the server's Retry-After (capped), else
+        exponential backoff with jitter."""
         o = self.options
-        cap = min(o.backoff_max_s, o.backoff_base_s * 2 ** (state.attempt_number - 1))
+        if exc.retry_after is not None:
+            return min(exc.retry_after, o.backoff_max_s * 4)
+        cap = min(o.backoff_max_s, o.backoff_base_s * 2 ** (attempt - 1))
         return random.uniform(cap / 2, cap)
 
     async def generate(self, req: Request) -> Response:
         """Send one request with retries; failures come back as a Response with ``error`` set. With several
-        endpoints the Response names the one that answered (or the last one tried)."""
+        endpoints the Response names the one that answered (or the last one tried).
+
+        A failure that retrying may fix (RequestFailed) is retried after :meth:`_backoff` until ``max_attempts``
+        attempts were made or ``max_retry_s`` have passed since the first send; the last failure is the error."""
         body = orjson.dumps(self.payload(req))
+        o = self.options
         attempts = 0
         since: float | None = None  # the request's first send: its latencies count from here
         endpoint: int | None = None
         sharded = len(self._targets) > 1
         try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(RequestFailed),
-                stop=stop_after_attempt(self.options.max_attempts) | stop_after_delay(self.options.max_retry_s),
-                wait=self._wait,
-                reraise=True,
-            ):
-                with attempt:
-                    attempts += 1
-                    endpoint = self._dispatch(endpoint) if sharded else 0
-                    sent = time.perf_counter()
-                    since = sent if since is None else since
+            while True:
+                attempts += 1
+                endpoint = self._dispatch(endpoint) if sharded else 0
+                sent = time.perf_counter()
+                since = sent if since is None else since
+                try:
                     resp = await self._once(req, body, endpoint, sent, since)
-                    resp.attempts = attempts
-                    resp.endpoint = self.endpoints[endpoint] if sharded else None
-                    return resp
+                except RequestFailed as e:
+                    if attempts >= o.max_attempts or time.perf_counter() - since >= o.max_retry_s:
+                        raise
+                    await asyncio.sleep(self._backoff(e, attempts))
+                    continue
+                resp.attempts = attempts
+                resp.endpoint = self.endpoints[endpoint] if sharded else None
+                return resp
         except (RequestFailed, RequestRejected, RequestTimedOut) as e:
             where = self.endpoints[endpoint] if sharded and endpoint is not None else None
             error = redact_text(str(e), self._secrets)
@@ -493,4 +491,3 @@ class Client:
         finally:
             if sharded and endpoint is not None:
                 self.outstanding[endpoint] -= 1
-        raise AssertionError("unreachable")

@@ -247,8 +247,17 @@ async def execute(
             pending.add(task)
             task.add_done_callback(pending.discard)
             task.add_done_callback(answered.discard)
-        while pending and not failed:
-            await asyncio.wait(list(pending), return_when=asyncio.FIRST_COMPLETED)
+        if pending and not failed:  # one wake-up when the last finishes (or one fails), not one wait per answer
+            drained = asyncio.get_running_loop().create_future()
+
+            def settle(_: object = None) -> None:
+                if (failed or not pending) and not drained.done():
+                    drained.set_result(None)
+
+            for task in pending:
+                task.add_done_callback(settle)
+            settle()
+            await drained
         if failed:
             raise failed[0]
     finally:

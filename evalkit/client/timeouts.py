@@ -89,7 +89,10 @@ def timeout_message(
 
 class Deadline:
     """``async with Deadline(when):`` cancels its task at the loop time ``when`` and raises TimeoutError from the
-    block, ``expired`` set; :meth:`reschedule` moves it (``asyncio.timeout_at`` does this from Python 3.11)."""
+    block, ``expired`` set; :meth:`reschedule` moves it (``asyncio.timeout_at`` does this from Python 3.11).
+
+    A deadline moved later costs no timer: the armed one, when it fires early, arms itself again for the
+    deadline as it then is (a stream's idle timeout moves it at every event)."""
 
     def __init__(self, when: float) -> None:
         self.when = when
@@ -97,22 +100,30 @@ class Deadline:
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[object] | None = None
         self._handle: asyncio.TimerHandle | None = None
+        self._armed = when  # the loop time the timer is set for (never after ``when``)
 
     async def __aenter__(self) -> Deadline:
         self._task = asyncio.current_task()
+        self._armed = self.when
         self._handle = self._loop.call_at(self.when, self._fire)
         return self
 
     def _fire(self) -> None:
+        if self.when > self._armed:  # moved later since the timer was armed
+            self._armed = self.when
+            self._handle = self._loop.call_at(self.when, self._fire)
+            return
         self.expired = True
         if self._task is not None:
             self._task.cancel()
 
     def reschedule(self, when: float) -> None:
         if self._handle is not None and not self.expired:
-            self._handle.cancel()
             self.when = when
-            self._handle = self._loop.call_at(when, self._fire)
+            if when < self._armed:
+                self._handle.cancel()
+                self._armed = when
+                self._handle = self._loop.call_at(when, self._fire)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -1,5 +1,6 @@
 """A task's request phase: the servers' ``/metrics`` scraped, the requests not answered yet sent (on the run's
-arrival process, if any; each answer scored in the scoring process and stored as it comes), then the task's
+arrival process, if any; each answer handed to the answer sink, which scores and stores the answers in
+batches as they come), then the task's
 summary built from the store, with the load it put on the server (scoring/load.py). Only the sending is inside
 the timed phase (``TASK.requests`` in the summary's ``timings_s``)."""
 
@@ -22,6 +23,7 @@ from evalkit.client.scheduler import InFlight, execute
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url, server_root
 from evalkit.contracts import Request, Response, SampleRecord, SchedulerStats, Score, TaskSummary
+from evalkit.runner.answer_sink import AnswerSink
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
 from evalkit.runner.sender_processes import Senders, SenderSpec, sender_count, shares
@@ -101,24 +103,23 @@ class RequestPhase:
 
         positions = PositionsWriter(store.dir)  # opened by its first record: only a logprobs task writes any
 
-        def store_record(req: Request, resp: Response, key: str, score: Score | None) -> SampleRecord:
-            rec = record_for(req, resp, key, score)
-            if score is not None and score.positions is not None:  # before the record: a sample has its positions
-                positions.append(replace(score.positions, key=key))
-            store.append(rec)
-            return rec
+        def store_many(answers: list[tuple[Request, Response, str, Score | None]]) -> list[SampleRecord]:
+            records = []
+            for req, resp, key, score in answers:
+                records.append(record_for(req, resp, key, score))
+                if score is not None and score.positions is not None:  # before the record: a sample has its positions
+                    positions.append(replace(score.positions, key=key))
+            store.append_many(records)
+            return records
 
+        sink = AnswerSink(self.scoring, store_many, self.store_pool)
         keys: dict[int, str] = {}  # id(request) -> its key, while it is in flight
 
         async def on_done(req: Request, resp: Response) -> None:
             nonlocal done
             if resp.error is not None:
                 self.first_error.setdefault(req.task, resp.error)
-            key = keys.pop(id(req))
-            score = None
-            if resp.error is None:  # failed requests are recorded as such, never scored
-                score = await asyncio.wrap_future(self.scoring.score(req.task, req, resp))
-            rec = await asyncio.get_running_loop().run_in_executor(self.store_pool, store_record, req, resp, key, score)
+            rec = await sink.put(req, resp, keys.pop(id(req)))  # scored (unless it failed) and stored
             done += 1
             if self.progress:
                 self.progress(task.name, done, total, rec)

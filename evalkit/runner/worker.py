@@ -2,13 +2,13 @@
 
 Three jobs run this way (``python -m evalkit.runner.worker``, one process each):
 
-- **scoring**: loading lm-eval's task (imports of lm_eval and datasets, ~2 s of pure Python), its filters and
-  metrics (~0.5 ms an answer), math-verify's parsing. In a thread of the timing process each of these holds the
-  GIL the event loop needs to read the next SSE chunk; on the H200 that stalled the loop for up to 0.4 s while
-  answers streamed in, and inflated the timings it records. The scoring process rebuilds the run's tasks from the
-  same registry, loads their scorers while the parent sets up and sends, scores answers one at a time, and
-  summarises each task from the store. It also turns the servers' ``/metrics`` scrapes into each task's
-  ``server`` section: the histogram fit's import of scipy (~0.3 s; about a second on a busy GPU host) is made
+- **scoring**: loading lm-eval's task (imports of lm_eval and datasets, ~2 s of pure Python), its filters and metrics
+  (~0.5 ms an answer), math-verify's parsing. In a thread of the timing process each of these holds the GIL the event
+  loop needs to read the next SSE chunk; on the H200 that stalled the loop for up to 0.4 s while answers streamed in,
+  and inflated the timings it records. The scoring process rebuilds the run's tasks from the same registry, loads
+  their scorers while the parent sets up and sends, scores answers in batches (one call each, a reply per answer as it
+  is scored), and summarises each task from the store. It also turns the servers' ``/metrics`` scrapes into each
+  task's ``server`` section: the histogram fit's import of scipy (~0.3 s; about a second on a busy GPU host) is made
   there, in a thread of the child while answers stream (``preload``), not at the end of the parent's run.
 - **prompt building** with a cold prompt cache (lm-eval builds the 1319 GSM8K 5-shot prompts in ~6 s): the
   builder streams each task's requests back as lm-eval builds them, so the first requests go out while later
@@ -18,9 +18,9 @@ Three jobs run this way (``python -m evalkit.runner.worker``, one process each):
   process never makes it (``evalkit/cli/recorder.py``).
 
 Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
-``(id, ok, result or exception)``; a streaming op (``build``) first sends any number of ``(id, "part", payload)``.
-The parent writes from a thread and reads in a thread, so neither a full pipe nor a slow child ever blocks the
-event loop; results come back as ``concurrent.futures.Future``s, parts through a callback.
+``(id, ok, result or exception)``; a streaming op (``build``, ``score_many``) first sends any number of
+``(id, "part", payload)``. The parent writes from a thread and reads in a thread, so neither a full pipe nor a slow
+child ever blocks the event loop; results come back as ``concurrent.futures.Future``s, parts through a callback.
 """
 
 from __future__ import annotations
@@ -120,6 +120,16 @@ class Worker:
     def score(self, task: str, request: Any, response: Any) -> Future[Any]:
         """``Task.score`` in the child; the response goes without its inter-token latencies (not scored)."""
         return self._call("score", task, request, replace(response, itl_ms=[]))
+
+    def score_many(
+        self, items: Sequence[tuple[str, Any, Any]], on_part: Callable[[tuple[bool, Any]], None]
+    ) -> Future[None]:
+        """``Task.score`` of each ``(task, request, response)`` in the child, sent in one call: ``on_part`` gets (in
+        the receiving thread) ``(True, score)`` or ``(False, exception)`` for each, in order, as each is scored (a
+        child that dies mid-batch has handed back those before). The responses go without their inter-token
+        latencies."""
+        batch = [(task, req, replace(resp, itl_ms=[])) for task, req, resp in items]
+        return self._call("score_many", batch, on_part=on_part)
 
     def summarize(self, task: str, run_dir: Path, release: bool = True) -> Future[Any]:
         """``Task.summarize`` in the child over the task's records, read there from the store in ``run_dir``;
@@ -240,6 +250,13 @@ class _Child:
     def score(self, name: str, request: Any, response: Any) -> Any:
         return self.task(name).score(request, response)
 
+    def score_many(self, items: list[tuple[str, Any, Any]], emit: Callable[[Any], None]) -> None:
+        for name, request, response in items:
+            try:
+                emit((True, self.task(name).score(request, response)))
+            except Exception as e:
+                emit((False, _portable(e)))
+
     def build(self, specs: list[tuple[str, Any]], emit: Callable[[Any], None]) -> None:
         """See ``Worker.build``. Every task is loaded (and counted) before the first is built, so the parent can
         plan the whole run as soon as the first prompts arrive."""
@@ -332,7 +349,7 @@ def _portable(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
-_STREAMING = {"build"}  # ops that get an ``emit`` for their parts
+_STREAMING = {"build", "score_many"}  # ops that get an ``emit`` for their parts
 
 
 def main() -> None:

@@ -2,12 +2,12 @@
 
 - ``manifest.json``: written at start and rewritten at the end, atomically; on resume, one that is not JSON or
   not shaped as evalkit writes it is a one-line error naming the file and ``--fresh``.
-- ``samples.jsonl``: append-only, one record per completed request, written through to the OS per record (a
-  killed evalkit loses nothing) and fsynced at most every ``sync_interval_s`` and on close (a power cut loses
-  at most that much); a torn last line (crash mid-write) is ignored on read and cut on open. A failed write
-  (disk full) is cut back to the last whole record and raised as a one-line ``StoreError``. Opening for a run
-  moves lines that are not sample records (a garbage line mid-file) to ``samples.corrupt.jsonl``. Appends are
-  thread-safe.
+- ``samples.jsonl``: append-only, one record per completed request, written through to the OS as each batch of
+  records comes (:meth:`RunStore.append_many`, one write per batch: a killed evalkit loses nothing stored) and
+  fsynced at most every ``sync_interval_s`` and on close (a power cut loses at most that much); a torn last line
+  (crash mid-write) is ignored on read and cut on open. A failed write (disk full) is cut back to the last whole
+  record and raised as a one-line ``StoreError``. Opening for a run moves lines that are not sample records (a
+  garbage line mid-file) to ``samples.corrupt.jsonl``. Appends are thread-safe.
 - ``summary.json``: written atomically at the end (a failed write leaves the previous one whole).
 - ``.evalkit.lock``: a run owns its dir through an OS lock (``flock``) on this file, which holds its pid; the OS
   releases it when the process ends in any way, so a killed run leaves no lock behind. Readers do not lock.
@@ -267,14 +267,20 @@ class RunStore:
             raise write_error(self.dir / CORRUPT, e, f"{SAMPLES} was left as it was; free space and re-run") from None
 
     def append(self, record: SampleRecord) -> None:
-        """Write one record through to the OS. A failed write is cut back to the last whole record and raised
-        as a StoreError: no torn line is left."""
-        line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
+        """Write one record through to the OS (see :meth:`append_many`)."""
+        self.append_many([record])
+
+    def append_many(self, records: list[SampleRecord]) -> None:
+        """Write ``records`` through to the OS in one write. A failed write is cut back to the last whole record
+        before them and raised as a StoreError: no torn line is left."""
+        if not records:
+            return
+        data = b"".join([orjson.dumps(r.model_dump(mode="json")) + b"\n" for r in records])
         with self._lock:
             if self._fd is None:
                 raise ValueError("RunStore.append before open()")
             try:
-                write_all(self._fd, line)
+                write_all(self._fd, data)
                 now = time.monotonic()
                 if now - self._synced >= self.sync_interval_s:
                     os.fsync(self._fd)
@@ -287,7 +293,7 @@ class RunStore:
                     e,
                     "the answers stored before are kept; free space and re-run the same command to resume",
                 ) from None
-            self._size += len(line)
+            self._size += len(data)
 
     def close(self) -> None:
         with self._lock:
