@@ -5,7 +5,7 @@ import pytest
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# the commands under test record into the run history: never into the user's own (tests/test_history.py sets its)
+# the commands under test record into the run history: never into the user's own (the history tests set theirs)
 os.environ["EVALKIT_HISTORY_URL"] = "off"
 
 
@@ -22,12 +22,13 @@ def test_server():
 # an achieved request rate) need the cores to themselves, so scripts/test.sh runs them after its parallel phase,
 # one at a time, with the real-vLLM tests. A node id here, or a prefix of one (a module).
 SERIAL = (
-    "tests/test_worker.py::test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop",
-    "tests/test_auto_concurrency.py",
-    "tests/test_gate_speed.py",
-    "tests/test_steady_state.py",
-    "tests/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
-    "tests/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
+    "tests/integration/test_worker.py::test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop",
+    "tests/integration/test_auto_concurrency.py",
+    "tests/system/test_gate_speed.py",
+    "tests/integration/test_steady_state.py",
+    "tests/unit/test_steady_state.py",
+    "tests/integration/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
+    "tests/integration/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
 )
 
 

@@ -244,7 +244,7 @@ def test_server_counts_read_from_real_vllm_metrics():
 
     from evalkit.client.auto_concurrency import _server_counts
 
-    one = (Path(__file__).parent / "data" / "vllm_metrics_0.32_round1.txt").read_text()
+    one = (Path(__file__).parents[1] / "data" / "vllm_metrics_0.32_round1.txt").read_text()
     # a second data-parallel engine with the same series, 3 requests running there
     two = one + "\n".join(
         line.replace('engine="0"', 'engine="1"')

@@ -26,7 +26,7 @@ from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.testing.server import Behaviour, TestServer
 
 ERROR_PREFIX = "evalkit: error: "
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------ helpers

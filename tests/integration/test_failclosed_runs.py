@@ -27,8 +27,7 @@ from evalkit.cli import app
 from evalkit.client.clamp import clamp_max_tokens
 from evalkit.contracts import GenParams, Request
 from evalkit.limits import MAX_STORED_CHARS, STREAM_BASE_BYTES
-from evalkit.redact import redact_text
-from evalkit.testing.hostile import HUGE_ARGUMENTS_BYTES, OVERSIZED_MODES, gzip_bomb
+from evalkit.testing.hostile import HUGE_ARGUMENTS_BYTES, gzip_bomb
 from evalkit.testing.server import Behaviour, TestServer
 from tests.report_fixtures import sample_data
 
@@ -56,10 +55,6 @@ def by_doc(out: Path) -> dict[int, dict[str, Any]]:
 def counts(out: Path, task: str) -> dict[str, int]:
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     return dict(summary["tasks"][task]["counts"])
-
-
-def test_every_oversized_mode_is_covered() -> None:
-    assert set(OVERSIZED_MODES) == {"flood", "deep_arguments", "huge_arguments"}
 
 
 # ------------------------------------------------------------------- 16: credentials quoted back by the server
@@ -98,19 +93,6 @@ def test_credentials_a_server_quotes_back_are_redacted_everywhere(
     for where, text in shown.items():
         for secret in secrets:
             assert secret not in text, (where, secret)
-
-
-def test_redaction_of_server_text_by_shape() -> None:
-    """Credentials evalkit did not send are still cut out of a server's text by their shape; ordinary words
-    ("Basic auth", "Bearer authentication") are left alone."""
-    said = (
-        "denied: Authorization: Bearer abc.def-123 (token sk-proj-Zx81kLm0) from root:pw1@10.1.1.1 "
-        'in {"api_key": "k-99"}; Basic auth failed; Bearer authentication required'
-    )
-    assert redact_text(said) == (
-        "denied: Authorization: *** (token sk-***) from ***@10.1.1.1 "
-        'in {"api_key": "***"}; Basic auth failed; Bearer authentication required'
-    )
 
 
 # --------------------------------------------------------------- 17: degenerate tool-call arguments, one sample

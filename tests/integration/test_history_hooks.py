@@ -16,7 +16,7 @@ from evalkit.history.models import RunRow, TickRow
 from evalkit.testing.server import Behaviour, TestServer
 from evalkit.watch import Watch
 from tests.history_fixtures import forget, sqlite_url
-from tests.test_watch import settings
+from tests.unit.test_watch import settings
 
 pytestmark = pytest.mark.slow
 

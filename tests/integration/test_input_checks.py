@@ -19,8 +19,7 @@ import orjson
 import pytest
 
 from evalkit.testing.server import Behaviour, TestServer
-from tests.report_fixtures import build_minimal_run
-from tests.test_bad_input import REPO, assert_one_error_line, invoke, mini_task_dir
+from tests.integration.test_bad_input import REPO, assert_one_error_line, invoke, mini_task_dir
 
 WARNING = "evalkit: warning: "
 
@@ -206,28 +205,6 @@ def test_an_unwritable_prompt_cache_is_said_once(tmp_path: Path, server: TestSer
         f"{WARNING}the prompt cache {cache / 'prompts'} is not writable (Not a directory): every run builds the "
         "prompts again; set EVALKIT_CACHE_DIR to a writable folder"
     ]
-
-
-# ---------------------------------------------------------------------------------------------- report
-def test_report_into_a_folder_writes_the_usual_name_there(tmp_path: Path) -> None:
-    run_a, run_b = build_minimal_run(tmp_path / "a"), build_minimal_run(tmp_path / "b")
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    single = invoke(["report", str(run_a), "-o", str(out_dir)])
-    assert single.code == 0, single.stderr
-    assert single.stdout.strip() == str(out_dir / "report.html") and (out_dir / "report.html").stat().st_size
-    both = invoke(["report", str(run_a), str(run_b), "-o", str(out_dir)])
-    assert both.code == 0, both.stderr
-    assert both.stdout.strip() == str(out_dir / "compare.html") and (out_dir / "compare.html").stat().st_size
-
-
-@pytest.mark.parametrize("runs", [1, 2], ids=["report", "compare"])
-def test_report_to_an_unwritable_place_is_one_line(runs: int, tmp_path: Path) -> None:
-    dirs = [str(build_minimal_run(tmp_path / f"r{i}")) for i in range(runs)]
-    (tmp_path / "file").write_text("not a folder")
-    target = tmp_path / "file" / "x.html"
-    out = invoke(["report", *dirs, "-o", str(target)])
-    assert_one_error_line(out, f"cannot write the report to {target}", str(tmp_path / "file"), "pass -o")
 
 
 # ------------------------------------------------------------------------------------ file descriptors

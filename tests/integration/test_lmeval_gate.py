@@ -44,7 +44,7 @@ def test_the_test_server_answers_echo_with_logprobs_in_vllms_shape(test_server: 
     positions over the prompt and the generated token, the first one's logprob null."""
     import urllib.request
 
-    rec = json.loads((Path(__file__).parent / "data" / "lmeval" / "vllm_echo_answer.json").read_text())
+    rec = json.loads((Path(__file__).parents[1] / "data" / "lmeval" / "vllm_echo_answer.json").read_text())
     body = {**rec["request"], "model": None}
     req = urllib.request.Request(test_server.url + "/completions", data=json.dumps(body).encode(),  # type: ignore[attr-defined]
                                  headers={"Content-Type": "application/json"})  # fmt: skip

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.gating.corpus import MIN_CORPUS_DOCS
-from tests.test_lmeval_gate import write_gate_mc
+from tests.integration.test_lmeval_gate import write_gate_mc
 
 ROLL = "lm-eval:gate_roll"
 SUBJECTS = ["The river", "A small bird", "Our old house", "The ship", "Every road", "That lamp", "The cloud"]

@@ -14,8 +14,6 @@ from evalkit.config import load_config
 from evalkit.contracts import Response
 from evalkit.errors import RunError
 from evalkit.runner import Runner
-from evalkit.scoring.bfcl_exec import Backends, named_arguments, parse_call
-from evalkit.scoring.bfcl_multi_turn import check_conversation
 from evalkit.store import open_run
 from evalkit.tasks.registry import Registry
 from evalkit.tasks.spec import TaskSettings
@@ -29,57 +27,6 @@ WIDE = 65536  # the test server's context: BFCL's function documents and histori
 @pytest.fixture(scope="module")
 def task():
     return Registry().get(TASK)
-
-
-def truth_turns(item: dict) -> list[list[list[tuple[str, dict]]]]:
-    """The ground truth as a model's conversation: one step per turn holding the turn's calls."""
-    out = []
-    for turn in item["ground_truth"]:
-        calls = [named_arguments(parse_call(c), item["function"]) for c in turn]
-        out.append([calls] if calls else [])
-    return out
-
-
-# ------------------------------------------------------------------------------------ backends, checker
-
-
-def test_backends_run_calls_as_bfcl_does() -> None:
-    fs = {"GorillaFileSystem": {"root": {"alex": {"type": "directory", "contents": {"a.txt": {"type": "file",
-          "content": "hello"}}}}}}  # fmt: skip
-    b = Backends(fs, ["GorillaFileSystem", "MathAPI"])
-    assert b([("cat", {"file_name": "a.txt"})]) == ['{"file_content": "hello"}']  # a dict comes back as JSON
-    assert b([("nope", {})]) == ["Error during execution: name 'nope' is not defined"]
-    assert b([("kill", {})]) == ["Error during execution: Function call kill is not allowed."]
-    assert b([("add", {"a": 1, "b": 2})]) == ['{"result": 3}']  # MathAPI (mpmath) runs offline
-    assert b([("cat", {"file_name": "a.txt", "extra": 1})])[0].startswith("Error during execution:")
-    assert parse_call("sort('f.pdf')") == ("sort", ("f.pdf",), {})
-    with pytest.raises(ValueError, match="cannot read the call"):
-        parse_call("__import__('os').system('x')")
-
-
-def test_every_ground_truth_passes_the_checker(task) -> None:
-    assert len(task.items) == 200
-    for item in task.items:
-        assert check_conversation(item, item["ground_truth"], truth_turns(item)) == {"valid": True}, item["id"]
-
-
-def test_checker_verdicts(task) -> None:
-    item = task.items[0]  # turn 1: cd document, mkdir temp, mv final_report.pdf temp; turn 2: cd temp, grep
-    gt, turns = item["ground_truth"], truth_turns(item)
-
-    def verdict(model):
-        return check_conversation(item, gt, model)
-
-    state = verdict([[turns[0][0][:2]], *turns[1:]])  # the file never moved
-    assert (state["error_type"], state["turn"]) == ("state_mismatch", 0)
-    assert "GorillaFileSystem" in state["error_message"]
-    no_grep = [turns[0], [turns[1][0][:1]], *turns[2:]]  # same state, but grep's result never came back
-    response = verdict(no_grep)
-    assert (response["error_type"], response["turn"]) == ("response_mismatch", 1)
-    assert verdict([turns[0], [], *turns[2:]])["error_type"] == "empty_turn"
-    assert verdict(turns[:2])["error_type"] == "force_terminated"
-    # calls split over several requests of a turn are the same calls
-    assert verdict([[[c] for c in turns[0][0]], *turns[1:]]) == {"valid": True}
 
 
 # ---------------------------------------------------------------------------------- conversation over HTTP

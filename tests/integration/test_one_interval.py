@@ -20,17 +20,6 @@ from evalkit.testing.server import TestServer
 from tests.history_fixtures import sqlite_url
 
 
-def test_26_of_50_is_the_wilson_interval() -> None:
-    (lo, hi), method = share_interval(26 / 50, 50)
-    assert method == "wilson" and (round(lo, 3), round(hi, 3)) == (0.385, 0.652)  # not the normal 0.382-0.658
-    # pass@8 of 30 problems all solved keeps a width (the normal interval was [1.0, 1.0])
-    (lo, hi), _ = share_interval(1.0, 30)
-    assert (round(lo, 3), round(hi, 3)) == (0.886, 1.0)
-    # avg@8: 240 samples of 30 problems, the clustered stderr's effective sample size
-    (lo, hi), method = share_interval(0.5, 240, stderr=0.5 / 30**0.5, clusters=30)
-    assert method == "wilson-clustered" and (lo, hi) == pytest.approx(share_interval(0.5, 30)[0])
-
-
 @pytest.mark.parametrize("task", ["gsm8k", "aime25"])
 def test_every_output_shows_the_stored_interval(tmp_path: Path, task: str) -> None:
     out = tmp_path / "run"

@@ -108,36 +108,6 @@ def test_ttft_timeout_ends_a_wait_for_the_first_event_and_is_not_resent(tmp_path
     assert "TTFT timeout (1 s:" in rec["error"] and "--ttft-timeout" in rec["error"], rec["error"]
 
 
-# --------------------------------------------------------------------- streams that stall once tokens flow
-async def _one_token_then_pings(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    chunk = {"model": "test-model", "choices": [{"index": 0, "text": " 2", "finish_reason": None}]}
-    await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-    for _ in range(100):  # 10 s of pings: not progress
-        await resp.write(b": ping\n\n")
-        await asyncio.sleep(0.1)
-    return resp
-
-
-def test_pings_after_the_first_token_are_idle() -> None:
-    """Once tokens flow, SSE comments do not reset the idle timeout: a stream of pings is abandoned after it."""
-
-    async def go() -> tuple[Response, float]:
-        ep = web.Application()
-        ep.router.add_post("/v1/completions", _one_token_then_pings)
-        async with serving(ep) as base:
-            opts = ClientOptions(idle_timeout_s=0.5, max_attempts=1)
-            async with Client(base + "/v1", "test-model", options=opts) as c:
-                t0 = time.monotonic()
-                resp = await c.generate(_request())
-                return resp, time.monotonic() - t0
-
-    resp, elapsed = asyncio.run(go())
-    assert resp.error is not None and "idle timeout (0.5 s) once tokens flowed" in resp.error, resp.error
-    assert elapsed < 2.0
-
-
 # ------------------------------------------------------------------------------- non-streamed requests
 def _request(max_tokens: int = 16, *, scored: bool = False, doc_id: int = 0) -> Request:
     gen = GenParams(max_tokens=max_tokens, prompt_logprobs=1 if scored else None)
@@ -205,3 +175,33 @@ def test_a_resent_request_counts_from_its_first_send(tmp_path: Path) -> None:
     assert resent["requests"] == 1 and resent["lost_s"] == pytest.approx(rec["retry_lost_s"], abs=0.01)
     html = (tmp_path / "r" / "report.html").read_text()
     assert "1 request was re-sent" in html and f"{rec['retry_lost_s']:.1f} s" in html
+
+
+# --------------------------------------------------------------------- streams that stall once tokens flow
+async def _one_token_then_pings(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    chunk = {"model": "test-model", "choices": [{"index": 0, "text": " 2", "finish_reason": None}]}
+    await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    for _ in range(100):  # 10 s of pings: not progress
+        await resp.write(b": ping\n\n")
+        await asyncio.sleep(0.1)
+    return resp
+
+
+def test_pings_after_the_first_token_are_idle() -> None:
+    """Once tokens flow, SSE comments do not reset the idle timeout: a stream of pings is abandoned after it."""
+
+    async def go() -> tuple[Response, float]:
+        ep = web.Application()
+        ep.router.add_post("/v1/completions", _one_token_then_pings)
+        async with serving(ep) as base:
+            opts = ClientOptions(idle_timeout_s=0.5, max_attempts=1)
+            async with Client(base + "/v1", "test-model", options=opts) as c:
+                t0 = time.monotonic()
+                resp = await c.generate(_request())
+                return resp, time.monotonic() - t0
+
+    resp, elapsed = asyncio.run(go())
+    assert resp.error is not None and "idle timeout (0.5 s) once tokens flowed" in resp.error, resp.error
+    assert elapsed < 2.0

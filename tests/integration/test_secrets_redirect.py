@@ -25,15 +25,12 @@ from evalkit.client.clamp import clamp_max_tokens
 from evalkit.client.http_client import Client
 from evalkit.client.model_discovery import list_models
 from evalkit.config import ServerConfig
-from evalkit.config.endpoint import normalize_base_url
 from evalkit.contracts import GenParams, Request
 from evalkit.errors import EndpointError
-from evalkit.redact import redact_argv, redact_env, redact_url
-from evalkit.reporting.provenance import argv_str
 from evalkit.server.metrics import scrape
 from evalkit.server.vllm_process import VLLMServer
 from evalkit.testing.server import Behaviour, TestServer
-from tests.test_secrets import files_holding, run_cli, searched_tree
+from tests.integration.test_secrets import files_holding, run_cli, searched_tree
 
 USER, PASSWORD = "alice", "s3cretPW-7d1c-DO-NOT-LEAK"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -72,34 +69,6 @@ def test_url_password_is_sent_as_basic_auth_and_written_nowhere(api_key: str | N
     assert server["available"] is True  # /metrics was read from the bare URL, with the same credentials
     warnings = [line for line in p.stderr.splitlines() if "user:password in the endpoint URL is ignored" in line]
     assert len(warnings) == (1 if api_key else 0), p.stderr
-
-
-@pytest.mark.parametrize(
-    ("raw", "shown"),
-    [
-        (["run", "--endpoint", "http://u:pw@h:1/v1"], ["run", "--endpoint", "http://***@h:1/v1"]),
-        (["--endpoint=https://u:p%40w@h/v1"], ["--endpoint=https://***@h/v1"]),
-        (["--endpoint", "u:pw@h:8000"], ["--endpoint", "***@h:8000"]),
-        (["--endpoint=u:pw@h:8000/v1"], ["--endpoint=***@h:8000/v1"]),
-        (["--server-env", "HF_TOKEN=hf_x"], ["--server-env", "HF_TOKEN=***"]),
-        (["--server-env", "HTTPS_PROXY=http://u:pw@p:3128"], ["--server-env", "HTTPS_PROXY=http://***@p:3128"]),
-        (["--api-key-file", "/k.txt", "--hf-token", "x"], ["--api-key-file", "/k.txt", "--hf-token", "***"]),
-        (["--tokenizer-mode", "auto", "--model", "org/m@rev"], ["--tokenizer-mode", "auto", "--model", "org/m@rev"]),
-    ],
-)
-def test_recorded_command_lines_hold_no_credentials(raw: list[str], shown: list[str]) -> None:
-    assert redact_argv(raw) == shown
-
-
-def test_credentials_are_redacted_in_messages_env_and_old_records() -> None:
-    assert redact_url("GET http://u:pw@h/x and https://t@h2/y") == "GET http://***@h/x and https://***@h2/y"
-    env = {"HTTP_PROXY": "http://u:pw@p:1", "HF_TOKEN": "x", "A": "1"}
-    assert redact_env(env) == {"HTTP_PROXY": "http://***@p:1", "HF_TOKEN": "***", "A": "1"}
-    with pytest.raises(EndpointError) as err:
-        normalize_base_url(f"ftp://{USER}:{PASSWORD}@h:1/v1")
-    assert PASSWORD not in str(err.value) and "***@h:1" in str(err.value)
-    # a run dir recorded before redaction: its report does not show the password either
-    assert PASSWORD not in (argv_str(["evalkit", "run", "--endpoint", with_userinfo("http://h:1/v1")]) or "")
 
 
 # ------------------------------------------------------------------------------------------- redirects

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "setup_vllm_cpu.sh"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 

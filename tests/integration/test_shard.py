@@ -115,19 +115,6 @@ def test_an_endpoint_failing_every_request_leaves_the_eval_to_the_other(tmp_path
         assert sum(r["attempts"] - 1 for r in recs) == len(failed)  # each failure cost its request one attempt
 
 
-def test_dispatch_takes_the_least_outstanding_then_round_robin() -> None:
-    client = Client(["http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"], "m")
-    assert [client._dispatch(None) for _ in range(3)] == [0, 1, 2]  # ties: round robin
-    client.outstanding = [2, 0, 1]
-    assert client._dispatch(None) == 1
-    assert client.outstanding == [2, 1, 1]
-    assert client._dispatch(1) == 2  # a retry leaves the endpoint that failed it, its count moves along
-    assert client.outstanding == [2, 0, 2]
-    client.outstanding = [1, 3, 3]  # a request failed on the first endpoint, the others are busier
-    assert client._dispatch(0) == 1  # still not sent back to the endpoint that failed it
-    assert client.outstanding == [0, 4, 3]
-
-
 def test_single_endpoint_records_name_no_endpoint(tmp_path: Path, test_server: TestServer) -> None:
     out = tmp_path / "run"
     code, err = invoke(run_args([test_server.url], out, "--no-report", limit=3))
@@ -218,15 +205,3 @@ def test_auto_concurrency_reads_the_sum_of_every_endpoints_metrics(tmp_path: Pat
 
     one, two, both = asyncio.run(counts())
     assert both["generated"] == one["generated"] + two["generated"] > 0
-
-
-def test_a_config_file_and_the_environment_give_a_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalkit.config import load_config
-
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("endpoint: [http://a:1/v1, http://b:2/v1]\n")
-    assert load_config({}, cfg).endpoints == ["http://a:1/v1", "http://b:2/v1"]
-    monkeypatch.setenv("EVALKIT_ENDPOINT", '["http://a:1", "http://b:2"]')
-    assert load_config({}).endpoints == ["http://a:1", "http://b:2"]
-    monkeypatch.setenv("EVALKIT_ENDPOINT", "http://a:1")
-    assert load_config({}).endpoints == ["http://a:1"]

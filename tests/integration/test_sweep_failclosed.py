@@ -13,7 +13,8 @@ import orjson
 
 from evalkit.sweep import load_spec, run_sweep
 from evalkit.testing.server import Behaviour, TestServer
-from tests.test_sweep import METRIC, sweep, write
+from tests.integration.test_sweep import METRIC
+from tests.unit.test_sweep import sweep, write
 
 
 def dead_port() -> int:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.errors import ConfigError
 from evalkit.sweep import load_spec, run_sweep
 from evalkit.testing.server import Behaviour, TestServer
 
@@ -99,48 +98,6 @@ def test_the_recommendation_is_the_most_good_requests_per_dollar_among_those_tha
         assert "ttft ≤ 1 ms" in md
         assert "- a__default__c4: goodput: 0.0% of requests within the SLOs" in md
         assert "- c__default__c4: accuracy: " in md
-
-
-def test_the_sweep_file_asks_for_what_the_recommendation_needs(tmp_path: Path) -> None:
-    base = "tasks: [gsm8k]\nendpoint: http://127.0.0.1:9\n"
-    for extra, says in (
-        ("cost_per_gpu_hour: 2\n", "needs gpus_billed"),
-        ("goodput: {ttft: 5}\ncost_per_gpu_hour: 2\ngpus_billed: 1\nrecommend: {reference: x}\n", "not a config"),
-        ("recommend: {reference: default}\n", "needs goodput"),
-        ("goodput: {ttfx: 5}\n", "unknown SLO"),
-    ):
-        path = tmp_path / "s.yaml"
-        path.write_text(base + extra)
-        with pytest.raises(ConfigError, match=says):
-            load_spec(path)
-
-
-@pytest.mark.browser
-def test_the_goodput_and_cost_views_draw_in_chromium(tmp_path: Path) -> None:
-    import asyncio
-
-    from evalkit.reporting import render_compare
-    from tests.report_fixtures import build_gsm8k_run
-    from tests.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page
-
-    dirs = []
-    for i, (goodput, cost) in enumerate(((4.0, 0.8), (3.0, 0.2), (1.0, 0.3))):
-        run = build_gsm8k_run(tmp_path / f"r{i}", n=40, seed=i, concurrency=4)
-        summary = json.loads((run / "summary.json").read_text())
-        summary["tasks"]["gsm8k"]["speed"].update(goodput_requests_per_s=goodput, cost_per_million_output_tokens=cost)
-        (run / "summary.json").write_text(json.dumps(summary))
-        dirs.append(run)
-    page = render_compare(dirs, tmp_path / "compare.html")
-
-    async def go() -> None:
-        async with chromium() as cdp:
-            session, log = await open_page(cdp, page)
-            checks = await evaluate(cdp, session, CHECKS)
-            # per task: the throughput scatter, the goodput and cost scatters, the throughput over time
-            assert checks["canvases"] == 4 and checks["charts"] == 4 and checks["drawn"] == 4, checks
-            assert_clean(log, page)
-
-    asyncio.run(go())
 
 
 def test_when_every_combination_failed_each_line_says_why(tmp_path: Path) -> None:

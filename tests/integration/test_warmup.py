@@ -21,7 +21,6 @@ from evalkit.config import load_config
 from evalkit.runner import Runner
 from evalkit.sweep import load_spec, plan
 from evalkit.testing.server import Behaviour, SubprocessServer, TestServer
-from evalkit.watch.loop import Watch, WatchSettings
 
 TTFT_S = 0.5  # injected time to first token (client and server overheads on loaded cores: 10-50 ms)
 STALL_S = 2.0  # the first batch of a new sampling config
@@ -217,18 +216,6 @@ def test_resumed_run_with_nothing_left_sends_no_warmup_and_keeps_the_warmup_reco
     assert manifest["warmup"] == first_manifest["warmup"] and len(manifest["warmup"]["configs"]) == 1
 
 
-def test_warmup_prompts_are_distinct_and_fit() -> None:
-    many = warmup.prompts(5000)
-    assert len(set(many)) == 5000
-    assert all(len(p.split()) <= 260 for p in many)
-    assert all(len(p.split()) <= 10 for p in warmup.prompts(50, max_words=10))
-
-
-def test_watch_ticks_send_no_warmup(tmp_path: Path) -> None:
-    w = Watch(WatchSettings(task="aime25", endpoint="http://127.0.0.1:9/v1", out=tmp_path, every_s=60, per_tick=2))
-    assert w.tick_config(1, [0]).warmup == 0
-
-
 def test_sweep_passes_warmup_and_each_run_warms_its_sampling_point(tmp_path: Path) -> None:
     spec_file = tmp_path / "sweep.yaml"
     spec_file.write_text(
@@ -276,13 +263,3 @@ def test_after_run_imports_load_during_the_warmup_and_end_before_the_timed_phase
     probe = sys.modules[name]
     assert probe.THREAD == "warmup-imports"
     assert min(r.time for r in timed) >= probe.DONE  # joined before the timed phase began
-
-
-def test_evalkit_run_imports_the_history_writer_only_when_the_history_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalkit.history import writer_modules
-    from evalkit.history.location import ENV
-
-    monkeypatch.setenv(ENV, "off")
-    assert writer_modules() == ()
-    monkeypatch.setenv(ENV, "sqlite:////tmp/x.sqlite")
-    assert set(writer_modules()) == {"evalkit.history.db", "evalkit.history.record"}

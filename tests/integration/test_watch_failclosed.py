@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 
 import orjson
 import pytest
-import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
@@ -29,8 +28,8 @@ from evalkit.testing.server import Behaviour, TestServer
 from evalkit.watch import Watch, WatchMetrics, Webhook, read_history
 from evalkit.watch.tick_log import exit_code
 from evalkit.watch.webhook import webhook_target
-from tests.test_watch import RUN, baseline_run, settings
-from tests.test_watch_monitoring import MONITORING, check_expr, exported, rules
+from tests.integration.test_watch import baseline_run
+from tests.unit.test_watch import RUN, settings
 
 pytestmark = pytest.mark.slow
 
@@ -392,22 +391,6 @@ def test_a_webhook_url_other_than_http_with_a_host_is_refused(tmp_path: Path, ur
         Webhook(url)
     with pytest.raises(ConfigError, match="--alert-webhook"):
         Watch(settings(f"http://127.0.0.1:{closed_port()}/v1", tmp_path / "w", alert_webhook=url))
-
-
-# ------------------------------------------------------------------------------------------------ monitoring
-
-
-def test_an_alert_fires_when_the_watch_cannot_judge_and_the_dashboard_shows_it() -> None:
-    names = exported()
-    assert "evalkit_watch_can_judge" in names
-    alert = next(r for r in rules() if r["alert"] == "EvalkitWatchCannotJudge")
-    assert alert["expr"] == "evalkit_watch_can_judge == 0" and alert["labels"]["severity"] == "critical"
-    check_expr(alert["expr"], names)
-    dash = json.loads((MONITORING / "grafana" / "dashboards" / "evalkit-watch.json").read_text())
-    panel = next(p for p in dash["panels"] if p["title"].startswith("Verdict history"))
-    assert "evalkit_watch_can_judge" in panel["targets"][0]["expr"]
-    assert panel["fieldConfig"]["defaults"]["mappings"][0]["options"]["-1"]["text"] == "cannot decide"
-    assert yaml.safe_load((MONITORING / "alerts.yml").read_text())  # still one YAML document
 
 
 # ------------------------------------------------------------------------------- speed at the canary's own load

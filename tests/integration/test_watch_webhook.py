@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pytest
 
 from evalkit.watch import Webhook
-from tests.test_watch_failclosed import closed_port
+from tests.integration.test_watch_failclosed import closed_port
 
 pytestmark = pytest.mark.slow
 
@@ -71,22 +71,6 @@ def test_an_alert_to_a_receiver_down_at_exit_is_delivered_within_the_retry_sched
     assert 5.0 < took < hook.delivery_bound_s()
 
 
-def test_alerts_still_undelivered_when_close_gives_up_are_named_with_why(capfd: pytest.CaptureFixture[str]) -> None:
-    hook = Webhook(f"http://alert:hunter2@127.0.0.1:{closed_port()}/hook", attempts=5, backoff_s=1.0)
-    hook.post({"verdict": "fail"})
-    hook.post({"verdict": "pass"})
-    began = time.monotonic()
-    hook.close(timeout_s=0.5)
-    assert time.monotonic() - began < 2.0
-    err = capfd.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "2 alerts not delivered (given up at exit after 0.5 s; last attempt: " in lines[0]
-    assert "Connection refused" in lines[0] and "hunter2" not in lines[0]
-    time.sleep(1.5)  # the abandoned sender makes no further attempt and says nothing more
-    assert capfd.readouterr().err == "" and hook.sent == 0
-
-
 def test_a_4xx_answer_is_reported_as_a_refusal_after_one_attempt(
     receiver: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -103,3 +87,22 @@ def test_a_4xx_answer_is_reported_as_a_refusal_after_one_attempt(
     assert len(receiver.got) == 1 and (hook.sent, hook.failed) == (0, 1)
     assert "refused with HTTP 400 after 1 attempt (Bad Request)" in err, err
     assert "5 attempts" not in err and "not delivered" not in err
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_alerts_still_undelivered_when_close_gives_up_are_named_with_why(capfd: pytest.CaptureFixture[str]) -> None:
+    hook = Webhook(f"http://alert:hunter2@127.0.0.1:{closed_port()}/hook", attempts=5, backoff_s=1.0)
+    hook.post({"verdict": "fail"})
+    hook.post({"verdict": "pass"})
+    began = time.monotonic()
+    hook.close(timeout_s=0.5)
+    assert time.monotonic() - began < 2.0
+    err = capfd.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "2 alerts not delivered (given up at exit after 0.5 s; last attempt: " in lines[0]
+    assert "Connection refused" in lines[0] and "hunter2" not in lines[0]
+    time.sleep(1.5)  # the abandoned sender makes no further attempt and says nothing more
+    assert capfd.readouterr().err == "" and hook.sent == 0

@@ -173,42 +173,6 @@ def test_a_dying_scorer_is_a_clear_error_and_keeps_what_was_stored(test_server, 
     assert [r["doc_id"] for r in samples(tmp_path / "run")] == [0, 1]
 
 
-def test_scores_equal_in_process_scores_and_errors_come_back(probe_dir):
-    from evalkit.tasks.spec import TaskSettings
-
-    task = Registry().get("gsm8k")
-    reqs = task.build_requests(TaskSettings(limit=3))
-    answers = [f"The answer is {reqs[0].target}.", "#### 7", ""]
-    scorer = Worker()
-    try:
-        for req, text in zip(reqs, answers, strict=True):
-            resp = Response(text=text, finish_reason="stop", itl_ms=[1.0, 2.0])
-            assert scorer.score("gsm8k", req, resp).result(60) == task.score(req, resp)
-        with pytest.raises(Exception, match="no-such-task"):
-            scorer.load("no-such-task").result(60)
-    finally:
-        scorer.close()
-    with pytest.raises(WorkerError, match="closed"):
-        scorer.score("gsm8k", Request("gsm8k", 0, 0, "p", GenParams(max_tokens=1)), Response(text="x")).result(5)
-
-
-def test_server_deltas_computed_in_the_scoring_process_equal_in_process_ones():
-    # real vLLM scrapes (tests/data) whose TTFT histogram takes the fitted density (scipy's root finder)
-    from evalkit.server.metrics import DELTA_IMPORTS, delta, parse_text
-
-    data = Path(__file__).parent / "data"
-    before, after = (parse_text((data / f"vllm_metrics_0.32_{r}.txt").read_text()) for r in ("round1", "round2"))
-    gauges = {"kv_cache_usage_peak": 0.25, "num_requests_running_peak": 12}
-    scorer = Worker()
-    try:
-        scorer.preload(["no.such.module", *DELTA_IMPORTS]).result(60)  # a module that fails to import is left
-        got = scorer.server_deltas([(before, after, gauges), (None, after, {})], "smollm2-135m").result(60)
-    finally:
-        scorer.close()
-    assert got == [delta(before, after, "smollm2-135m", gauges=gauges), {"available": False}]
-    assert got[0]["ttft_s"]["p50"] is not None
-
-
 RUN_AND_REPORT_FITS = """
 import json, sys
 from evalkit import api
@@ -239,3 +203,39 @@ def test_the_process_timing_the_requests_never_fits_a_histogram_nor_imports_scip
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["fits"] == 0 and seen["scipy"] is False, seen
     assert seen["ttft_p50"] is not None  # the server section has its quantiles all the same
+
+
+def test_scores_equal_in_process_scores_and_errors_come_back(probe_dir):
+    from evalkit.tasks.spec import TaskSettings
+
+    task = Registry().get("gsm8k")
+    reqs = task.build_requests(TaskSettings(limit=3))
+    answers = [f"The answer is {reqs[0].target}.", "#### 7", ""]
+    scorer = Worker()
+    try:
+        for req, text in zip(reqs, answers, strict=True):
+            resp = Response(text=text, finish_reason="stop", itl_ms=[1.0, 2.0])
+            assert scorer.score("gsm8k", req, resp).result(60) == task.score(req, resp)
+        with pytest.raises(Exception, match="no-such-task"):
+            scorer.load("no-such-task").result(60)
+    finally:
+        scorer.close()
+    with pytest.raises(WorkerError, match="closed"):
+        scorer.score("gsm8k", Request("gsm8k", 0, 0, "p", GenParams(max_tokens=1)), Response(text="x")).result(5)
+
+
+def test_server_deltas_computed_in_the_scoring_process_equal_in_process_ones():
+    # real vLLM scrapes (tests/data) whose TTFT histogram takes the fitted density (scipy's root finder)
+    from evalkit.server.metrics import DELTA_IMPORTS, delta, parse_text
+
+    data = Path(__file__).parents[1] / "data"
+    before, after = (parse_text((data / f"vllm_metrics_0.32_{r}.txt").read_text()) for r in ("round1", "round2"))
+    gauges = {"kv_cache_usage_peak": 0.25, "num_requests_running_peak": 12}
+    scorer = Worker()
+    try:
+        scorer.preload(["no.such.module", *DELTA_IMPORTS]).result(60)  # a module that fails to import is left
+        got = scorer.server_deltas([(before, after, gauges), (None, after, {})], "smollm2-135m").result(60)
+    finally:
+        scorer.close()
+    assert got == [delta(before, after, "smollm2-135m", gauges=gauges), {"available": False}]
+    assert got[0]["ttft_s"]["p50"] is not None

@@ -13,7 +13,7 @@ import pytest
 from evalkit.gating.gate_runs import run_gate
 from evalkit.reporting import render_compare, write_gate_compare
 from tests.report_fixtures import build_gsm8k_run
-from tests.test_report_browser import assert_clean, chromium, evaluate, open_page, screenshot
+from tests.system.test_report_browser import assert_clean, chromium, evaluate, open_page, screenshot
 
 pytestmark = pytest.mark.browser
 

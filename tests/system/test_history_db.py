@@ -22,8 +22,8 @@ from tests.history_fixtures import db_url, forget  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow  # processes started, a PostgreSQL database made per test
 
-RUN = Path(__file__).parent / "data" / "cpu-vllm-gsm8k"
-ROOT = Path(__file__).parent.parent
+RUN = Path(__file__).parents[1] / "data" / "cpu-vllm-gsm8k"
+ROOT = Path(__file__).parents[2]
 
 SWEEP = """
 import os, sys
@@ -76,7 +76,7 @@ def python(script: str, *args: object) -> subprocess.Popen[str]:
     )
 
 
-def test_a_sweep_and_a_watch_write_at_once_from_two_processes(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_sweep_and_a_watch_write_at_once_from_two_processes(db_url: str, tmp_path: Path) -> None:  # noqa: F811 (the fixture imported above)
     sweep_runs = copies(tmp_path / "sweep", 8, "run")
     ticks = copies(tmp_path / "watch" / "ticks", 8, "00000")
     shared = sweep_runs[0]  # a run dir both record: one row
@@ -93,7 +93,7 @@ def test_a_sweep_and_a_watch_write_at_once_from_two_processes(db_url: str, tmp_p
         assert ticks_rows[-1].run_id == next(r.id for r in runs if r.run_dir == str(shared.resolve()))
 
 
-def test_a_writer_killed_mid_write_leaves_the_history_as_it_was(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_writer_killed_mid_write_leaves_the_history_as_it_was(db_url: str, tmp_path: Path) -> None:  # noqa: F811 (the fixture imported above)
     first, second = copies(tmp_path, 2, "run")
     with session(db_url) as s:
         add_run(s, first, "run")
@@ -110,7 +110,7 @@ def test_a_writer_killed_mid_write_leaves_the_history_as_it_was(db_url: str, tmp
         assert s.scalar(sa.select(sa.func.count()).select_from(RunRow)) == 2
 
 
-def test_a_database_made_by_an_earlier_migration_is_upgraded(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_database_made_by_an_earlier_migration_is_upgraded(db_url: str, tmp_path: Path) -> None:  # noqa: F811 (the fixture imported above)
     (run,) = copies(tmp_path, 1, "run")
     old = db.make_engine(db_url)
     db.upgrade(old, "0001")  # the schema before gates and watch ticks were recorded
@@ -142,7 +142,7 @@ def _insert_old_run(c: sa.Connection, run_dir: Path, source: str) -> int:
     return int(c.execute(sa.text("SELECT id FROM runs WHERE run_dir = :d"), {"d": row["run_dir"]}).scalar_one())
 
 
-def test_runs_recorded_before_the_kind_column_get_their_kind(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_runs_recorded_before_the_kind_column_get_their_kind(db_url: str, tmp_path: Path) -> None:  # noqa: F811 (the fixture imported above)
     runs = copies(tmp_path, 3, "run")
     old = db.make_engine(db_url)
     db.upgrade(old, "0002")  # the schema before runs had a kind
@@ -156,7 +156,7 @@ def test_runs_recorded_before_the_kind_column_get_their_kind(db_url: str, tmp_pa
         assert s.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0003"
 
 
-def test_the_grafana_panel_reads_the_history(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_the_grafana_panel_reads_the_history(db_url: str, tmp_path: Path) -> None:  # noqa: F811 (the fixture imported above)
     """docker/monitoring: the provisioned data source is compose's history-db, which the watch writes to, and the
     dashboard panel's SQL (Grafana's time macro filled in) gives a time, a series name and a value per run."""
     monitoring = ROOT / "docker" / "monitoring" / "grafana"

@@ -16,7 +16,7 @@ from evalkit.cli import app
 from evalkit.history import location
 from tests.history_fixtures import forget, sqlite_url
 from tests.report_fixtures import build_gsm8k_run
-from tests.test_report_browser import assert_clean, chromium, evaluate, open_page, screenshot
+from tests.system.test_report_browser import assert_clean, chromium, evaluate, open_page, screenshot
 
 pytestmark = pytest.mark.browser
 LENIENT = "rates:\n  max_error_rate: 0.01\nbootstrap:\n  resamples: 500\n"

@@ -12,7 +12,7 @@ from evalkit.gating.gate_runs import run_gate
 from evalkit.reporting import render_compare, write_gate_compare
 from evalkit.sweep.page import concurrency_charts
 from tests.report_fixtures import build_gsm8k_run
-from tests.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page, screenshot
+from tests.system.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page, screenshot
 
 pytestmark = pytest.mark.browser
 

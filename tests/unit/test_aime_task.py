@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from evalkit.contracts import Request, Response, SampleRecord
+from evalkit.contracts import Response, SampleRecord
 from evalkit.errors import DataError
 from evalkit.scoring.estimators import wilson_interval
 from evalkit.tasks.base import Task
 from evalkit.tasks.spec import TaskSettings, parse_spec
 
-TASKS = Path(__file__).resolve().parent.parent / "tasks"
+TASKS = Path(__file__).resolve().parents[2] / "tasks"
 YAML = TASKS / "aime25.yaml"
 DATA_SHA256 = "4213712e99507f03469175b1cbfb02cd7746c34b04f28e1ea62290626a582e5d"
 INSTRUCTION = "Put your final answer within \\boxed{}.\nThe answer is an integer between 0 and 999 inclusive."
@@ -138,48 +138,6 @@ def test_build_requests_completions(task):
 
 def test_preview(task):
     assert task.preview(TaskSettings()).startswith("Put your final answer within \\boxed{}.")
-
-
-# ------------------------------------------------------------------------------------------------- scoring
-
-
-def req(target: str = "70") -> Request:
-    from evalkit.contracts import GenParams
-
-    return Request(task="aime25", doc_id=0, sample_index=0, prompt="p", gen=GenParams(max_tokens=10), target=target)
-
-
-@pytest.mark.parametrize(
-    ("text", "reasoning", "finish", "status", "extracted", "correct", "extraction"),
-    [
-        (r"The answer is $\boxed{70}$.", "long thought", "stop", "ok", "70", True, "boxed/integer"),
-        (r"\boxed{69}", None, "stop", "ok", "69", False, "boxed/integer"),
-        ("<think>\\boxed{69}</think>\\boxed{070}", None, "stop", "ok", "070", True, "boxed/integer"),
-        (r"\boxed{\dfrac{140}{2}}", None, "stop", "ok", r"\dfrac{140}{2}", True, "boxed/math_verify"),
-        ("The answer is 70.", None, "stop", "no_answer", None, False, "none"),
-        (None, r"thinking... \boxed{70}", "stop", "no_answer", None, False, "none"),
-        ("", "thinking...", "length", "truncated", None, False, "none"),
-        ("<think>thinking... \\boxed{70}", None, "length", "truncated", None, False, "none"),
-        (
-            r"\boxed{70} but let me verify again",
-            "thought",
-            "length",
-            "truncated",
-            "70",
-            True,
-            "boxed/integer",
-        ),
-        (None, None, "stop", "empty", None, False, "none"),
-        ("", "", "stop", "empty", None, False, "none"),
-        ("  ", None, "length", "empty", None, False, "none"),
-    ],
-)
-def test_score(task, text, reasoning, finish, status, extracted, correct, extraction):
-    s = task.score(req(), Response(text=text, reasoning=reasoning, finish_reason=finish))
-    assert s.status == status
-    assert s.extracted == {"boxed": extracted}
-    assert s.correct == {"boxed": correct}
-    assert s.extraction == extraction
 
 
 # ----------------------------------------------------------------------------------------------- summarize

@@ -12,7 +12,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "ARCHITECTURE.md").read_text()
 PKG = REPO / "evalkit"
 ROW = re.compile(r"^([\w.]+/?(?: \| [\w.]+/?)*)\s{2,}")  # a row starts at column 1: `tasks/ | requests/   ...`

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "benchmarks.md"
 ARCHIVE = REPO / "docs" / "benchmarks" / "archive"
 MAX_PAGE_BYTES = 8_000  # the current figures only: method and history are the archive's

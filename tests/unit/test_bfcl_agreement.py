@@ -15,7 +15,7 @@ from evalkit.scoring.bfcl_ast import check
 from evalkit.scoring.bfcl_multi_turn import check_conversation
 from evalkit.tasks.registry import Registry
 
-TABLE = json.loads((Path(__file__).parent / "data" / "bfcl_agreement.json").read_text())
+TABLE = json.loads((Path(__file__).parents[1] / "data" / "bfcl_agreement.json").read_text())
 TASKS = {
     "simple": "bfcl-simple",
     "multiple": "bfcl-multiple",
@@ -58,7 +58,7 @@ def test_the_table_covers_each_kind_of_verdict() -> None:
 
 # ------------------------------------------------------------------------------------------- multi-turn
 
-MULTI = json.loads((Path(__file__).parent / "data" / "bfcl_multi_turn_agreement.json").read_text())
+MULTI = json.loads((Path(__file__).parents[1] / "data" / "bfcl_multi_turn_agreement.json").read_text())
 BFCL_KINDS = {
     "multi_turn:instance_state_mismatch": "state_mismatch",
     "multi_turn:execution_response_mismatch": "response_mismatch",

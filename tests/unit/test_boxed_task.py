@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.config import load_config
 from evalkit.contracts import GenParams, Request, Response
 from evalkit.errors import DataError, TaskError
-from evalkit.runner import Runner
 from evalkit.scoring.boxed_answer import score_boxed_answer
-from evalkit.store import open_run
 from evalkit.tasks.boxed_task import BoxedAnswerTask
 from evalkit.tasks.catalogue import builtin_tasks_dir
 from evalkit.tasks.registry import Registry
@@ -227,34 +224,3 @@ def test_the_data_must_hold_id_problem_and_answer(tmp_path):
     (folder / "lite.jsonl").write_text("\n")
     with pytest.raises(DataError, match=r"lite.jsonl: no problems; fix the task's data file"):
         Registry([folder]).get("math500-lite")
-
-
-# ----------------------------------------------------------------------------------------------- end to end
-
-
-def run(srv, tmp_path: Path, folder: Path, out: str, **extra):
-    cfg = load_config(
-        {"tasks": ["math500-lite"], "endpoint": srv.url, "output_dir": str(tmp_path / out), "tasks_dir": [str(folder)],
-         "concurrency": 4, "seed": 1, **extra}
-    )  # fmt: skip
-    return Runner(cfg).run()
-
-
-def test_a_boxed_answer_task_of_one_yaml_file_runs_end_to_end(tmp_path, test_server):
-    """math500-lite: one task file naming the base class and the scorer by module, and its data; no Python."""
-    folder = lite_dir(tmp_path / "tasks")
-    result = run(test_server, tmp_path, folder, "run")
-    summary = result.summary.tasks["math500-lite"]
-    assert sorted(summary.metrics) == ["avg@2", "maj@2", "pass@1", "pass@2"]
-    samples = [s for s in open_run(tmp_path / "run").samples if s["task"] == "math500-lite"]
-    assert len(samples) == 10 and {s["status"] for s in samples} == {"ok"}
-    for s in samples:  # the test server boxes the gold answer (60% of the time) or a wrong one
-        assert s["correct"]["boxed"] == (s["extracted"]["boxed"] == s["target"]), s
-    right = sum(s["correct"]["boxed"] for s in samples)
-    assert 0 < right < 10
-    assert summary.metrics["avg@2"].value == pytest.approx(right / 10)
-    assert [p["id"] for p in summary.detail["per_problem"]] == [f"lite-{i}" for i in range(5)]
-    # cut short (8 tokens: no box yet): recorded as truncated, never scored as a wrong answer
-    short = run(test_server, tmp_path, folder, "short", max_tokens=8, limit=2)
-    counts = short.summary.tasks["math500-lite"].counts
-    assert (counts["truncated"], counts["total"], counts["ok"]) == (4, 4, 0)

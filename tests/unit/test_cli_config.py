@@ -1,13 +1,10 @@
 """`evalkit config show` (effective settings with their sources, secrets redacted), `--version`, completion."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 from typer.testing import CliRunner
 
-import evalkit
 from evalkit.cli import app
 
 
@@ -87,30 +84,6 @@ def test_bad_setting_is_one_line_exit_2(monkeypatch):
     result = CliRunner().invoke(app, ["config", "show"])
     assert result.exit_code == 2
     assert "temperature" in result.output and len(result.output.strip().splitlines()) == 1
-
-
-def run_main(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    code = "import sys; sys.argv[0] = 'evalkit'; from evalkit.cli import main; main()"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def test_version():
-    p = run_main("--version")
-    assert p.returncode == 0 and p.stdout.strip() == f"evalkit {evalkit.__version__}"
-
-
-def test_shell_completion_from_typer():
-    p = run_main(env={"_EVALKIT_COMPLETE": "complete_bash", "COMP_WORDS": "evalkit con", "COMP_CWORD": "1"})
-    assert p.returncode == 0 and p.stdout.split() == ["config"]
-    p = run_main(env={"_EVALKIT_COMPLETE": "complete_bash", "COMP_WORDS": "evalkit run --max-con", "COMP_CWORD": "2"})
-    assert p.stdout.split() == ["--max-concurrency"]
-    assert "--install-completion" in run_main("--help").stdout
 
 
 def test_every_run_option_reaches_the_settings():

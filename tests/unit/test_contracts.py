@@ -31,8 +31,8 @@ from evalkit.contracts.record import Record
 from evalkit.store import open_run
 from evalkit.store.files import MANIFEST, SAMPLES, SUMMARY
 
-ROOT = Path(__file__).parent.parent
-DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parents[2]
+DATA = Path(__file__).parents[1] / "data"
 RUNS = sorted((DATA / "golden").iterdir())
 STORED = sorted(p.parent for p in DATA.rglob(MANIFEST))  # every run dir kept as test data, new ones included
 # What a stored file predates: a value the models now require or always write that the file was written without

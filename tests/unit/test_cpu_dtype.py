@@ -6,20 +6,13 @@ have AMX."""
 
 from __future__ import annotations
 
-import os
-import stat
-import sys
 from pathlib import Path
 
 import pytest
 
 from evalkit.config.server_config import ServerConfig
-from evalkit.server import vllm_process
 from evalkit.server.launch import build_argv, cpu_dtype, cpu_flags, with_cpu_dtype
-from evalkit.server.vllm_process import VLLMServer
 
-REPO = Path(__file__).resolve().parents[1]
-FAKE = REPO / "evalkit" / "testing" / "fake_vllm_process.py"
 AVX2_EPYC = {"fpu", "sse4_2", "avx", "avx2", "fma", "f16c"}  # an AMD EPYC with AVX2 only
 SAPPHIRE_RAPIDS = AVX2_EPYC | {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 
@@ -55,25 +48,3 @@ def test_the_cpu_build_launches_float32_on_avx2_and_an_explicit_dtype_wins() -> 
     for given in (ServerConfig(model="m", dtype="bfloat16"), ServerConfig(model="m", extra_args=["--dtype=half"])):
         assert with_cpu_dtype(given, AVX2_EPYC, cpu_build=True) == (given, None)
     assert with_cpu_dtype(cfg, AVX2_EPYC, cpu_build=False) == (cfg, None)  # a GPU build chooses its own
-
-
-def test_the_server_evalkit_starts_gets_the_dtype_says_so_and_records_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``--serve``, ``make demo`` (scripts/demo.sh runs ``evalkit run --serve`` without a dtype) and the real-vLLM
-    tests (tests/vllm_env.py's config has none) all start vLLM through VLLMServer, which asks the one function."""
-    from tests.vllm_env import smollm2_server
-
-    assert smollm2_server().dtype is None and "--dtype" not in (REPO / "scripts" / "demo.sh").read_text()
-    python = tmp_path / "python"  # stands in for the CPU build's interpreter: runs the fake vLLM on `-m MODULE ...`
-    python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {FAKE} "$@"\n')
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(vllm_process, "cpu_flags", lambda: frozenset(AVX2_EPYC))
-    monkeypatch.setattr(vllm_process, "is_cpu_build", lambda python: True)
-    cfg = ServerConfig(model="fake-model", python=str(python), launcher="module", startup_timeout_s=30, stop_grace_s=5)
-    with VLLMServer(cfg, tmp_path / "run") as server:
-        prov = server.provenance()
-    assert prov["argv"][prov["argv"].index("--dtype") + 1] == "float32"
-    assert prov["dtype"] == "float32" and "avx512_bf16" in prov["dtype_choice"]
-    assert "evalkit: CPU vLLM: --dtype float32" in capsys.readouterr().err
-    assert os.path.exists(tmp_path / "run" / "server.log")

@@ -22,8 +22,8 @@ from evalkit.errors import ConfigError
 from evalkit.gating import PolicyError, load_policy, policy_from_dict
 from evalkit.gating.policy import MAX_RESAMPLES
 from evalkit.gating.result import EXIT_CODES
+from tests.integration.test_bad_input import ERROR_PREFIX, assert_one_error_line, invoke
 from tests.report_fixtures import build_gsm8k_run
-from tests.test_bad_input import ERROR_PREFIX, assert_one_error_line, invoke, run_cli
 
 LENIENT = "rates:\n  max_error_rate: 0.05\nbootstrap:\n  resamples: 500\n"  # the fixtures hold api errors
 
@@ -201,15 +201,6 @@ def test_bad_settings_file_is_one_line_exit_2(tmp_path: Path, command: str, case
     assert time.monotonic() - t0 < 10
     assert_one_error_line(out, str(file), *needles)
     assert not any((tmp_path / d).exists() for d in ("sweep", "run"))
-
-
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_deep_nesting_in_a_fresh_process(tmp_path: Path, command: str) -> None:
-    file = tmp_path / "f.yaml"
-    file.write_bytes(b"[" * 50_000)
-    out = run_cli(COMMANDS[command](file, tmp_path))
-    assert_one_error_line(out, str(file), "nests lists or mappings")
-    assert "Traceback" not in out.stderr + out.stdout
 
 
 @pytest.mark.parametrize(

@@ -4,28 +4,9 @@ that the client set the pace, stated in a sentence (issue 49, item 5)."""
 
 from __future__ import annotations
 
-import json
-
-from evalkit.config import load_config
 from evalkit.contracts import Speed
 from evalkit.reporting.banners import client_bound_banner
-from evalkit.runner import Runner
 from evalkit.scoring.summary import loop_lagged
-from evalkit.testing.server import SubprocessServer
-
-
-def test_a_50_request_auto_run_starts_at_50_and_is_not_called_client_bound(tmp_path):
-    with SubprocessServer("--correct-ratio", "0.7", "--ttft", "0.2", "--itl", "0.01") as srv:
-        cfg = load_config(
-            {"tasks": ["gsm8k"], "endpoint": srv.url, "limit": 50, "concurrency": "auto", "output_dir": tmp_path / "r"}
-        )
-        Runner(cfg).run()
-    task = json.loads((tmp_path / "r" / "summary.json").read_text())["tasks"]["gsm8k"]
-    assert task["concurrency_trace"][0][1] == 50, task["concurrency_trace"]  # was 128
-    assert task["speed"]["concurrency"] == 50
-    assert task["speed"]["client_bound"] is False, task["speed"]
-    report = (tmp_path / "r" / "report.html").read_text()
-    assert "the client was the bottleneck" not in report
 
 
 def test_one_late_check_of_the_event_loop_is_no_evidence():

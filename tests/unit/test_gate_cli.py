@@ -8,16 +8,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import orjson
-import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
 from evalkit.reporting import render_compare
 from evalkit.reporting.compare_view import run_config
-from evalkit.server.vllm_process import VLLMServer
 from evalkit.store.reader import open_run
 from tests.report_fixtures import build_gsm8k_run
-from tests.test_server import fake_cfg
 
 LENIENT = "rates:\n  max_error_rate: 0.01\nbootstrap:\n  resamples: 500\n"  # the fixtures hold 5 api errors
 
@@ -137,19 +134,3 @@ def test_config_diff_ignores_the_port_of_a_server_evalkit_started(tmp_path: Path
     external = build_gsm8k_run(tmp_path / "ext", n=20)
     _edit_manifest(external, lambda m: m.update(server=None))
     assert run_config(open_run(external, with_samples=False))["endpoint"] == "completions http://gpu-box:8000/v1"
-
-
-@pytest.mark.slow
-def test_batch_invariant_reaches_vllm_and_the_manifest(tmp_path: Path) -> None:
-    record = tmp_path / "record.json"
-    with VLLMServer(fake_cfg("--fake-record", str(record), batch_invariant=True), tmp_path / "run") as srv:
-        prov = srv.provenance()
-    assert json.loads(record.read_text())["env"]["VLLM_BATCH_INVARIANT"] == "1"
-    assert prov["env_overrides"]["VLLM_BATCH_INVARIANT"] == "1"
-    base = build_gsm8k_run(tmp_path / "base", n=100, seed=0)
-    cand = build_gsm8k_run(tmp_path / "cand", n=100, seed=0)
-    _edit_manifest(cand, lambda m: m["server"].update(env_overrides=prov["env_overrides"]))
-    code, out = gate(base, cand)
-    assert code in (0, 1)
-    assert "VLLM_BATCH_INVARIANT (batch-invariant vLLM): baseline off, candidate on" in out
-    assert "the runs differ in batch-invariant mode" in out

@@ -13,11 +13,10 @@ from typer.testing import CliRunner
 from evalkit.cli import app
 from evalkit.history import location
 from evalkit.history.db import shown_url
-from evalkit.testing.server import TestServer
 from tests.history_fixtures import forget, sqlite_url
 from tests.report_fixtures import build_gsm8k_run
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 PASSWORD = "s3cretPW-do-not-print"
 MALFORMED = [  # a URL as a user may mistype it, the password in each
     f"postgresql:/bob:{PASSWORD}@127.0.0.1:1/evalkit",  # a missing /
@@ -49,18 +48,6 @@ def test_a_malformed_history_url_never_prints_its_password(url: str, tmp_path: P
     assert PASSWORD not in out and "***@" in out
     code, out = cli(url, "config", "show", "gsm8k", "--endpoint", "http://x:1/v1")
     assert code == 0 and PASSWORD not in out and "***@127.0.0.1:1/evalkit" in out.splitlines()[-1]
-
-
-def test_evalkit_run_warns_about_a_malformed_history_url_without_its_password(tmp_path: Path) -> None:
-    """`evalkit run` records into the history at its end: its one warning (in every CI log) names the URL
-    redacted, whatever its shape; the run stands."""
-    with TestServer() as srv:
-        for i, url in enumerate(MALFORMED):
-            code, out = cli(url, "run", "gsm8k", "--endpoint", srv.url, "--limit", "1", "--no-report", "-q",
-                            "-o", tmp_path / f"r{i}")  # fmt: skip
-            warnings = [line for line in out.splitlines() if "not recorded in the run history" in line]
-            assert code == 0 and len(warnings) == 1, out
-            assert PASSWORD not in out and "***@" in warnings[0]
 
 
 UNOPENABLE = [

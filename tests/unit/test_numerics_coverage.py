@@ -12,7 +12,7 @@ import numpy as np
 
 from evalkit.contracts import PromptPositions
 from tests.numerics_fixtures import TASK, build_numerics_run, side
-from tests.test_numerics_gate import _run, _verdicts, gate
+from tests.unit.test_numerics_gate import _run, _verdicts, gate
 
 TOP_K_RULES = ("top-1 agreement", "mean KL", "p99 KL")
 SCORED = 12 * 39  # 12 texts of 40 tokens: every position after the first

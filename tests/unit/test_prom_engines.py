@@ -14,7 +14,7 @@ import pytest
 from evalkit.reporting.run_tables import server_counters
 from evalkit.server.metrics import delta, parse_text
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 MODEL = "smollm2-135m"
 ROUNDS = ("idle", "round1", "round2")
 

@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import base64
 import gzip
-import json
-import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
 from evalkit.reporting.sample_data import _encode, encode_with_optional_tail
-from tests import report_fixtures as rf
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _data(seed: int, rows: int, fewshot: int) -> tuple[dict[str, Any], list[Any]]:
@@ -54,18 +46,3 @@ def test_the_block_is_the_one_compressing_the_chosen_form_gives(rows: int, fewsh
 def test_the_tail_key_must_come_last() -> None:
     with pytest.raises(ValueError, match="left out of head"):
         encode_with_optional_tail({"fewshot": 1, "rows": []}, "fewshot", [], 100)
-
-
-def test_a_run_report_loads_neither_the_gate_nor_scipy(tmp_path: Path) -> None:
-    """Writing the report of a run without positions.bin imports no gate module and no scipy (their imports
-    are most of the command's time); the comparison still has them."""
-    run = rf.build_gsm8k_run(tmp_path / "run", n=40)
-    code = (
-        "import sys, json; from pathlib import Path; from evalkit.reporting import render_run; "
-        f"render_run(Path({str(run)!r}), Path({str(tmp_path / 'r.html')!r})); "
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('scipy', 'evalkit.gating')))))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=REPO)
-    assert json.loads(out.stdout) == []
-    assert (tmp_path / "r.html").stat().st_size > 0

@@ -19,7 +19,7 @@ try:
 except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
     import report_fixtures as rf  # type: ignore[no-redef]
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 H200 = DATA / "h200-smollm2-135m-2026-12-02"
 CPU = DATA / "cpu-vllm-gsm8k"
 

@@ -4,20 +4,15 @@ as they are); shown in the run report and the sweep table."""
 
 from __future__ import annotations
 
-import json
 from array import array
-from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from evalkit.cli import app
 from evalkit.contracts import SampleRecord
 from evalkit.scoring.speed import STEADY_MIN_REQUESTS, steady_state, steady_window
 from evalkit.sweep.combination_runs import SPEED_COLUMNS, table_row
 from evalkit.sweep.combinations import Combination
-from evalkit.testing.server import Behaviour, TestServer
 
 
 def rec(i: int, start: float, e2e_s: float, ttft_ms: float = 100.0, tokens: int = 10, **kw: Any) -> SampleRecord:
@@ -91,28 +86,6 @@ def test_no_figures_with_too_few_requests_or_a_level_never_reached() -> None:
     assert never.start_s is None and never.reason == "the requests in flight never reached 8 (at most 1)"
     failed = [rec(i, None, 0.0, status="api_error") for i in range(5)]  # type: ignore[arg-type]
     assert steady_state(failed, 4).target == 1  # capped by the answered requests
-
-
-def test_run_summary_has_steady_state_beside_the_whole_run(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    with TestServer(Behaviour(ttft_s=0.2, first_batch_stall_s=1.5)) as srv:
-        res = CliRunner().invoke(
-            app,
-            ["run", "aime25", "--endpoint", srv.url, "--limit", "15", "--num-samples", "4", "--max-tokens", "8",
-             "--concurrency", "8", "--no-warmup", "-o", str(out), "-q"],
-        )  # fmt: skip
-        assert res.exit_code == 0, res.stderr
-    speed = json.loads((out / "summary.json").read_text())["tasks"]["aime25"]["speed"]
-    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tokens_per_s", "requests_per_s", "wall_s"):
-        assert key in speed  # the whole-run figures keep their keys
-    steady = speed["steady_state"]
-    assert steady["target"] == 8 and steady["requests"] >= STEADY_MIN_REQUESTS and "reason" not in steady
-    assert 0 <= steady["start_s"] < steady["end_s"] and steady["duration_s"] < speed["wall_s"]
-    # the stalled first batch (no warm-up) is in the whole run's TTFT p99, its ramp-up not in the steady state's
-    assert speed["ttft_ms"]["p99"] > 1000 and steady["ttft_ms"]["p99"] < speed["ttft_ms"]["p99"]
-    assert steady["ttft_ms"]["n"] == steady["requests"] and steady["output_tokens_per_s"] > 0
-    html = (out / "report.html").read_text()
-    assert f"Steady state ({steady['requests']} requests" in html and "8 in flight" in html
 
 
 def test_sweep_table_has_steady_state_columns() -> None:
