@@ -2,6 +2,9 @@ import os
 
 import pytest
 
+from tests import tiers
+from tests.tiers import pytest_runtest_setup, unit_guard  # noqa: F401 (hooks: the tiers' rules)
+
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,6 +36,7 @@ SERIAL = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark_tiers(items)
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
