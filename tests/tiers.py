@@ -28,6 +28,8 @@ FIXTURE_TIERS = {
     "srv": "integration",
     "servers": "integration",
     "keyed_server": "integration",
+    "fast_server": "integration",
+    "default_server": "integration",
     "receiver": "integration",
     "taken_port": "integration",
     "live_server": "system",

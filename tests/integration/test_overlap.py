@@ -1,5 +1,5 @@
 """Fixed costs overlap what they can: prompts are built while evalkit starts vLLM (or, against an endpoint, while the
-first requests go out: tests/test_prompt_stream.py), and the scorer loads beside the first requests."""
+first requests go out: tests/unit/test_prompt_stream.py), and the scorer loads beside the first requests."""
 
 import time
 from pathlib import Path

@@ -15,7 +15,7 @@ from evalkit.client.clamp import clamp_max_tokens
 from evalkit.contracts import GenParams, Request
 from evalkit.store import open_run
 from evalkit.testing.server import Behaviour, TestServer
-from tests.integration.test_bad_input import assert_one_error_line, invoke
+from tests.cli_errors import assert_one_error_line, invoke
 
 
 def _run(srv: TestServer, out: Path, *args: str) -> None:

@@ -1,7 +1,7 @@
 """The benchmark figures a newcomer reads: one short page in docs/ (each benchmark of benchmarks/, its command, its
 latest figure with date and machine, and the archive entry it comes from) and the dated results archive under
 docs/benchmarks/archive/, which writes up every raw result in benchmarks/results/; at the root at most a pointer.
-Their links are checked with the README's and docs/' (tests/test_readme_docs.py)."""
+Their links are checked with the README's and docs/' (tests/unit/test_readme_docs.py)."""
 
 from __future__ import annotations
 

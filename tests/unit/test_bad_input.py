@@ -1,10 +1,11 @@
-"""Bad input to ``evalkit gate``, ``evalkit sweep FILE`` and ``evalkit run --config FILE`` fails closed: one line,
-exit 2, no traceback; a malformed summary field that decides nothing is ignored with a note; the step summary
-is best effort (the exit code is the verdict's).
-
-The commands run in-process (typer's CliRunner, an exception other than SystemExit fails the test); the deep
-nesting cases also run as ``python -m evalkit.cli`` (a fresh process with its own stack).
-"""
+"""Bad input, in-process: each mistake gives exactly one line on stderr (``evalkit: error: ...``) naming the problem
+and the fix, exit code 2, no traceback, and nothing already computed is lost. Here the cases that need no server
+and no process: ``evalkit gate``, ``evalkit sweep FILE`` and ``evalkit run --config FILE`` fail closed (a
+malformed summary field that decides nothing is ignored with a note; the step summary is best effort, the exit
+code is the verdict's; settings files nested deep or blown up by aliases are refused), and ``evalkit report -o``
+takes a folder and refuses an unwritable place in one line. The commands run in-process (typer's CliRunner; an
+exception other than SystemExit fails the test). Against the test server or in a fresh process:
+tests/integration/test_bad_input.py."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from evalkit.errors import ConfigError
 from evalkit.gating import PolicyError, load_policy, policy_from_dict
 from evalkit.gating.policy import MAX_RESAMPLES
 from evalkit.gating.result import EXIT_CODES
-from tests.integration.test_bad_input import ERROR_PREFIX, assert_one_error_line, invoke
-from tests.report_fixtures import build_gsm8k_run
+from tests.cli_errors import ERROR_PREFIX, assert_one_error_line, invoke
+from tests.report_fixtures import build_gsm8k_run, build_minimal_run
 
 LENIENT = "rates:\n  max_error_rate: 0.05\nbootstrap:\n  resamples: 500\n"  # the fixtures hold api errors
 
@@ -284,3 +285,25 @@ def test_good_files_in_each_format_still_read(tmp_path: Path) -> None:
     merged = read_settings_file(_policy(tmp_path, "x:\n  <<: {a: 1}\n  b: 2\n", "m.yaml"), "config file", ConfigError)
     assert merged == {"x": {"a": 1, "b": 2}}
     assert load_policy(_policy(tmp_path, "bootstrap: {resamples: 200, seed: 4294967295}\n")).bootstrap.seed == 2**32 - 1
+
+
+# ---------------------------------------------------------------------------------------------- report
+def test_report_into_a_folder_writes_the_usual_name_there(tmp_path: Path) -> None:
+    run_a, run_b = build_minimal_run(tmp_path / "a"), build_minimal_run(tmp_path / "b")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    single = invoke(["report", str(run_a), "-o", str(out_dir)])
+    assert single.code == 0, single.stderr
+    assert single.stdout.strip() == str(out_dir / "report.html") and (out_dir / "report.html").stat().st_size
+    both = invoke(["report", str(run_a), str(run_b), "-o", str(out_dir)])
+    assert both.code == 0, both.stderr
+    assert both.stdout.strip() == str(out_dir / "compare.html") and (out_dir / "compare.html").stat().st_size
+
+
+@pytest.mark.parametrize("runs", [1, 2], ids=["report", "compare"])
+def test_report_to_an_unwritable_place_is_one_line(runs: int, tmp_path: Path) -> None:
+    dirs = [str(build_minimal_run(tmp_path / f"r{i}")) for i in range(runs)]
+    (tmp_path / "file").write_text("not a folder")
+    target = tmp_path / "file" / "x.html"
+    out = invoke(["report", *dirs, "-o", str(target)])
+    assert_one_error_line(out, f"cannot write the report to {target}", str(tmp_path / "file"), "pass -o")

@@ -1,9 +1,5 @@
-"""evalkit.server.metrics: Prometheus text parsing, deltas and histogram percentiles.
-
-tests/data/vllm_metrics_0.32_*.txt are real /metrics outputs of vLLM 0.32 (CPU build, SmolLM2-135M) captured
-idle, after a first round of 12 completions and after a second identical round (which hit the prefix cache).
-
-Here: those of its tests that use the test server or a subprocess; the others are in tests/unit/test_prom.py."""
+"""Prometheus against the test server: evalkit.server.metrics scrapes a live /metrics endpoint over HTTP (the
+parsing itself: tests/unit/test_prometheus.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ import pytest
 from evalkit.config import ServerConfig
 from evalkit.server.metrics import MetricsSampler, parse_text, scrape
 from evalkit.server.vllm_process import VLLMServer
-from tests.unit.test_prom import DATA, MODEL
+from tests.unit.test_prometheus import DATA, MODEL
 
 FAKE = str(Path(__file__).parents[2] / "evalkit" / "testing" / "fake_vllm_process.py")
 
