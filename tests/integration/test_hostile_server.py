@@ -166,7 +166,8 @@ def test_stall_past_idle_timeout_is_abandoned_and_retried(tmp_path: Path, server
 
 def test_slow_headers_past_idle_timeout_are_waited_for(tmp_path: Path, server: TestServer) -> None:
     """The wait for the response headers and the first event (a request waiting its turn) is not idle time: it
-    is bounded by --ttft-timeout, not --idle-timeout (tests/integration/test_queueing.py has the TTFT timeout itself)."""
+    is bounded by --ttft-timeout, not --idle-timeout (tests/integration/test_queueing.py has the TTFT timeout
+    itself)."""
     server.faults = [{"delay_s": 3}]
     code, err, _ = run(tmp_path / "r", server.url, "--idle-timeout", "1", limit=1)
     assert code == 0, err
