@@ -103,7 +103,7 @@ def test_a_sweep_runs_a_group_and_tabulates_its_tasks(
 def test_a_task_whose_function_does_not_import_is_one_line(tmp_path: Path, test_server: object) -> None:
     """A ``!function`` whose module is missing (or lacks the function) was a 269-line traceback, exit 1: one line
     naming the task's file and the import that failed, exit 2, nothing sent."""
-    from tests.test_bad_input import assert_one_error_line, invoke
+    from tests.cli_errors import assert_one_error_line, invoke
 
     folder = tmp_path / "broken"
     folder.mkdir()

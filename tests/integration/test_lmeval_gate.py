@@ -207,7 +207,7 @@ def test_a_watch_rotates_through_a_multiple_choice_tasks_documents(tmp_path: Pat
     pass on the same server, a fail once its logits flip choices."""
     from evalkit.testing.server import TestServer
     from evalkit.watch import Watch, read_history
-    from tests.test_watch import settings
+    from tests.integration.test_watch import settings
 
     folder = write_gate_mc(tmp_path / "tasks")
     run = {"include_path": [folder]}

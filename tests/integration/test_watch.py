@@ -337,7 +337,7 @@ def _band_drawn_in_chromium(page: Path) -> None:
     """The band's two edges draw no line of their own, the area between them is filled, the y axis is 0-100%."""
     import asyncio
 
-    from tests.test_report_browser import assert_clean, chromium, evaluate, open_page
+    from tests.system.test_report_browser import assert_clean, chromium, evaluate, open_page
 
     check = """(() => { const c = Chart.getChart(document.querySelector('canvas[data-chart="accuracy"]'));
       const ds = c.data.datasets; return {widths: ds.map(d => d.borderWidth), fill: ds.map(d => d.fill),

@@ -19,7 +19,7 @@ def test_the_goodput_and_cost_views_draw_in_chromium(tmp_path: Path) -> None:
 
     from evalkit.reporting import render_compare
     from tests.report_fixtures import build_gsm8k_run
-    from tests.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page
+    from tests.system.test_report_browser import CHECKS, assert_clean, chromium, evaluate, open_page
 
     dirs = []
     for i, (goodput, cost) in enumerate(((4.0, 0.8), (3.0, 0.2), (1.0, 0.3))):
