@@ -24,7 +24,7 @@ TIER_FOLDERS = ("unit", "integration", "system")
 LONG_TESTS = {
     "test_report.py": 600,
     "test_bad_input.py": 721,
-    "test_hostile_server.py": 680,
+    "test_hostile_server.py": 681,
     "test_report_browser.py": 511,
     "test_vllm_e2e.py": 528,
 }
