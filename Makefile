@@ -8,7 +8,7 @@ BIN    := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/,)
 help:
 	@echo "make test       the README test command (scripts/test.sh): sets up .venv if needed (CPU vLLM, dev extra),"
 	@echo "                then python -m pytest -m \"not gpu\" (real vLLM included)"
-	@echo "make test-fast  the same without the real-vLLM and slow tests"
+	@echo "make test-fast  the unit tier only (tests/unit: in-process, no server or subprocess) over 2 workers"
 	@echo "make lint       ruff check + ruff format --check (evalkit tests tasks benchmarks examples scripts)"
 	@echo "make typecheck  mypy evalkit tasks; lint-imports (layer rules)"
 	@echo "make check      lint + typecheck + test (what .ci/run checks after installing)"
@@ -18,7 +18,7 @@ test:
 	VENV=$(VENV) bash scripts/test.sh
 
 test-fast:
-	VENV=$(VENV) bash scripts/test.sh -m "not gpu and not vllm and not slow" -n 3
+	VENV=$(VENV) bash scripts/test.sh tests/unit -n 2
 
 lint:
 	$(BIN)ruff check evalkit tests tasks benchmarks examples scripts

@@ -21,7 +21,7 @@ order that alternates from round to round:
 
 Printed per round and as medians: µs of client CPU per request, requests/s (requests over the sending's wall
 time), requests per CPU-second (what one process could sustain with a core to itself), and the ratio
-evalkit/bare of CPU per request (bound: ≤ 1.5; CI's guard, tests/test_client_cost_guard.py, fails past 2). A
+evalkit/bare of CPU per request (bound: ≤ 1.5; CI's guard, tests/integration/test_client_cost_guard.py, fails past 2). A
 warm-up round of both (prompt cache, the server's answer cache, imports) is run first and discarded. Wall-clock
 figures share the machine with the server and whatever else runs: the CPU figures are the measurement.
 ``--code DIR`` adds ``evalkit@DIR``, the same command with the evalkit of another checkout (e.g. a worktree of

@@ -1,6 +1,6 @@
 """Record BFCL's own AST checker's verdicts on a table of model outputs: ``tests/data/bfcl_agreement.json``.
 
-``tests/test_bfcl_agreement.py`` asserts that evalkit's checker (``evalkit/scoring/bfcl_ast.py``) gives the same
+``tests/unit/test_bfcl_agreement.py`` asserts that evalkit's checker (``evalkit/scoring/bfcl_ast.py``) gives the same
 verdict (``valid`` and ``error_type``) on every row. Run it in a virtual environment of its own, because
 ``bfcl-eval`` pins numpy 1.26 and pulls many SDKs (it is never an evalkit dependency)::
 

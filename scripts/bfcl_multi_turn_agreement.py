@@ -1,7 +1,7 @@
 """Record BFCL's own multi-turn checker's verdicts on a table of conversations:
 ``tests/data/bfcl_multi_turn_agreement.json``.
 
-``tests/test_bfcl_agreement.py`` asserts that evalkit's checker (``evalkit/scoring/bfcl_multi_turn.py``) gives
+``tests/unit/test_bfcl_agreement.py`` asserts that evalkit's checker (``evalkit/scoring/bfcl_multi_turn.py``) gives
 the same verdict (``valid`` and the error type) on every row. Run it in the venv of ``scripts/bfcl_agreement.py``
 (``bfcl-eval`` 2026.3.23 installed with ``--no-deps``; ``mpmath`` is needed for the math backend)::
 

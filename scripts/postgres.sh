@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# A throwaway PostgreSQL server for the run history's tests (tests/test_history_db.py), as .ci/run uses it:
+# A throwaway PostgreSQL server for the run history's tests (tests/system/test_history_db.py), as .ci/run uses it:
 #     eval "$(bash scripts/postgres.sh start)"   # prints the exports: EVALKIT_TEST_POSTGRES_URL, EVALKIT_TEST_POSTGRES_DIR
 #     bash scripts/postgres.sh stop "$EVALKIT_TEST_POSTGRES_DIR"
 # start: installs Debian's `postgresql` package when no initdb is found (as root: apt-get; no cluster of the

@@ -22,7 +22,7 @@
 # (--extra-index-url https://download.pytorch.org/whl/cpu), and said so. A PIP_INDEX_URL or PIP_EXTRA_INDEX_URL
 # of yours is left as it is (no retry: your indexes, your choice); when torch still cannot be found, one line names
 # it and the fix.
-# tests/test_setup_vllm_cpu.py runs it with a stand-in pip.
+# tests/integration/test_setup_vllm_cpu.py runs it with a stand-in pip.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

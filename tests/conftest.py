@@ -2,10 +2,13 @@ import os
 
 import pytest
 
+from tests import tiers
+from tests.tiers import pytest_runtest_setup, unit_guard  # noqa: F401 (hooks: the tiers' rules)
+
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# the commands under test record into the run history: never into the user's own (tests/test_history.py sets its)
+# the commands under test record into the run history: never into the user's own (the history tests set theirs)
 os.environ["EVALKIT_HISTORY_URL"] = "off"
 
 
@@ -32,19 +35,21 @@ def smollm2_shared(tmp_path_factory: pytest.TempPathFactory):
 # an achieved request rate) need the cores to themselves, so scripts/test.sh runs them after its parallel phase,
 # alone and one at a time. A node id here, or a prefix of one (a module).
 SERIAL = (
-    "tests/test_worker.py::test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop",
-    "tests/test_auto_concurrency.py",
-    "tests/test_gate_speed.py",
-    "tests/test_steady_state.py",
-    "tests/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
-    "tests/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
-    "tests/test_client_cost_guard.py",
+    "tests/integration/test_worker.py::test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop",
+    "tests/integration/test_auto_concurrency.py",
+    "tests/system/test_gate_speed.py",
+    "tests/integration/test_steady_state.py",
+    "tests/unit/test_steady_state.py",
+    "tests/integration/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
+    "tests/integration/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
+    "tests/integration/test_client_cost_guard.py",
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests.vllm_env import keep_xdist_groups
 
+    tiers.mark_tiers(items)
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)

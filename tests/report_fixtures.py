@@ -1,6 +1,6 @@
 """Synthetic run directories that follow the result-store contract (``evalkit/contracts/``).
 
-Used by ``tests/test_report.py`` and ``tests/test_report_browser.py``; nothing here touches the network.
+Used by ``tests/unit/test_report.py`` and ``tests/system/test_report_browser.py``; nothing here touches the network.
 
 - :func:`build_gsm8k_run`: 1319 completions samples with a shared 5-shot prefix (~3000-char prompts),
   a few api_error / truncated / no_answer / empty samples, server metrics and GPU memory.

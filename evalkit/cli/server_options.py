@@ -2,7 +2,7 @@
 
 One table, read by the ``run`` command's signature (:func:`add_server_options`), by the mapping of its options
 to run settings (:func:`server_fields`) and so by ``evalkit config show``. It is plain data, so that the command
-starts without loading pydantic; ``tests/test_server_options.py`` checks it against
+starts without loading pydantic; ``tests/unit/test_server_options.py`` checks it against
 :class:`evalkit.config.server_config.ServerConfig` (every field has a row or is listed in :data:`NOT_OPTIONS`, and each
 row's type is its field's). Adding a server setting: the field in ``ServerConfig``, its flag in
 ``evalkit/server/launch.py`` (or ``config.server.flag_values``), and a row here.

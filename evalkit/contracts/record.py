@@ -3,7 +3,7 @@ model written to ``manifest.json``, ``summary.json`` or ``samples.jsonl``.
 
 A field with a default is left out of the file while it holds its default, so that a field added later does not
 change the files of older runs: a file written before it has no such key, reads back with the default, and writes
-back without the key, byte for byte (tests/test_records.py checks this on every run dir under ``tests/data``).
+back without the key, byte for byte (tests/unit/test_contracts.py checks this on every run dir under ``tests/data``).
 The fields that files of schema version 2 always carry, at their default too (``"reasoning": null``), are named in
 each model's ``written_at_default`` and stay written. Adding ``x: float | None = None`` to a model therefore needs
 nothing more; adding a field to ``written_at_default``, a required field, a rename or a change of a field's meaning

@@ -187,7 +187,7 @@ SPEED_METRICS: tuple[SpeedMetric, ...] = (
 """The speed catalogue: every figure of :class:`Speed` that a report, the console, the gate, a sweep or watch
 shows or judges (each latency at each of :data:`QUANTILES`). A new latency or percentile: :data:`LATENCIES` /
 :data:`QUANTILES`, the model fields (:class:`Speed`, :class:`SteadyState`, :class:`Percentiles`) and where it is
-measured (:mod:`evalkit.scoring.speed`); tests/test_speed_catalogue.py checks that they agree."""
+measured (:mod:`evalkit.scoring.speed`); tests/unit/test_speed_catalogue.py checks that they agree."""
 SPEED = {m.key: m for m in SPEED_METRICS}
 
 

@@ -2,7 +2,7 @@
 
 Reads the run through :func:`evalkit.store.open_run`; this is the only place the gate touches a run directory,
 everything else works on :class:`RunInputs`. A missing or unreadable manifest, summary or samples file is refused.
-The manifest and the summary are read through the store's typed reads only (tests/test_typed_reads.py):
+The manifest and the summary are read through the store's typed reads only (tests/unit/test_typed_reads.py):
 :meth:`Run.manifest_read`, :meth:`Run.task` (counts, version, concurrency levels) and :meth:`Run.task_as` of
 :class:`_TaskFields`, the rest the gate reads with its own bounds (a partly written speed still gives its wall time
 and concurrency); each value that does not read is named by the store as a ``Dropped``, as written, and each note

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0003"  # the newest migration (tests/test_history.py checks it against Alembic's): checked without Alembic
+HEAD = "0003"  # the newest migration (tests/unit/test_history.py checks it against Alembic's): checked without Alembic
 BUSY_TIMEOUT_S = 10.0  # how long a SQLite writer waits for another one's lock before giving up
 CONNECT_TIMEOUT_S = 5  # a server that does not answer in this long: the write is skipped with a warning
 _engines: dict[str, Engine] = {}  # URL -> its engine, its schema at the newest migration (one per process)

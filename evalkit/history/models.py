@@ -3,7 +3,7 @@ config and its hash, vLLM version; ``run_dir`` points at the samples, which stay
 task of a run (version, data hashes, sampling), its :class:`MetricRow` (value with CI) and :class:`SpeedRow`
 (one figure of ``contracts.SPEED_METRICS`` each); one :class:`GateRow` per gate decision with its
 :class:`GateRunRow` (which runs on which side) and :class:`RuleRow`; one :class:`TickRow` per watch tick.
-The migrations in ``migrations/versions`` create exactly these tables (tests/test_history.py compares them)."""
+The migrations in ``migrations/versions`` create exactly these tables (tests/unit/test_history.py compares them)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Jinja2 environment, inlined assets, Content-Security-Policy and atomic writing of the HTML file.
 
-Safety rules (see the tests in ``tests/test_report.py``):
+Safety rules (see the tests in ``tests/unit/test_report.py``):
 - autoescape is on for every template; model text reaches templates as ``str`` and is escaped;
 - only our own files (vendored Chart.js, report.js, report.css) are inserted unescaped, as ``Markup``;
 - data for scripts goes through ``|tojson`` into ``<script type="application/json">`` (never executed);

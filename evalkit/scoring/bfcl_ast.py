@@ -3,7 +3,7 @@ through an OpenAI-style function-calling API.
 
 A port of ``bfcl_eval/eval_checker/ast_eval/ast_checker.py`` (``bfcl-eval`` 2026.3.23, Apache-2.0, ShishirPatil/
 gorilla): same checks in the same order, same ``error_type`` strings, so that a verdict here equals BFCL's on the
-same output (``tests/test_bfcl_agreement.py`` holds the table BFCL's own checker produced). Function names with a
+same output (``tests/unit/test_bfcl_agreement.py`` holds the table BFCL's own checker produced). Function names with a
 ``.`` are sent to the server with ``_`` (the OpenAI API allows ``^[a-zA-Z0-9_-]{1,64}$``), and expected names
 are converted the same way before comparing, as BFCL does for such models (``underscore_to_dot``).
 

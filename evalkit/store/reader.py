@@ -10,7 +10,7 @@ manifest as a :class:`ManifestRead`, every field typed and read on its own (:fun
 :mod:`evalkit.store.lenient`: a field that does not read is None or empty, the others still read; what did not read
 is listed as :class:`Dropped`, as written). A reader with bounds of its own declares them as a model read by
 :meth:`Run.task_as` (the gate's fail-closed loader, which names each refused summary value as written). Report,
-gate and watch read the run only that way (tests/test_typed_reads.py keeps ``run.summary`` / ``run.manifest``
+gate and watch read the run only that way (tests/unit/test_typed_reads.py keeps ``run.summary`` / ``run.manifest``
 dict reads out of them).
 
 Example::
@@ -89,7 +89,7 @@ class TaskRead:
     """One task's entry in ``summary.json`` as report, gate and watch read it: each field of
     :class:`~evalkit.contracts.TaskSummary` read on its own (:func:`lenient_value`), so that an old, cut or
     hand-edited summary still shows what does read; a field that does not is None (or empty). ``listed``: the
-    summary's ``tasks`` names the task; ``present``: with a mapping that is not empty. tests/test_typed_reads.py
+    summary's ``tasks`` names the task; ``present``: with a mapping that is not empty. tests/unit/test_typed_reads.py
     checks that the other fields are TaskSummary's."""
 
     name: str
@@ -126,7 +126,7 @@ class ManifestTaskRead:
     """One task's entry in ``manifest.json`` as report, gate and watch read it: each field of
     :class:`~evalkit.contracts.ManifestTask` read on its own (:func:`lenient_value`); a field that does not read
     is None (or empty). ``listed``: the manifest's ``tasks`` names the task; ``present``: with a mapping that is
-    not empty; a ``version`` written as a number reads as its text. tests/test_typed_reads.py checks that the
+    not empty; a ``version`` written as a number reads as its text. tests/unit/test_typed_reads.py checks that the
     other fields are ManifestTask's."""
 
     name: str
@@ -161,7 +161,7 @@ class ManifestRead:
     """``manifest.json`` as report, gate and watch read it: each field of :class:`~evalkit.contracts.Manifest`
     read on its own (:func:`lenient_value`), ``tasks`` as :class:`ManifestTaskRead`; a field that does not read
     is None (or empty). ``keys``: the keys the file has (read or not); ``dropped``: each value that did not read
-    (its path, the value, the type it is not), for a reader that must say so. tests/test_typed_reads.py checks
+    (its path, the value, the type it is not), for a reader that must say so. tests/unit/test_typed_reads.py checks
     that the fields are Manifest's."""
 
     schema_version: int | None = None

@@ -1,0 +1,258 @@
+"""``--client-processes N``: the timed phase's requests sent by N processes (evalkit/runner/sender_processes.py)
+give the run dir one process gives (the same samples, answers and scores), keep the one seeded schedule (the
+union of the senders' arrivals is exactly it, on one clock), resume after a kill, and refuse bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from evalkit.cli import app
+from evalkit.client.arrivals import Arrivals, arrival_offsets
+from evalkit.client.scheduler import InFlight
+from evalkit.contracts import GenParams, Request
+from evalkit.runner.sender_processes import sender_count, shares, timed
+from evalkit.testing.server import Behaviour, TestServer
+
+REPO = Path(__file__).resolve().parents[2]
+SAME = ("key", "task", "doc_id", "sample_index", "prompt", "target", "text", "status", "finish_reason", "score")
+
+
+def invoke(args: list[str]) -> tuple[int, str]:
+    res = CliRunner().invoke(app, args)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res.exit_code, res.stderr
+
+
+def run_args(url: str, out: Path, *extra: str, limit: int = 40) -> list[str]:
+    return [
+        "run", "gsm8k", "--endpoint", url, "--limit", str(limit), "--max-tokens", "32", "-o", str(out),
+        "--no-report", "-q", "--no-warmup", *extra,
+    ]  # fmt: skip
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in (out / "samples.jsonl").read_bytes().splitlines()]
+
+
+def summary(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = orjson.loads((out / "summary.json").read_bytes())["tasks"]["gsm8k"]
+    return data
+
+
+def by_key(out: Path) -> dict[str, dict[str, Any]]:
+    return {r["key"]: {k: r.get(k) for k in SAME} for r in records(out)}
+
+
+# ------------------------------------------------------------------------------------------ same run dir
+def test_two_processes_give_the_samples_answers_and_scores_of_one(tmp_path: Path, test_server: TestServer) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    code, err = invoke(run_args(test_server.url, one, "--concurrency", "4", "--client-processes", "1"))
+    assert code == 0, err
+    sent_by_one = len(test_server.requests)
+    code, err = invoke(run_args(test_server.url, two, "--concurrency", "4", "--client-processes", "2"))
+    assert code == 0, err
+    assert len(test_server.requests) - sent_by_one == 40  # each request sent once, by one of the two senders
+    assert by_key(two) == by_key(one)
+    assert len(by_key(two)) == 40
+    mine, theirs = summary(two), summary(one)
+    assert mine["metrics"] == theirs["metrics"] and mine["counts"] == theirs["counts"]
+    assert 0 < mine["metrics"]["exact_match,strict-match"]["value"] < 1
+    assert mine["speed"]["concurrency"] == 4  # the senders' shares add up to the run's level
+    # one clock: every start_s counts from the shared start, none before it, all within the phase
+    starts = [r["start_s"] for r in records(two)]
+    assert min(starts) >= 0 and max(starts) < 30
+
+
+# ------------------------------------------------------------------------------------------ the schedule
+def test_the_senders_interleave_the_one_schedule_and_their_union_is_it() -> None:
+    arrivals = Arrivals(rate=300.0, seed=7)
+    offsets = arrival_offsets(101, arrivals)
+    n = 3
+    reqs = [Request("t", i, 0, f"p{i}", GenParams(max_tokens=8)) for i in range(101)]
+    split = [[(i, reqs[i]) for i in range(k, 101, n)] for k in range(n)]
+    due = sorted((i, req.arrival_s) for part in split for i, req in timed(part, offsets))
+    assert due == list(enumerate(offsets))
+    trace = [(0, replace(reqs[0], arrival_s=9.0))]  # a trace's own time is kept
+    assert timed(trace, offsets)[0][1].arrival_s == 9.0
+    assert shares(10, 3) == [4, 3, 3] and sum(shares(7, 7)) == 7
+
+
+@pytest.fixture
+def fast_server():
+    with TestServer(Behaviour(correct_ratio=0.6)) as srv:
+        yield srv
+
+
+def test_a_rate_run_over_two_processes_sends_each_request_at_its_scheduled_time(
+    tmp_path: Path, fast_server: TestServer
+) -> None:
+    """The records' due times are exactly the seeded schedule, and no request went before it was due: the
+    senders share the schedule's zero (a sender whose clock were off would send early or late by the offset)."""
+    out = tmp_path / "rate"
+    code, err = invoke(
+        run_args(fast_server.url, out, "--request-rate", "80", "--seed", "3", "--client-processes", "2", limit=60)
+    )
+    assert code == 0, err
+    got = records(out)
+    origin = summary(out)["load"].get("origin_s", 0.0)  # the shared start: 0 on start_s's clock
+    want = arrival_offsets(60, Arrivals(rate=80.0, seed=3))
+    assert sorted(r["scheduled_s"] - origin for r in got) == pytest.approx(want, abs=2e-3)
+    lags = [r["start_s"] - r["scheduled_s"] for r in got]
+    assert min(lags) > -2e-3  # never before its time, on the one clock
+    assert sorted(lags)[len(lags) // 2] < 0.25  # and on time, but for a busy machine's stragglers
+
+
+def test_a_probed_load_at_a_rate_over_two_processes_gives_the_run_of_one(tmp_path: Path) -> None:
+    """A workload with a probe mixed in, on a schedule: the same samples (the probe's answers and scores) and the
+    same due times with two senders as with one."""
+    outs = {n: tmp_path / f"p{n}" for n in (1, 2)}
+    with TestServer(Behaviour(max_model_len=4096, correct_ratio=0.5)) as srv:
+        for n, out in outs.items():
+            args = ["run", "random", "--endpoint", srv.url, "--random-input-len", "20", "--random-output-len", "4",
+                    "--num-prompts", "30", "--probe", "gsm8k:0.25", "--seed", "1", "--request-rate", "100",
+                    "--client-processes", str(n), "-o", str(out), "--no-report", "-q"]  # fmt: skip
+            code, err = invoke(args)
+            assert code == 0, err
+    one, two = by_key(outs[1]), by_key(outs[2])
+    assert one == two and len(two) == 40
+    assert sum(r["task"] == "gsm8k" for r in two.values()) == 10
+
+    def due(out: Path) -> list[float]:
+        origin = orjson.loads((out / "summary.json").read_bytes())["tasks"]["random"]["load"].get("origin_s", 0.0)
+        return sorted(r["scheduled_s"] - origin for r in records(out))
+
+    assert due(outs[2]) == pytest.approx(due(outs[1]), abs=2e-3)
+
+
+# ------------------------------------------------------------------------------------------ resume after a kill
+STALLED = 4  # = --concurrency: every slot of both senders ends up holding a stalled request
+DONE_BEFORE_KILL = 8
+
+
+@pytest.mark.slow
+def test_a_killed_two_process_run_resumes_without_resending_and_its_senders_exit(tmp_path: Path) -> None:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": path}
+
+    def command(url: str, out: Path) -> list[str]:
+        extra = ("--concurrency", str(STALLED), "--client-processes", "2")
+        return [sys.executable, "-m", "evalkit.cli", *run_args(url, out, *extra)]
+
+    ref = tmp_path / "reference"
+    with TestServer(Behaviour(correct_ratio=0.6)) as fast:
+        code, err = invoke(command(fast.url, ref)[3:])
+        assert code == 0, err
+
+    out = tmp_path / "crashed"
+    with TestServer(Behaviour(correct_ratio=0.6, ttft_s=0.02, itl_s=0.004)) as srv:
+        srv.faults = [None] * DONE_BEFORE_KILL + [{"stall_s": 60, "after_tokens": 2}] * STALLED
+        proc = subprocess.Popen(command(srv.url, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None:
+                stalled = [r for r in srv.requests if r.fault and r.first_token_time is not None]
+                written = len(records(out)) if (out / "samples.jsonl").exists() else 0
+                if len(stalled) == STALLED and written >= DONE_BEFORE_KILL:
+                    break
+                time.sleep(0.02)
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+            assert len(records(out)) == DONE_BEFORE_KILL
+            senders = _children(proc.pid, "evalkit.runner.sender_processes")
+            assert len(senders) == 2
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        gone = time.monotonic() + 10
+        while time.monotonic() < gone and any(_alive(pid) for pid in senders):
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in senders)  # a sender whose parent died exits: no orphan load
+        done_before = {r["prompt"] for r in records(out)}
+
+        p = subprocess.run(command(srv.url, out), capture_output=True, text=True, env=env, timeout=120)
+        assert p.returncode == 0, p.stderr
+        reqs = srv.requests
+
+    completed = Counter(r.prompt for r in reqs if r.completed)
+    assert max(completed.values()) == 1 and sum(completed.values()) == 40
+    assert sum(1 for r in reqs if r.prompt in done_before) == DONE_BEFORE_KILL  # never even re-sent
+    assert by_key(out) == by_key(ref)
+    assert summary(out)["metrics"] == summary(ref)["metrics"]
+
+
+def _children(pid: int, marker: str) -> list[int]:
+    """``pid``'s child processes whose command line holds ``marker``."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            if marker.encode() in cmdline:
+                found.append(int(child))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+# ------------------------------------------------------------------------------------------ bad input, defaults
+def test_zero_processes_is_refused_in_one_line_with_exit_2(tmp_path: Path, test_server: TestServer) -> None:
+    code, err = invoke(run_args(test_server.url, tmp_path / "r", "--concurrency", "4", "--client-processes", "0"))
+    assert code == 2
+    assert "client_processes" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r" / "samples.jsonl").exists()
+
+
+def test_several_processes_with_concurrency_auto_is_refused_with_exit_2(
+    tmp_path: Path, test_server: TestServer
+) -> None:
+    code, err = invoke(run_args(test_server.url, tmp_path / "r", "--client-processes", "2"))
+    assert code == 2
+    assert "--client-processes 2" in err and "--concurrency N" in err and len(err.strip().splitlines()) == 1
+
+
+def test_more_processes_than_cores_run_with_a_note(
+    tmp_path: Path, test_server: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("evalkit.runner.sender_processes.usable_cores", lambda: 1)
+    out = tmp_path / "r"
+    code, err = invoke(run_args(test_server.url, out, "--concurrency", "4", "--client-processes", "3", limit=12))
+    assert code == 0, err
+    assert "--client-processes 3 is more than the 1 cores" in err
+    assert len(records(out)) == 12
+
+
+def test_the_default_is_one_process_for_an_ordinary_eval_and_more_for_a_high_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("evalkit.runner.sender_processes.usable_cores", lambda: 16)
+    fixed = InFlight(concurrency=256, max_concurrency=512)
+    assert sender_count(None, InFlight("auto", 512), None, False, "t") == 1  # evalkit run's default
+    assert sender_count(None, fixed, None, False, "t") == 1
+    assert sender_count(None, InFlight(2048, 2048), None, False, "t") == 4
+    uncapped = InFlight(60000, 512, capped=False)
+    assert sender_count(None, uncapped, Arrivals(rate=100.0), False, "t") == 1
+    assert sender_count(None, uncapped, Arrivals(rate=1000.0), False, "t") == 7
+    assert sender_count(None, uncapped, Arrivals(rate=1e6), False, "t") == 16  # at most the cores
+    assert sender_count(8, InFlight(4, 512), None, False, "t") == 4  # never more than the requests in flight
+    assert sender_count(4, fixed, None, True, "t") == 1  # conversations run their tools here

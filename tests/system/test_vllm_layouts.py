@@ -1,0 +1,101 @@
+"""Multi-rank CPU vLLM started by ``evalkit run --serve``: tensor parallel 3 (9 attention heads, 3 KV heads) and
+data parallel 2 of SmolLM2-135M on a 2-core box, their CPU thread binding derived by ``--cpu-threads-bind
+spread``, and no process of the group (API server, engine cores, workers, DP coordinator) left after a normal
+end, SIGTERM, or a start vLLM refuses (tensor parallel 2 does not divide 9 heads).
+
+Each start costs ~50-70 s on 2 cores; ``pytest -s`` prints the measured times."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.system.test_vllm_e2e import ServerWatch, _cmdline, cli_env, count_lines, launched_port, serve_argv, vllm_pids
+from tests.vllm_env import REPO, VLLM_MARKS
+
+pytestmark = VLLM_MARKS
+
+
+@pytest.fixture
+def watch(tmp_path: Path):
+    w = ServerWatch(tmp_path / "run")
+    try:
+        yield w
+    finally:
+        w.cleanup()
+
+
+def titles(watch: ServerWatch) -> list[str]:
+    """The process titles of vLLM's group as recorded (``VLLM::EngineCore_DP0``, ``VLLM::Worker`` ...)."""
+    return sorted(_cmdline(p)[0] for p in watch.pids if _cmdline(p) not in ([], [""]))
+
+
+def wait_group(watch: ServerWatch, title: str, count: int, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(title in t for t in titles(watch)) < count and time.monotonic() < deadline:
+        time.sleep(0.5)
+        watch.record_group()
+
+
+def test_tp3_normal_end_binds_threads_and_leaves_no_process(watch: ServerWatch) -> None:
+    t0 = time.monotonic()
+    proc = watch.start(serve_argv(watch.run_dir, "--tp", "3", "--cpu-threads-bind", "spread", limit=4))
+    watch.find_server()
+    wait_group(watch, "Worker", 3)
+    seen = titles(watch)
+    rc = proc.wait(timeout=400)
+    assert rc == 0, watch.stderr()
+    watch.assert_gone()
+    assert sum("Worker" in t for t in seen) >= 3, seen
+    server = json.loads((watch.run_dir / "manifest.json").read_text())["server"]
+    cpus = sorted(os.sched_getaffinity(0))
+    expected = "|".join(str(cpus[r % len(cpus)]) for r in range(3)) if len(cpus) <= 3 else None
+    bind = server["env_overrides"]["VLLM_CPU_OMP_THREADS_BIND"]
+    assert expected is None or bind == expected
+    assert server["argv"][server["argv"].index("--tensor-parallel-size") + 1] == "3"
+    print(f"\n[tp3] bind {bind!r}, ready after {server['startup_s']:.1f} s, run {time.monotonic() - t0:.1f} s; {seen}")
+
+
+def test_dp2_sigterm_stops_every_engine(watch: ServerWatch) -> None:
+    argv = serve_argv(watch.run_dir, "--dp", "2", "--cpu-threads-bind", "spread", "--concurrency", "2", limit=200)
+    proc = watch.start([*argv, "--no-report"])
+    watch.find_server()
+    wait_for_samples = watch.run_dir / "samples.jsonl"
+    deadline = time.monotonic() + 300
+    while count_lines(wait_for_samples) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert count_lines(wait_for_samples) >= 2, watch.stderr()
+    watch.record_group()
+    seen = titles(watch)
+    assert any("EngineCore_DP0" in t for t in seen) and any("EngineCore_DP1" in t for t in seen), seen
+    t_term = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    stop_s = time.monotonic() - t_term
+    assert rc == 130, watch.stderr()
+    watch.assert_gone(timeout_s=5)
+    print(f"\n[dp2 SIGTERM] exit {rc} {stop_s:.1f} s after SIGTERM; group was {seen}")
+
+
+def test_tp2_refused_start_leaves_no_process(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    p = subprocess.run(
+        serve_argv(run_dir, "--tp", "2", "--cpu-threads-bind", "spread", limit=1),
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 2, p.stderr
+    assert "during startup" in p.stderr.splitlines()[0]
+    port = launched_port(run_dir / "server.log")
+    assert port is not None and vllm_pids(port) == []
+    print(f"\n[tp2 refused] exit 2 after {time.monotonic() - t0:.1f} s: {p.stderr.splitlines()[0]}")
