@@ -58,7 +58,9 @@ def test_cli_commands_go_through_the_api(monkeypatch, tmp_path):
     from evalkit.cli import app
 
     calls = []
-    monkeypatch.setattr(api, "report", lambda dirs, out: calls.append(("report", dirs, out)) or tmp_path / "r.html")
+    monkeypatch.setattr(
+        api, "report", lambda dirs, out, rest=None: calls.append(("report", dirs, out, rest)) or tmp_path / "r.html"
+    )
 
     def fake_gate(*runs, **kw):
         calls.append(("gate", runs, kw))
@@ -68,7 +70,7 @@ def test_cli_commands_go_through_the_api(monkeypatch, tmp_path):
     assert CliRunner().invoke(app, ["report", str(tmp_path)]).exit_code == 0
     result = CliRunner().invoke(app, ["gate", str(tmp_path), "--force"])
     assert result.exit_code == 2 and "gate called" in result.output
-    assert calls[0] == ("report", [tmp_path], None)
+    assert calls[0] == ("report", [tmp_path], None, None)
     assert calls[1] == (
         "gate",
         (tmp_path,),
