@@ -17,6 +17,12 @@ streams (and the worst case for the client: evalkit keeps one inter-token-latenc
 so the stored record and what reading the store back costs grow with the chunk count); the full run takes
 about 4 minutes on 2 cores. ``--tokens-per-chunk 20`` cuts the chunk count (still 1,000 tokens per response)
 for a faster run. ``--quick`` (2,010 requests) only checks the pipeline: the 400 MB bound is for 20,010.
+
+``--duration S --rate R`` measures the other bound, memory over time: ``evalkit run aime25 --request-rate R
+--duration S`` (Poisson arrivals, enough samples per problem that the schedule outlasts ``S``, the test server's
+own short answers unless ``--answer-tokens`` pads them), the tree's RSS sampled every 0.25 s, and its growth after
+the first ``--settle`` seconds (default 300): the highest RSS after that point minus the RSS at it. Bound: growth
+<= 50 MB for a one-hour run at 50 req/s (``--duration 3600 --rate 50``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import psutil
 from evalkit.testing.server import SubprocessServer
 
 LIMIT_MB = 400.0
+GROWTH_LIMIT_MB = 50.0
 AIME_PROBLEMS = 30
 
 
@@ -71,8 +78,11 @@ def _poll(pid: int, samples_path: Path, out: list[tuple[float, int, int, int]], 
         stop.wait(0.25)
 
 
-def run_cli(url: str, num_samples: int, max_tokens: int, concurrency: int, workdir: Path) -> dict[str, Any]:
-    """One ``evalkit run aime25`` child; its exact peak RSS, wall time and an RSS trace."""
+def run_cli(
+    url: str, num_samples: int, max_tokens: int, concurrency: int, workdir: Path, load: list[str] | None = None
+) -> dict[str, Any]:
+    """One ``evalkit run aime25`` child; its exact peak RSS, wall time and an RSS trace (``load``: more flags, e.g.
+    ``--request-rate``/``--duration``, in place of ``--concurrency``)."""
     run_dir = workdir / "run"
     cmd = [
         sys.executable,
@@ -86,8 +96,7 @@ def run_cli(url: str, num_samples: int, max_tokens: int, concurrency: int, workd
         str(num_samples),
         "--max-tokens",
         str(max_tokens),
-        "--concurrency",
-        str(concurrency),
+        *(load if load else ["--concurrency", str(concurrency)]),
         "--no-report",
         "-q",
         "-o",
@@ -129,6 +138,7 @@ def run_cli(url: str, num_samples: int, max_tokens: int, concurrency: int, workd
         "sampled_peak_request_phase_mb": round(max(during) / 1024**2, 1) if during else None,
         "sampled_peak_after_requests_mb": round(max(after) / 1024**2, 1) if after else None,
         "sampled_peak_at_s": round(peak_t, 1) if peak_t is not None else None,
+        "tree_trace_mb": [(round(t, 2), round(tr / 1024**2, 1)) for t, _, _, tr in trace[::4]] if load else None,
         "trace_mb": [
             (round(t, 1), round(r / 1024**2, 1), round(tr / 1024**2, 1))
             for t, r, _, tr in trace[:: max(1, len(trace) // 40)]
@@ -146,7 +156,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="67 samples per problem (2,010 requests)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--keep", default=None, help="keep the run dir and CLI log in this folder")
+    ap.add_argument("--duration", type=float, default=None, help="seconds: measure RSS growth over a timed load run")
+    ap.add_argument("--rate", type=float, default=50.0, help="with --duration: requests per second (Poisson)")
+    ap.add_argument("--settle", type=float, default=300.0, help="with --duration: growth counts from this second")
+    ap.add_argument("--answer-tokens", type=int, default=None, help="with --duration: pad answers to this many tokens")
     a = ap.parse_args(argv)
+    if a.duration is not None:
+        return main_duration(a)
     if a.quick:
         a.num_samples = min(a.num_samples, 67)
     n = AIME_PROBLEMS * a.num_samples
@@ -193,6 +209,45 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     note = f" (only {n:,} requests: the bound is for 20,010)" if r["quick"] else ""
     print(f"peak RSS <= {a.limit_mb:.0f} MB: {'PASS' if r['pass'] else 'FAIL'}{note}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=2)
+    return r
+
+
+def rss_growth(trace: list[tuple[float, float]], settle_s: float) -> tuple[float, float, float]:
+    """From ``(seconds, tree RSS MB)`` samples: the RSS at ``settle_s``, the highest after it, and their difference."""
+    after = [(t, mb) for t, mb in trace if t >= settle_s]
+    if not after:
+        raise ValueError(f"no RSS sample after {settle_s} s: the run ended before it settled")
+    at_settle = after[0][1]
+    peak = max(mb for _, mb in after)
+    return at_settle, peak, peak - at_settle
+
+
+def main_duration(a: argparse.Namespace) -> dict[str, Any]:
+    """``--duration``: one timed ``evalkit run aime25 --request-rate`` and its RSS growth after ``--settle``."""
+    per_problem = int(a.rate * a.duration * 1.2 / AIME_PROBLEMS) + 1  # the schedule outlasts the duration
+    load = ["--request-rate", str(a.rate), "--duration", f"{a.duration:g}s"]
+    print(f"evalkit run aime25 at {a.rate:g} req/s for {a.duration:g} s (RSS growth after {a.settle:g} s)", flush=True)
+    server_args = ["--fast", "--max-model-len", str(a.max_tokens + 1024)]
+    if a.answer_tokens:
+        server_args += ["--answer-tokens", str(a.answer_tokens)]
+    with SubprocessServer(*server_args) as srv, tempfile.TemporaryDirectory(prefix="evalkit-bench-mem-") as tmp:
+        r = run_cli(srv.url, per_problem, a.max_tokens, 0, Path(a.keep or tmp), load=load)
+    at_settle, peak, growth = rss_growth(r["tree_trace_mb"], a.settle)
+    r.update(
+        config={"rate": a.rate, "duration_s": a.duration, "settle_s": a.settle, "max_tokens": a.max_tokens},
+        rss_at_settle_mb=at_settle,
+        rss_peak_after_settle_mb=peak,
+        rss_growth_mb=round(growth, 1),
+        **{"pass": growth <= GROWTH_LIMIT_MB and r["api_errors"] == 0},
+    )
+    print(
+        f"{r['requests']:,} requests, {r['api_errors']} errors, wall {r['wall_s']:.0f} s | tree RSS "
+        f"{at_settle:.0f} MB at {a.settle:g} s, peak after {peak:.0f} MB: growth {growth:.1f} MB "
+        f"(limit {GROWTH_LIMIT_MB:.0f}): {'PASS' if r['pass'] else 'FAIL'}"
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=2)
