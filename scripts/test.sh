@@ -2,10 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # evalkit's test command (`make test`; .ci/run runs it too): sets up what the tests need in VENV, then runs
 #     python -m pytest -m "not gpu" [PYTEST ARGS...]
-# in two phases: (1) the tests that need no real vLLM, over EVALKIT_TEST_WORKERS pytest-xdist workers (default 3:
-# most of them wait on test servers, not on a core), and beside them the real-vLLM tests over
-# EVALKIT_TEST_VLLM_WORKERS workers (default 2; `--dist loadgroup`: the tests on the shared SmolLM2 server on one
-# worker, tests/vllm_env.py), their output shown when they end; then (2) the tests marked `serial`
+# in three phases: (1) the tests that need no real vLLM, over EVALKIT_TEST_WORKERS pytest-xdist workers (default 3:
+# most of them wait on test servers, not on a core); (2) the real-vLLM tests in one process, so that those needing
+# only an endpoint share one SmolLM2 server (tests/conftest.py `smollm2_shared`); (3) the tests marked `serial`
 # (timing-sensitive), alone and one at a time. Given a path or a -m of your own, pytest runs once, as asked.
 # (`make test-fast`: tests/unit over 2 workers). The tests sit in three tiers (tests/tiers.py keeps them honest):
 # tests/unit (in-process only), tests/integration (the bundled test server, subprocesses of evalkit), tests/system
@@ -17,8 +16,7 @@
 #   2. pip install -e '.[dev]' when evalkit, a dependency or a package of the dev extra is missing (scripts/dev_missing.py)
 # The `browser` tests need headless Chromium (apt-get install chromium, as .ci/run does, or EVALKIT_CHROMIUM);
 # without it they are skipped.
-# Environment: VENV (default: .venv in the repo root), EVALKIT_TEST_WORKERS (0: no phases, one sequential run),
-# EVALKIT_TEST_VLLM_WORKERS (default 2).
+# Environment: VENV (default: .venv in the repo root), EVALKIT_TEST_WORKERS (0: no phases, one sequential run).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,24 +42,15 @@ if [[ "$own_selection" == 1 || "$workers" == 0 ]]; then
     exec "$PY" -m pytest -m "not gpu" "$@"
 fi
 
-# ---- phase 1: the real-vLLM tests (in the background, output to a file) beside the tests without real vLLM
-vllm_workers="${EVALKIT_TEST_VLLM_WORKERS:-2}"
-vllm_log="$(mktemp -t evalkit-vllm-tests.XXXXXX)"
-echo "[test] phase 1: real-vLLM tests over $vllm_workers workers (output: $vllm_log, shown when they end)"
-"$PY" -m pytest -m "not gpu and vllm and not serial" -n "$vllm_workers" --dist loadgroup "$@" >"$vllm_log" 2>&1 &
-vllm_pid=$!
-trap 'kill "$vllm_pid" 2>/dev/null || true' EXIT  # an interrupted test.sh leaves no pytest behind
+# ---- three runs, one after another: the cores go to one of them at a time (measured: the real-vLLM tests beside
+# the others, with the docker step, left 2 cores thrashing, 4% of the first run done in 8 minutes)
 echo "[test] phase 1: tests without real vLLM, over $workers workers"
 rc1=0
 "$PY" -m pytest -m "not gpu and not vllm and not serial" -n "$workers" "$@" || rc1=$?
+echo "[test] phase 2: real-vLLM tests, in one process (one shared SmolLM2 server for those that only need an endpoint)"
 rcv=0
-wait "$vllm_pid" || rcv=$?
-trap - EXIT
-echo "[test] phase 1: the real-vLLM tests' output"
-cat "$vllm_log"
-rm -f "$vllm_log"
-# ---- phase 2: the timing-sensitive tests, alone
-echo "[test] phase 2: timing-sensitive (serial) tests, one at a time"
+"$PY" -m pytest -m "not gpu and vllm and not serial" "$@" || rcv=$?
+echo "[test] phase 3: timing-sensitive (serial) tests, one at a time"
 rc2=0
 "$PY" -m pytest -m "not gpu and serial" "$@" || rc2=$?
 echo "[test] exit: tests without real vLLM $rc1, real-vLLM tests $rcv, serial tests $rc2"
