@@ -5,17 +5,18 @@ process, that import sat on the whole command's path (in the warm-up's import th
 event loop, or after the run). A :class:`RunRecorder` starts a worker process (``evalkit/runner/worker.py``, job
 ``history``) as the command starts, which imports the writer while the run goes on, on another core, and records
 each finished run dir there; :meth:`RunRecorder.close` waits for those writes before the command ends, so the run
-is in the history when the command returns, as before. A write that fails is one warning line (the child's, on
-the same stderr) and the result stands; if the child cannot start or dies, the run is recorded here instead.
+is in the history when the command returns, as before. A write that fails is one warning line (the child returns it, this process prints it on the command's
+stderr) and the result stands; if the child cannot start or dies, the run is recorded here instead.
 """
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-RECORD_RUN = "evalkit.history:record_run"
+RECORD_RUN = "evalkit.history:record_run_told"
 NICE = 10  # the child's niceness, added to the command's
 
 
@@ -57,9 +58,12 @@ class RunRecorder:
         pending, self._pending = self._pending, []
         for run_dir, fut in pending:
             try:
-                fut.result()
+                told = fut.result()
             except Exception:  # the child died or could not import the writer: record it in this process
                 self._record_here(run_dir)
+                continue
+            if told:  # the child's warning (a failed write), printed here where the command's output goes
+                print(told, end="", file=sys.stderr, flush=True)
         if self._worker is not None:
             self._worker.close()
             self._worker = None

@@ -77,6 +77,18 @@ def record_run(run_dir: Path, *, source: str = "run", config: str | None = None)
     return _quietly(f"the run {run_dir}", write)
 
 
+def record_run_told(run_dir: str | Path) -> str:
+    """:func:`record_run` for a caller in another process: the warning it would print (a failed write), returned
+    instead, for the caller to print where its user sees it; empty when recorded or the history is off."""
+    import contextlib
+    import io
+
+    told = io.StringIO()
+    with contextlib.redirect_stderr(told):
+        record_run(Path(run_dir))
+    return told.getvalue()
+
+
 def record_gate(
     result: GateResult, baselines: Sequence[Path], candidates: Sequence[Path], out_dir: Path | None = None
 ) -> int | None:
