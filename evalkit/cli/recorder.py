@@ -5,8 +5,9 @@ process, that import sat on the whole command's path (in the warm-up's import th
 event loop, or after the run). A :class:`RunRecorder` starts a worker process (``evalkit/runner/worker.py``, job
 ``history``) as the command starts, which imports the writer while the run goes on, on another core, and records
 each finished run dir there; :meth:`RunRecorder.close` waits for those writes before the command ends, so the run
-is in the history when the command returns, as before. A write that fails is one warning line (the child returns it, this process prints it on the command's
-stderr) and the result stands; if the child cannot start or dies, the run is recorded here instead.
+is in the history when the command returns, as before. A write that fails is one warning line (the child returns
+it, this process prints it on the command's stderr) and the result stands; if the child cannot start or dies, the
+run is recorded here instead.
 """
 
 from __future__ import annotations
