@@ -43,6 +43,11 @@ SERIAL = (
     "tests/integration/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
     "tests/integration/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
     "tests/integration/test_client_cost_guard.py",
+    "tests/integration/test_testserver.py::test_timing_ttft_and_itl",
+    "tests/integration/test_cli_e2e.py::test_timing_truth",
+    "tests/integration/test_shard_merge.py::test_three_shard_processes_merged_equal_the_whole_run",
+    "tests/integration/test_sweep_capacity.py::test_the_layout_table_orders_the_configs_and_recommends_the_wider",
+    "tests/integration/test_gate_capacity.py::test_real_searches_on_the_test_server_fail_a_quarter_of_the_seats",
 )
 
 
