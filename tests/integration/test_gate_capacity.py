@@ -157,3 +157,12 @@ def test_real_searches_on_the_test_server_fail_a_quarter_of_the_seats(tmp_path: 
     code, out, result = gate(tmp_path, runs[4], runs[1])
     assert code == 1, out
     assert result["rules"][0]["verdict"] == "fail"
+
+
+def test_a_search_that_measured_nothing_cannot_be_decided(tmp_path: Path) -> None:
+    """A candidate whose every point failed (no load could be judged) is not compared: exit 2 with the reason."""
+    base = write_search(tmp_path / "base", [10.0, 10.5])
+    cand = write_search(tmp_path / "cand", [None, None], status="cannot_decide", reason="every point failed")
+    code, out, result = gate(tmp_path, base, cand)
+    assert code == 2, out
+    assert result["verdict"] == "cannot_decide" and result["reasons"], result
