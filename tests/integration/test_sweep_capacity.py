@@ -2,7 +2,7 @@
 tabulated as the layout table (capacity within the SLOs, tok/s, TTFT/TPOT, $ per million output tokens, the
 probes' accuracy at the answer) that leads sweep.md and compare.html with the recommendation: the config with
 the most good requests per dollar among those not less accurate than the reference. Against two test servers
-of known different capacity (--max-num-seqs 4 vs 1 at 200 ms a request); a re-run keeps finished searches; bad
+of known different capacity (--max-num-seqs 4 vs 1 at 50 ms a request); a re-run keeps finished searches; bad
 sweep files are refused in one line."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from evalkit.testing.server import SubprocessServer
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, str]]:
-    """Two test servers, 200 ms a request: ``wide`` serves 4 at a time, ``narrow`` 1 (about 4x less capacity)."""
+    """Two test servers, 50 ms a request: ``wide`` serves 4 at a time, ``narrow`` 1 (about 4x less capacity)."""
     with (
-        SubprocessServer("--max-num-seqs", "4", "--ttft", "0.2") as wide,
-        SubprocessServer("--max-num-seqs", "1", "--ttft", "0.2") as narrow,
+        SubprocessServer("--max-num-seqs", "4", "--ttft", "0.05") as wide,
+        SubprocessServer("--max-num-seqs", "1", "--ttft", "0.05") as narrow,
     ):
         yield {"wide": wide.url, "narrow": narrow.url}
 
@@ -45,9 +45,9 @@ def spec_for(urls: dict[str, str], **over: object) -> dict:
     return {
         "tasks": ["random"], "endpoint": urls["narrow"], "gpus_billed": 1, "cost_per_gpu_hour": 2.0,
         "configs": {"narrow": {"endpoint": urls["narrow"]}, "wide": {"endpoint": urls["wide"]}},
-        "goodput": {"ttft": 1000}, "warmup": 4, "search": "capacity",
+        "goodput": {"ttft": 250}, "warmup": 4, "search": "capacity",
         "capacity": {
-            "start": 2.0, "tolerance": 0.25, "point_requests": 40, "probe": ["gsm8k:0.2"],
+            "start": 8.0, "tolerance": 0.25, "point_requests": 40, "probe": ["gsm8k:0.2"],
             "workload": {"random_input_len": 20, "random_output_len": 2},
         },
         "recommend": {"reference": "narrow"}, **over,
@@ -79,7 +79,7 @@ def test_the_layout_table_orders_the_configs_and_recommends_the_wider(tmp_path: 
     assert again_code == 0 and "searching" not in again and "skipped 2 finished" in again, again
     # other SLOs: the search with other settings is moved aside, nothing lost
     code, out = sweep(tmp_path, spec_for(servers, configs={"wide": {"endpoint": servers["wide"]}},
-                                         recommend={"reference": "wide"}, goodput={"ttft": 900}))  # fmt: skip
+                                         recommend={"reference": "wide"}, goodput={"ttft": 225}))  # fmt: skip
     assert code == 0 and "moved it to" in out, out
     assert list((tmp_path / "out" / "capacity").glob("wide__default.stale-*"))
 
