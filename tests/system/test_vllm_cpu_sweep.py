@@ -1,6 +1,7 @@
 """The CPU layout sweep in CI: ``examples/sweeps/cpu-layouts.yaml`` (SmolLM2-135M on the CPU build of vLLM as
-tp1, tp3 and dp2, a GSM8K slice and the numerics task at one fixed concurrency), each server started once; its
-table, comparison report, per-engine /metrics of dp2, no vLLM process left after each server, and the gate
+tp1, tp3 and dp2, 4 documents each of GSM8K and the numerics task at one fixed concurrency), each server started
+once with its config's own flags (``max_num_seqs`` 4 on tp1, 8 on dp2, none on tp3: in that server's argv only);
+its table, comparison report, per-engine /metrics of dp2, no vLLM process left after each server, and the gate
 between layouts (accuracy paired, speed, numerics against tp1's noise floor). ``pytest -s`` prints the figures
 (docs/benchmarks/archive/cpu-vllm-layouts.md records them).
 
@@ -29,6 +30,7 @@ from tests.vllm_env import MODEL_DIR, REPO, VLLM_MARKS
 
 pytestmark = VLLM_MARKS
 LAYOUTS = ("tp1", "tp3", "dp2")
+LIMIT = 4  # documents of each task (the example's 8): one request at a time, each layout's runs take ~half as long
 LEVEL = 1  # requests in flight: each computed alone, so that numerics has a reproducible baseline on any CPU
 # three servers one after the other: ~400 s alone on 2 cores, more beside the other tests (scripts/test.sh runs the
 # real-vLLM tests beside the rest), so the sweep gets more than pytest's 600 s per test
@@ -63,7 +65,10 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
     spec = yaml.safe_load((REPO / "examples/sweeps/cpu-layouts.yaml").read_text())
     spec["server"]["model"] = str(MODEL_DIR)
     spec["concurrency"] = [LEVEL]
+    spec["limit"] = LIMIT
     spec["configs"]["tp1"] = {"cpu_threads_bind": str(min(os.sched_getaffinity(0)))}  # one core, as a dp2 engine
+    spec["configs"]["tp1"]["max_num_seqs"] = 4  # a config's server flags reach its vLLM (and no other's)
+    spec["configs"]["dp2"]["max_num_seqs"] = 8
     sweep_file, out = tmp_path / "cpu-layouts.yaml", tmp_path / "sweep"
     sweep_file.write_text(yaml.safe_dump(spec, sort_keys=False))  # the file's order: tp1 is "first"
     mark = str(tmp_path)
@@ -91,10 +96,14 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
     for layout, run in runs.items():
         server = json.loads((run / "manifest.json").read_text())["server"]
         startups[layout] = server["startup_s"]
-        assert server["env_overrides"]["VLLM_CPU_OMP_THREADS_BIND"]
+        assert server["env_overrides"]["VLLM_CPU_OMP_THREADS_BIND"] and server["vllm_version"]
+        argv = server["argv"]
+        seqs = argv[argv.index("--max-num-seqs") + 1] if "--max-num-seqs" in argv else None
+        assert seqs == {"tp1": "4", "dp2": "8"}.get(layout), (layout, argv)
+        assert float(rows[layout]["output_tok_s"]) > 0
     dp2 = json.loads((runs["dp2"] / "summary.json").read_text())["tasks"]["gsm8k"]["server"]
     assert sorted(dp2["engines"]) == ["0", "1"]
-    assert sum(e["requests"] for e in dp2["engines"].values()) == dp2["requests"]["total"] >= 8
+    assert sum(e["requests"] for e in dp2["engines"].values()) == dp2["requests"]["total"] >= LIMIT
     assert sum(e["prompt_tokens"] for e in dp2["engines"].values()) == dp2["prompt_tokens"]
 
     verdicts, rules = {}, {}

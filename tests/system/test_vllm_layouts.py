@@ -45,7 +45,9 @@ def wait_group(watch: ServerWatch, title: str, count: int, timeout_s: float = 24
 
 def test_tp3_normal_end_binds_threads_and_leaves_no_process(watch: ServerWatch) -> None:
     t0 = time.monotonic()
-    proc = watch.start(serve_argv(watch.run_dir, "--tp", "3", "--cpu-threads-bind", "spread", limit=4))
+    proc = watch.start(
+        serve_argv(watch.run_dir, "--tp", "3", "--cpu-threads-bind", "spread", "--max-tokens", "32", limit=4)
+    )
     watch.find_server()
     wait_group(watch, "Worker", 3)
     seen = titles(watch)

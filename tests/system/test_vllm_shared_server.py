@@ -19,8 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 ON_SHARED = {
     "test_lmeval_any_vllm.py": 2,
     "test_lmeval_chat_vllm.py": 1,
-    "test_numerics_vllm.py": 2,
-    "test_numerics_gate_vllm.py": 1,
+    "test_numerics_vllm.py": 3,  # positions, numerics-chat, the numerics gate
     "test_vllm_e2e.py": 4,  # parity, AIME and the conversation (twice); the --serve tests start their own
 }
 
@@ -46,7 +45,7 @@ def _group(item: pytest.Item) -> str | None:
 
 
 def test_endpoint_only_real_vllm_tests_use_the_shared_server_on_one_xdist_worker() -> None:
-    items = _collect(*sorted(REPO.glob("tests/test_*vllm*.py")))
+    items = _collect(*sorted(REPO.glob("tests/system/test_*vllm*.py")))
     shared = [i for i in items if "smollm2_shared" in i.fixturenames]
     by_module: dict[str, int] = {}
     for item in shared:
