@@ -118,14 +118,23 @@ def schedule_part(schedule: Sequence[T], index: int, count: int, start: int = 0)
     processes) that each send their part from one shared start send the one schedule."""
     if not 0 <= index < count:
         raise ValueError(f"part {index} of {count}: the index must be in 0..{count - 1}")
-    return list(schedule[(index - start) % count :: count])
+    return list(schedule[part_of(index - start, count) :: count])
+
+
+def part_of(position: int, count: int) -> int:
+    """The part (of ``count``) that :func:`schedule_part` deals the item at ``position`` to: for senders that
+    take a schedule's items one at a time, as they come, instead of as a whole sequence."""
+    return position % count
 
 
 def timed(requests: Sequence[Request], offsets: Sequence[float], start: int = 0) -> list[Request]:
     """``requests`` (in send order, the first at position ``start`` of the whole) each with its ``arrival_s``:
     its own where it has one (a trace's, a probe's), else its position's offset in ``offsets`` (the schedule of
-    the whole, :func:`arrival_offsets`, as the scheduler would give it when sending them all)."""
+    the whole, :func:`arrival_offsets`, as the scheduler would give it when sending them all); one past the
+    schedule's end is left as it is."""
     return [
-        r if r.arrival_s is not None else dataclasses.replace(r, arrival_s=offsets[start + i])
+        r
+        if r.arrival_s is not None or start + i >= len(offsets)
+        else dataclasses.replace(r, arrival_s=offsets[start + i])
         for i, r in enumerate(requests)
     ]

@@ -42,10 +42,10 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.client.arrivals import Arrivals, arrival_offsets
+from evalkit.client.arrivals import Arrivals, arrival_offsets, part_of, timed
 from evalkit.client.limiter import Limiter
 from evalkit.client.scheduler import InFlight
 from evalkit.contracts import Request, Response, SchedulerStats
@@ -96,15 +96,6 @@ def sender_count(
 def shares(concurrency: int, n: int) -> list[int]:
     """``concurrency`` split over ``n`` senders: ``concurrency // n`` each, the first ``concurrency % n`` one more."""
     return [concurrency // n + (k < concurrency % n) for k in range(n)]
-
-
-def timed(requests: list[tuple[int, Request]], offsets: list[float]) -> list[tuple[int, Request]]:
-    """Each ``(position, request)`` due at ``offsets[position]`` from the phase's start (a request that has its own
-    ``arrival_s``, a trace's, keeps it; none past the schedule's end)."""
-    return [
-        (i, req if req.arrival_s is not None or i >= len(offsets) else replace(req, arrival_s=offsets[i]))
-        for i, req in requests
-    ]
 
 
 @dataclass
@@ -269,12 +260,12 @@ class Senders:
             offsets = arrival_offsets(total, arrivals) if arrivals is not None else []
             position = 0
             async for req in todo:
-                k = position % n
+                k = part_of(position, n)  # the deal of arrivals.schedule_part, one request at a time
                 if not await credits[k].acquire() or any(f.done() for f in finished):
                     break
-                (item,) = timed([(position, req)], offsets)
+                (due,) = timed([req], offsets, position)
                 senders[k].held[position] = req  # the request on_done knows (its key is by identity)
-                senders[k].batch.append(item)
+                senders[k].batch.append((position, due))
                 if len(senders[k].batch) == 1:
                     loop.call_soon(flush)
                 position += 1

@@ -4,10 +4,7 @@ union of the senders' arrivals is exactly it, on one clock), resume after a kill
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -19,13 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.client.arrivals import Arrivals, arrival_offsets
+from evalkit.client.arrivals import Arrivals, arrival_offsets, part_of, schedule_part, timed
 from evalkit.client.scheduler import InFlight
 from evalkit.contracts import GenParams, Request
-from evalkit.runner.sender_processes import sender_count, shares, timed
+from evalkit.runner.sender_processes import sender_count, shares
 from evalkit.testing.server import Behaviour, TestServer
+from tests.kill_resume import DONE_BEFORE_KILL, STALLED, kill_mid_run_and_resume
 
-REPO = Path(__file__).resolve().parents[2]
 SAME = ("key", "task", "doc_id", "sample_index", "prompt", "target", "text", "status", "finish_reason", "score")
 
 
@@ -82,11 +79,12 @@ def test_the_senders_interleave_the_one_schedule_and_their_union_is_it() -> None
     offsets = arrival_offsets(101, arrivals)
     n = 3
     reqs = [Request("t", i, 0, f"p{i}", GenParams(max_tokens=8)) for i in range(101)]
-    split = [[(i, reqs[i]) for i in range(k, 101, n)] for k in range(n)]
-    due = sorted((i, req.arrival_s) for part in split for i, req in timed(part, offsets))
+    split = [schedule_part(list(enumerate(reqs)), k, n) for k in range(n)]
+    assert all(part_of(i, n) == k for k, part in enumerate(split) for i, _ in part)  # the senders' one-by-one deal
+    due = sorted((i, timed([req], offsets, i)[0].arrival_s) for part in split for i, req in part)
     assert due == list(enumerate(offsets))
-    trace = [(0, replace(reqs[0], arrival_s=9.0))]  # a trace's own time is kept
-    assert timed(trace, offsets)[0][1].arrival_s == 9.0
+    assert timed([replace(reqs[0], arrival_s=9.0)], offsets)[0].arrival_s == 9.0  # a trace's own time is kept
+    assert timed([reqs[0]], offsets, len(offsets))[0].arrival_s is None  # past the schedule's end: as it is
     assert shares(10, 3) == [4, 3, 3] and sum(shares(7, 7)) == 7
 
 
@@ -138,62 +136,27 @@ def test_a_probed_load_at_a_rate_over_two_processes_gives_the_run_of_one(tmp_pat
 
 
 # ------------------------------------------------------------------------------------------ resume after a kill
-STALLED = 4  # = --concurrency: every slot of both senders ends up holding a stalled request
-DONE_BEFORE_KILL = 8
-
-
 @pytest.mark.slow
 def test_a_killed_two_process_run_resumes_without_resending_and_its_senders_exit(tmp_path: Path) -> None:
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": path}
+    def argv(url: str, out: Path) -> list[str]:
+        return run_args(url, out, "--concurrency", str(STALLED), "--client-processes", "2")
 
-    def command(url: str, out: Path) -> list[str]:
-        extra = ("--concurrency", str(STALLED), "--client-processes", "2")
-        return [sys.executable, "-m", "evalkit.cli", *run_args(url, out, *extra)]
+    senders: list[int] = []
 
-    ref = tmp_path / "reference"
-    with TestServer(Behaviour(correct_ratio=0.6)) as fast:
-        code, err = invoke(command(fast.url, ref)[3:])
-        assert code == 0, err
+    def at_kill(proc: subprocess.Popen[bytes]) -> None:
+        senders.extend(_children(proc.pid, "evalkit.runner.sender_processes"))
+        assert len(senders) == 2
 
-    out = tmp_path / "crashed"
-    with TestServer(Behaviour(correct_ratio=0.6, ttft_s=0.02, itl_s=0.004)) as srv:
-        srv.faults = [None] * DONE_BEFORE_KILL + [{"stall_s": 60, "after_tokens": 2}] * STALLED
-        proc = subprocess.Popen(command(srv.url, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and proc.poll() is None:
-                stalled = [r for r in srv.requests if r.fault and r.first_token_time is not None]
-                written = len(records(out)) if (out / "samples.jsonl").exists() else 0
-                if len(stalled) == STALLED and written >= DONE_BEFORE_KILL:
-                    break
-                time.sleep(0.02)
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-            assert len(records(out)) == DONE_BEFORE_KILL
-            senders = _children(proc.pid, "evalkit.runner.sender_processes")
-            assert len(senders) == 2
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        gone = time.monotonic() + 10
-        while time.monotonic() < gone and any(_alive(pid) for pid in senders):
-            time.sleep(0.05)
-        assert not any(_alive(pid) for pid in senders)  # a sender whose parent died exits: no orphan load
-        done_before = {r["prompt"] for r in records(out)}
-
-        p = subprocess.run(command(srv.url, out), capture_output=True, text=True, env=env, timeout=120)
-        assert p.returncode == 0, p.stderr
-        reqs = srv.requests
-
-    completed = Counter(r.prompt for r in reqs if r.completed)
+    crash = kill_mid_run_and_resume(tmp_path, argv, records, at_kill)
+    gone = time.monotonic() + 10
+    while time.monotonic() < gone and any(_alive(pid) for pid in senders):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in senders)  # a sender whose parent died exits: no orphan load
+    completed = Counter(r.prompt for r in crash.requests if r.completed)
     assert max(completed.values()) == 1 and sum(completed.values()) == 40
-    assert sum(1 for r in reqs if r.prompt in done_before) == DONE_BEFORE_KILL  # never even re-sent
-    assert by_key(out) == by_key(ref)
-    assert summary(out)["metrics"] == summary(ref)["metrics"]
+    assert sum(1 for r in crash.requests if r.prompt in crash.done_before) == DONE_BEFORE_KILL  # never re-sent
+    assert by_key(crash.out) == by_key(crash.reference)
+    assert summary(crash.out)["metrics"] == summary(crash.reference)["metrics"]
 
 
 def _children(pid: int, marker: str) -> list[int]:

@@ -5,11 +5,7 @@ run (exit 1) after writing everything, with the failed keys retried by the next 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,9 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
-from evalkit.testing.server import Behaviour, TestServer
-
-REPO = Path(__file__).resolve().parents[2]
+from evalkit.testing.server import TestServer
+from tests.kill_resume import DONE_BEFORE_KILL, STALLED, kill_mid_run_and_resume
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -181,10 +176,6 @@ def test_error_rate_within_max_error_rate_passes(tmp_path: Path, test_server: Te
 
 
 # ------------------------------------------------------------------------------------------ crash (SIGKILL)
-STALLED = 4  # = --concurrency: every slot ends up holding a stalled request, so the kill lands mid-request
-DONE_BEFORE_KILL = 8
-
-
 @pytest.mark.slow
 def test_sigkill_mid_run_then_same_command_resumes_without_resending(tmp_path: Path) -> None:
     """kill -9 while requests are in flight, then the same command again: the final store equals an
@@ -193,66 +184,16 @@ def test_sigkill_mid_run_then_same_command_resumes_without_resending(tmp_path: P
     Requests after the first DONE_BEFORE_KILL stall for a minute after two tokens, so at the kill exactly
     DONE_BEFORE_KILL samples are written and every in-flight request is mid-stream (a kill in the few
     milliseconds between the server finishing a response and evalkit writing it could not be told apart from
-    a lost result; the stall keeps the test deterministic)."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": path}
+    a lost result; the stall keeps the test deterministic: tests/kill_resume.py)."""
 
-    def command(url: str, out: Path) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "evalkit.cli",
-            "run",
-            "gsm8k",
-            "--endpoint",
-            url,
-            "--limit",
-            "40",
-            "--max-tokens",
-            "64",
-            "--concurrency",
-            str(STALLED),
-            "-o",
-            str(out),
-            "--no-report",
-            "-q",
-        ]
+    def argv(url: str, out: Path) -> list[str]:
+        args = ["run", "gsm8k", "--endpoint", url, "--limit", "40", "--max-tokens", "64"]
+        return [*args, "--concurrency", str(STALLED), "-o", str(out), "--no-report", "-q"]
 
-    # the uninterrupted reference, on a fresh dir (in-process: the answers do not depend on timing or process)
-    ref = tmp_path / "reference"
-    with TestServer(Behaviour(correct_ratio=0.6)) as fast:
-        code, err = invoke(command(fast.url, ref)[3:])
-        assert code == 0, err
-
-    out = tmp_path / "crashed"
-    with TestServer(Behaviour(correct_ratio=0.6, ttft_s=0.02, itl_s=0.004)) as srv:
-        srv.faults = [None] * DONE_BEFORE_KILL + [{"stall_s": 60, "after_tokens": 2}] * STALLED
-        proc = subprocess.Popen(command(srv.url, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and proc.poll() is None:
-                stalled = [r for r in srv.requests if r.fault and r.first_token_time is not None]
-                written = len(lines(out)) if (out / "samples.jsonl").exists() else 0
-                if len(stalled) == STALLED and written >= DONE_BEFORE_KILL:
-                    break
-                time.sleep(0.02)
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-            assert len(lines(out)) == DONE_BEFORE_KILL  # nothing else can complete: every slot is stalled
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
-            assert proc.returncode == -signal.SIGKILL
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert not (out / "summary.json").exists()
-        done_before = {r["prompt"] for r in records(out)}
-        assert len(done_before) == DONE_BEFORE_KILL
-
-        p = subprocess.run(command(srv.url, out), capture_output=True, text=True, env=env, timeout=120)
-        assert p.returncode == 0, p.stderr
-        reqs = srv.requests
+    crash = kill_mid_run_and_resume(tmp_path, argv, records)
+    assert crash.killed_rc == -signal.SIGKILL
+    ref, out, reqs, done_before = crash.reference, crash.out, crash.requests, crash.done_before
+    assert len(done_before) == DONE_BEFORE_KILL
 
     completed = Counter(r.prompt for r in reqs if r.completed)
     assert max(completed.values()) == 1, [p[-60:] for p, n in completed.items() if n > 1]
