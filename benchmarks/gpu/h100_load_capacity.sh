@@ -7,10 +7,14 @@
 #             raw client -> $OUT/bench.json
 #   procs     benchmarks/bench_client_processes.py with 1, 2, 4 and 8 sender processes on the host's cores
 #   capacity  `evalkit capacity random` 1024/128 within TTFT <= 250 ms and TPOT <= 25 ms at 99%, on :8000 and :8001
+#   schedule  benchmarks/bench_schedule.py (500 req/s, 60 s, the fast test server) on 2 of the host's cores
+#             (taskset: the 2-core bound on a quiet machine), then on all of them -> $OUT/schedule-*.json
+#   lease     the short lease's one call: :8000 started, schedule on 2 cores while it compiles, then load (20 s per
+#             rate), bench (2 rounds) and procs (1, 2 and 8 processes, one round)
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
 export EVALKIT_HISTORY_URL=off
-case "${1:?serve|load|bench|procs|capacity}" in
+case "${1:?serve|load|bench|procs|capacity|schedule|lease}" in
 serve)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   start_server 8001 --max-num-seqs 32
@@ -43,5 +47,20 @@ capacity)
       --point-duration "${POINT:-15s}" --max-duration "${MAXDUR:-230s}" --cost-per-gpu-hour 2.5 \
       -o "$OUT/capacity-seqs$seqs" 2>&1 | tail -3
   done
+  ;;
+schedule)
+  taskset -c 0,1 python3 -m benchmarks.bench_schedule --json "$OUT/schedule-2cores.json" 2>&1 | tail -6
+  python3 -m benchmarks.bench_schedule --json "$OUT/schedule-all-cores.json" 2>&1 | tail -6
+  ;;
+lease)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc
+  start_server 8000
+  taskset -c 14,15 python3 -m benchmarks.bench_schedule --json "$OUT/schedule-2cores.json" 2>&1 | tail -6
+  wait_healthy 8000 || exit 3
+  echo ":8000 healthy at ${SECONDS} s"
+  SECONDS_PER_RATE=20 bash "$0" load
+  ROUNDS=2 bash "$0" bench
+  python3 -m benchmarks.bench_client_processes --processes 1,2,8 --servers 4 --num-prompts 10000 --rounds 1 \
+    --json "$OUT/procs.json" 2>&1 | tail -8
   ;;
 esac
