@@ -14,16 +14,18 @@ import typer
 from evalkit.cli.common import app, fail
 from evalkit.cli.server_options import PANEL as _OPT
 from evalkit.cli.server_options import add_server_options
+from evalkit.cli.workload_options import add_workload_options, workload_settings
 from evalkit.errors import ConfigError, EvalkitError
 
 _SEARCH = "Search"
-_LOAD = "Workloads (docs/load.md)"
+NOT_IN_A_SEARCH = ("num_prompts", "trace_speed")  # a point's size is --point-duration / --point-requests
 EXIT_BELOW_START = 1
 EXIT_CANNOT_DECIDE = 2
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 @add_server_options(after="serve")
+@add_workload_options(after="tasks_dir", leave_out=NOT_IN_A_SEARCH)
 def capacity(
     tasks: Annotated[list[str], typer.Argument(help="The task or workload the load is made of, e.g. random.")],
     output_dir: Annotated[
@@ -89,27 +91,6 @@ def capacity(
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Generation cap per request.")] = None,
     tasks_dir: Annotated[list[Path] | None, typer.Option(help="Extra folder of task YAML files.")] = None,
-    dataset_path: Annotated[Path | None, typer.Option(help="sharegpt: the JSON file.", rich_help_panel=_LOAD)] = None,
-    random_input_len: Annotated[
-        int | None, typer.Option(min=1, help="random: prompt tokens.", rich_help_panel=_LOAD)
-    ] = None,
-    random_output_len: Annotated[
-        int | None, typer.Option(min=1, help="random: output tokens.", rich_help_panel=_LOAD)
-    ] = None,
-    random_range_ratio: Annotated[
-        float | None, typer.Option(help="random: length spread.", rich_help_panel=_LOAD)
-    ] = None,
-    random_prefix_len: Annotated[
-        int | None, typer.Option(min=0, help="random: shared prefix.", rich_help_panel=_LOAD)
-    ] = None,
-    ignore_eos: Annotated[
-        bool, typer.Option("--ignore-eos", help="sharegpt: forced lengths.", rich_help_panel=_LOAD)
-    ] = False,
-    turns: Annotated[int | None, typer.Option(help="sessions: user turns.", rich_help_panel=_LOAD)] = None,
-    think_time: Annotated[float | None, typer.Option(help="sessions: think time, s.", rich_help_panel=_LOAD)] = None,
-    probe: Annotated[
-        list[str] | None, typer.Option(help="TASK:SHARE mixed into the load.", rich_help_panel=_LOAD)
-    ] = None,
     serve: Annotated[
         str | None, typer.Option(help="Start vLLM with this model and search it.", rich_help_panel=_OPT)
     ] = None,
@@ -154,17 +135,13 @@ def capacity(
         if server_env:
             server_given["env"] = _parse_env(server_env)
         server = {"model": serve, **server_given} if serve is not None else (server_given or None)
-        workload = {
-            "dataset_path": dataset_path, "random_input_len": random_input_len, "random_output_len": random_output_len,
-            "random_range_ratio": random_range_ratio, "random_prefix_len": random_prefix_len,
-            "ignore_eos": ignore_eos or None, "turns": turns, "think_time": think_time, "probe": probe or None,
-        }  # fmt: skip
+        workload = workload_settings(server_options.get, leave_out=NOT_IN_A_SEARCH)
         settings: dict[str, Any] = dict(
             endpoint=endpoint, model=model, api_key_file=api_key_file, endpoint_kind=endpoint_kind,
             concurrency=concurrency, arrival=arrival, burstiness=burstiness, seed=seed, limit=limit,
             temperature=temperature, max_tokens=max_tokens, tasks_dir=tasks_dir or None, server=server,
             cost_per_gpu_hour=cost_per_gpu_hour, gpus_billed=gpus_billed, report=False if no_report else None,
-            workload={k: v for k, v in workload.items() if v is not None} or None,
+            workload=workload or None,
         )  # fmt: skip
 
         def on_point(p: Any) -> None:

@@ -22,9 +22,9 @@ from evalkit.cli.common import (
 )
 from evalkit.cli.server_options import PANEL as _OPT
 from evalkit.cli.server_options import add_server_options
+from evalkit.cli.workload_options import add_workload_options, workload_settings
 from evalkit.errors import EvalkitError, RunError
 
-_LOAD = "Workloads (docs/load.md)"
 K8S = "Sharded on Kubernetes / Slurm"
 CLUSTER_KEYS = ("k8s", "shards", "image", "pvc", "api_key_secret", "namespace")
 # the options of the server evalkit starts: each pod of --k8s would start its own, so they are refused there
@@ -34,6 +34,7 @@ SERVE_HELP = "Start vLLM with this model (path or id) and evaluate it; stopped a
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 @add_server_options(after="serve")
+@add_workload_options(after="gpus_billed")
 def run(
     tasks: Annotated[list[str] | None, typer.Argument(help="Task names, e.g. gsm8k aime25.")] = None,
     endpoint: Annotated[
@@ -176,58 +177,6 @@ def run(
         int | None,
         typer.Option(min=1, help="GPUs the cost is for (default: the started server's TP x PP x DP)."),
     ] = None,
-    num_prompts: Annotated[
-        int | None,
-        typer.Option(min=1, help="Workloads: requests (default 1000; trace: every line).", rich_help_panel=_LOAD),
-    ] = None,
-    dataset_path: Annotated[
-        Path | None,
-        typer.Option(help="sharegpt: the ShareGPT JSON file; trace: the Mooncake JSONL trace.", rich_help_panel=_LOAD),
-    ] = None,
-    random_input_len: Annotated[
-        int | None, typer.Option(min=1, help="random: prompt tokens (default 1024).", rich_help_panel=_LOAD)
-    ] = None,
-    random_output_len: Annotated[
-        int | None, typer.Option(min=1, help="random: output tokens, forced (default 128).", rich_help_panel=_LOAD)
-    ] = None,
-    random_range_ratio: Annotated[
-        float | None,
-        typer.Option(
-            help="random: lengths uniform in [len x (1 - r), len x (1 + r)], 0 <= r < 1 (default 0).",
-            rich_help_panel=_LOAD,
-        ),
-    ] = None,
-    random_prefix_len: Annotated[
-        int | None,
-        typer.Option(min=0, help="random: tokens of a prefix all prompts share (default 0).", rich_help_panel=_LOAD),
-    ] = None,
-    ignore_eos: Annotated[
-        bool,
-        typer.Option("--ignore-eos", help="sharegpt: force each output to its recorded length.", rich_help_panel=_LOAD),
-    ] = False,
-    trace_speed: Annotated[
-        float | None,
-        typer.Option(
-            help="trace: replay this many times faster than its timestamps (default 1).", rich_help_panel=_LOAD
-        ),
-    ] = None,
-    turns: Annotated[
-        int | None,
-        typer.Option(help="sessions: user turns per conversation, >= 1 (default 3).", rich_help_panel=_LOAD),
-    ] = None,
-    think_time: Annotated[
-        float | None,
-        typer.Option(
-            help="sessions: seconds from an answer to the next user turn, >= 0 (default 0).", rich_help_panel=_LOAD
-        ),
-    ] = None,
-    probe: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="TASK:SHARE, e.g. gsm8k:0.05: that share of the workload's requests are TASK's own, scored as its run (repeatable).",
-            rich_help_panel=_LOAD,
-        ),
-    ] = None,
     serve: Annotated[str | None, typer.Option(help=SERVE_HELP, rich_help_panel=_OPT)] = None,
     server_arg: Annotated[
         list[str] | None,
@@ -278,7 +227,7 @@ def run(
         ),
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="--k8s: the Jobs' namespace.", rich_help_panel=K8S)] = None,
-    **server_options: Any,  # one per row of cli.server_options.SERVER_OPTIONS (the signature Typer reads lists them)
+    **server_options: Any,  # one per row of cli.server_options.SERVER_OPTIONS and of cli.workload_options.WORKLOAD_OPTIONS
 ) -> None:
     """Evaluate TASKS against a server and write the result store (manifest, samples, summary, report)."""
     params = dict(locals())  # the options, before anything else is bound here
@@ -446,7 +395,7 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         cost_per_gpu_hour=take("cost_per_gpu_hour"),
         gpus_billed=take("gpus_billed"),
         server=server,
-        workload=_workload_settings(take) or None,
+        workload=workload_settings(take) or None,
     )
     config_file = take("config")
     p.pop("quiet", None)  # how the command shows progress, not a setting
@@ -455,18 +404,6 @@ def run_settings(params: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
         p.pop(key, None)
     assert not p, f"evalkit run options not mapped to settings in cli.run.run_settings: {sorted(p)}"
     return settings, config_file
-
-
-WORKLOAD_OPTIONS = (
-    "num_prompts", "dataset_path", "random_input_len", "random_output_len", "random_range_ratio", "random_prefix_len",
-    "ignore_eos", "trace_speed", "turns", "think_time", "probe",
-)  # fmt: skip
-
-
-def _workload_settings(take: Any) -> dict[str, Any]:
-    """The workload options given (evalkit.config.workload.WorkloadSettings' fields)."""
-    values = {name: take(name) for name in WORKLOAD_OPTIONS}
-    return {k: v for k, v in values.items() if v is not None and v is not False and v != []}
 
 
 def _warmup_setting(warmup: int | None, no_warmup: bool) -> int | None:
