@@ -106,27 +106,30 @@ NOT_OPTIONS: dict[str, str] = {
 """ServerConfig's fields that are no row of :data:`SERVER_OPTIONS`, and where they are set instead."""
 
 
+def insert_parameters(func: Callable[..., Any], after: str, added: list[tuple[str, Any, Any]]) -> Callable[..., Any]:
+    """Give ``func`` (a command that takes ``**kwargs``) the keyword parameters ``added`` (name, annotation,
+    default), placed after its parameter ``after``, as Typer reads a signature; their values come in the
+    ``**kwargs``, which the signature Typer reads no longer lists."""
+    sig = inspect.signature(func, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    cut = [p.name for p in own].index(after) + 1
+    new = [inspect.Parameter(name, own[cut - 1].kind, default=d, annotation=a) for name, a, d in added]
+    params = [*own[:cut], *new, *own[cut:]]
+    func.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    func.__annotations__ = {p.name: p.annotation for p in params}
+    return func
+
+
 def add_server_options(after: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give the decorated command (which takes ``**server_options``) one keyword parameter per row of
     :data:`SERVER_OPTIONS`, placed after its parameter ``after``, as Typer reads a signature."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        sig = inspect.signature(func, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        cut = [p.name for p in own].index(after) + 1
         added = [
-            inspect.Parameter(
-                opt.name,
-                own[cut - 1].kind,
-                default=None,
-                annotation=Annotated[opt.type | None, typer.Option(*opt.flags, help=opt.help, rich_help_panel=PANEL)],
-            )
+            (opt.name, Annotated[opt.type | None, typer.Option(*opt.flags, help=opt.help, rich_help_panel=PANEL)], None)
             for opt in SERVER_OPTIONS
         ]
-        params = [*own[:cut], *added, *own[cut:]]
-        func.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        func.__annotations__ = {p.name: p.annotation for p in params}
-        return func
+        return insert_parameters(func, after, added)
 
     return decorate
 

@@ -6,13 +6,14 @@ the field in ``WorkloadSettings`` and a row here."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from evalkit.cli.server_options import insert_parameters
 
 PANEL = "Workloads (docs/load.md)"
 
@@ -56,31 +57,17 @@ def add_workload_options(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give the decorated command (which takes ``**kwargs``) one keyword parameter per row of
     :data:`WORKLOAD_OPTIONS` but those named in ``leave_out``, placed after its parameter ``after``, as Typer reads
-    a signature; their values come in the command's ``**kwargs``."""
+    a signature (:func:`~evalkit.cli.server_options.insert_parameters`); their values come in the command's
+    ``**kwargs``."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        sig = inspect.signature(func, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        rest = [p for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
-        cut = [p.name for p in own].index(after) + 1
         added = []
         for opt in WORKLOAD_OPTIONS:
-            if opt.name in leave_out:
-                continue
-            option = typer.Option(*opt.flags, min=opt.min, help=opt.help, rich_help_panel=PANEL)
-            flag = opt.type is bool
-            added.append(
-                inspect.Parameter(
-                    opt.name,
-                    own[cut - 1].kind,
-                    default=False if flag else None,
-                    annotation=Annotated[bool if flag else opt.type | None, option],
-                )
-            )
-        params = [*own[:cut], *added, *own[cut:], *rest]
-        func.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        func.__annotations__ = {p.name: p.annotation for p in params}
-        return func
+            if opt.name not in leave_out:
+                option = typer.Option(*opt.flags, min=opt.min, help=opt.help, rich_help_panel=PANEL)
+                flag = opt.type is bool
+                added.append((opt.name, Annotated[bool if flag else opt.type | None, option], False if flag else None))
+        return insert_parameters(func, after, added)
 
     return decorate
 
