@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 import pytest
@@ -10,6 +11,26 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # the commands under test record into the run history: never into the user's own (the history tests set theirs)
 os.environ["EVALKIT_HISTORY_URL"] = "off"
+
+
+@pytest.fixture
+def lm_eval_cache(tmp_path, monkeypatch):
+    """A fresh evalkit cache for the test (``EVALKIT_CACHE_DIR``: its prompt cache and generated lm-eval task files)
+    holding a link to the kept index of lm-eval's own tasks in the default cache, made there once when missing:
+    indexing lm-eval's tasks takes seconds, which each test's own cache would otherwise pay again."""
+    from evalkit.tasks import lmeval_source
+
+    monkeypatch.delenv("EVALKIT_CACHE_DIR", raising=False)
+    kept = lmeval_source.bundled_index_path()
+    if not kept.is_file():
+        lmeval_source.bundled_task_index()
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EVALKIT_CACHE_DIR", str(cache))
+    link = lmeval_source.bundled_index_path()
+    link.parent.mkdir(parents=True)
+    with contextlib.suppress(OSError):  # another file system, or the kept file could not be written
+        os.link(kept, link)
+    return cache
 
 
 @pytest.fixture

@@ -69,6 +69,10 @@ def write_text_atomic(path: Path, text: str) -> None:
     _replace_atomic(path, text.encode("utf-8"))
 
 
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    _replace_atomic(path, data)
+
+
 def write_error(path: Path, err: OSError, then: str) -> StoreError:
     """The one-line error for a failed write of ``path``; ``then`` says what was kept and what to do."""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):

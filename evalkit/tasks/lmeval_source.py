@@ -14,11 +14,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
 import inspect
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,15 +56,68 @@ def quiet_lm_eval() -> None:
 
 @functools.lru_cache(maxsize=4)
 def task_manager(include_path: tuple[str, ...] = ()) -> Any:
-    """lm-eval's TaskManager over its own tasks and ``include_path`` (built once per process: it indexes
-    every task file, seconds)."""
+    """lm-eval's TaskManager over its own tasks and ``include_path`` (built once per process), its index of lm-eval's
+    own tasks read from :func:`bundled_task_index` (the same entries lm-eval's constructor builds; the
+    ``include_path`` folders indexed by lm-eval as usual, their tasks taking precedence)."""
     quiet_lm_eval()
     for folder in include_path:
         if not Path(folder).is_dir():
             raise TaskError(f"--include-path {folder}: not a folder; pass a folder of lm-eval task YAML files")
     from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._index import Kind
 
-    return TaskManager(include_path=list(include_path) or None)
+    tm = TaskManager(include_path=list(include_path) or None, include_defaults=False)
+    tm._index = {**bundled_task_index(), **tm._index}
+    names = sorted(tm._index)
+    kinds = {name: tm._index[name].kind for name in names}
+    tm._all_tasks = names
+    tm._all_subtasks = [n for n in names if kinds[n] in (Kind.TASK, Kind.PY_TASK)]
+    tm._all_groups = [n for n in names if kinds[n] == Kind.GROUP]
+    tm._all_tags = [n for n in names if kinds[n] == Kind.TAG]
+    return tm
+
+
+def _tasks_fingerprint(root: Path) -> str:
+    """A hash over the path, size and modification time of every task YAML under ``root`` (with lm-eval's version):
+    what :func:`bundled_task_index`'s file is keyed by, so an edited, added or removed task file rebuilds it."""
+    digest = hashlib.sha256(f"{lm_eval_version()}\n{root}\n".encode())
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        for name in sorted(files):
+            if name.endswith(".yaml"):
+                st = os.stat(os.path.join(folder, name))
+                digest.update(f"{folder}/{name}:{st.st_mtime_ns}:{st.st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def bundled_index_path() -> Path:
+    """Where :func:`bundled_task_index` keeps lm-eval's index of its own tasks: ``lm-eval-index/<fingerprint>.pickle``
+    in the evalkit cache (beside the prompt cache)."""
+    return generated_dir().parent / "lm-eval-index" / f"{_tasks_fingerprint(lm_eval_tasks_dir())}.pickle"
+
+
+def bundled_task_index() -> dict[str, Any]:
+    """lm-eval's index of its own tasks (name -> ``Entry``), as its ``TaskIndex.build`` makes it, kept at
+    :func:`bundled_index_path`: indexing parses every task YAML (some 14,000 files: seconds), reading the kept
+    index a small part of that. A file that does not load is rebuilt; an unwritable cache only costs the time."""
+    import pickle
+
+    from lm_eval.tasks._index import TaskIndex
+
+    path = bundled_index_path()
+    with contextlib.suppress(OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
+        index = pickle.loads(path.read_bytes())
+        if isinstance(index, dict):
+            return index
+    index = TaskIndex.build([lm_eval_tasks_dir()])
+    with contextlib.suppress(OSError):
+        from evalkit.store.files import write_bytes_atomic
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob("*.pickle"):  # another lm-eval version's or an edited tree's
+            old.unlink(missing_ok=True)
+        write_bytes_atomic(path, pickle.dumps(index, protocol=pickle.HIGHEST_PROTOCOL))
+    return index
 
 
 def _entry(name: str, include_path: tuple[str, ...]) -> Any:

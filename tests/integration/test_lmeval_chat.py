@@ -24,8 +24,8 @@ SYSTEM = "You are a terse quiz bot."
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EVALKIT_CACHE_DIR", str(tmp_path / "cache"))
+def _cache(lm_eval_cache: Path) -> None:
+    """Each test its own evalkit cache (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ THINGS = ["apple", "car", "house", "river", "stone", "bird", "tree", "road", "cl
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EVALKIT_CACHE_DIR", str(tmp_path / "cache"))
+def _cache(lm_eval_cache: Path) -> None:
+    """Each test its own evalkit cache (tests/conftest.py)."""
 
 
 def _loglikelihood(context: str, continuation: str) -> float:

@@ -21,8 +21,8 @@ OBJECTS = ["the stone bridge", "a green field", "the quiet town", "an open door"
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EVALKIT_CACHE_DIR", str(tmp_path / "cache"))
+def _cache(lm_eval_cache: Path) -> None:
+    """Each test its own evalkit cache (tests/conftest.py)."""
 
 
 def write_gate_roll(folder: Path, docs: int = 24) -> Path:

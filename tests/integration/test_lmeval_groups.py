@@ -67,9 +67,8 @@ def _lm_eval(url: str, model: str, folder: Path, tasks: list[str], monkeypatch: 
 
 
 def test_group_aggregates_equal_lm_evals_to_the_last_digit(
-    tmp_path: Path, test_server: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, test_server: Any, monkeypatch: pytest.MonkeyPatch, lm_eval_cache: Path
 ) -> None:
-    monkeypatch.setenv("EVALKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "200")  # the console table's rows unwrapped
     folder = write_group_tasks(tmp_path / "tasks")
     url, model = test_server.url, "test-model"

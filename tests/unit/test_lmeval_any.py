@@ -29,8 +29,8 @@ RECORDED = Path(__file__).parents[1] / "data" / "lmeval" / "vllm_echo_answer.jso
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EVALKIT_CACHE_DIR", str(tmp_path / "cache"))
+def _cache(lm_eval_cache: Path) -> None:
+    """Each test its own evalkit cache (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")
