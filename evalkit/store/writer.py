@@ -390,6 +390,9 @@ def load_for_summary(
     window's ITLs."""
     itl = array("f")
     by_key: dict[str, SampleRecord] = {}
+    # the records written with the same fields share one fields-set: pydantic's own set per record (some 30 names)
+    # is most of a slimmed record's memory
+    fields_sets: dict[tuple[str, ...], set[str]] = {}
     for d in iter_sample_dicts(store.samples_path):
         if d.get("task") != task:
             continue
@@ -403,5 +406,7 @@ def load_for_summary(
         d["itl_ms"], d["prompt"], d["messages"] = [], "", None
         if not keep_text:
             d["response"] = d["reasoning"] = None
-        by_key[d["key"]] = SampleRecord.model_construct(**d)
+        names = tuple(d)
+        fields_set = fields_sets.setdefault(names, set(names))
+        by_key[d["key"]] = SampleRecord.model_construct(_fields_set=fields_set, **d)
     return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index)), itl
