@@ -9,8 +9,8 @@
 #   capacity  `evalkit capacity random` 1024/128 within TTFT <= 250 ms and TPOT <= 25 ms at 99%, on :8000 and :8001
 #   schedule  benchmarks/bench_schedule.py (500 req/s, 60 s, the fast test server) on 2 of the host's cores
 #             (taskset: the 2-core bound on a quiet machine), then on all of them -> $OUT/schedule-*.json
-#   lease     the short lease's first call: :8000 started; schedule on 2 cores while it starts; procs (1, 2 and 8
-#             processes, one round, the test servers only); bench (2 rounds) once :8000 answers
+#   lease     the short lease's first call: procs (1, 2 and 8 processes, 5 test servers, one round, on a quiet
+#             host); :8000 started and schedule on 2 cores while it starts; bench (2 rounds) once :8000 answers
 #   lease2    the second call, while the machine is warm: load (20 s per rate) on :8000, then :8001 started and
 #             capacity on both (from 64 req/s, 8 s points, 100 s at most each)
 set -uo pipefail
@@ -56,10 +56,10 @@ schedule)
   ;;
 lease)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc
+  python3 -m benchmarks.bench_client_processes --processes 1,2,8 --servers 5 --num-prompts 10000 --rounds 1 \
+    --json "$OUT/procs.json" 2>&1 | tail -8
   start_server 8000
   taskset -c 14,15 python3 -m benchmarks.bench_schedule --json "$OUT/schedule-2cores.json" 2>&1 | tail -6
-  python3 -m benchmarks.bench_client_processes --processes 1,2,8 --servers 4 --num-prompts 10000 --rounds 1 \
-    --json "$OUT/procs.json" 2>&1 | tail -8
   wait_healthy 8000 || exit 3
   echo ":8000 healthy at ${SECONDS} s"
   ROUNDS=2 bash "$0" bench
