@@ -260,8 +260,15 @@ def test_launch_failure_is_one_line(tmp_path: Path) -> None:
         VLLMServer(cfg, tmp_path).start()
 
 
+# The driver is a program as a shell starts it: Ctrl-C and SIGTERM delivered, whatever the test process's own
+# disposition of them (in two full pytest-xdist runs a SIGINT to the driver was not acted on within 30 s; the driver
+# says on stderr what it inherited).
 DRIVER = """
-import os, sys, time
+import os, signal, sys, time
+inherited = (signal.getsignal(signal.SIGINT), sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
+signal.signal(signal.SIGINT, signal.default_int_handler)
+print("inherited SIGINT handler and blocked signals:", inherited, file=sys.stderr, flush=True)
 sys.path.insert(0, {repo!r})
 from evalkit.config import ServerConfig
 from evalkit.server.vllm_process import VLLMServer
