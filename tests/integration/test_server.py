@@ -22,6 +22,7 @@ from evalkit.server import gpu
 from evalkit.server.launch import build_argv
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import ServerStartError, VLLMServer
+from tests.shell_signals import as_from_a_shell
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = str(REPO / "evalkit" / "testing" / "fake_vllm_process.py")
@@ -260,15 +261,8 @@ def test_launch_failure_is_one_line(tmp_path: Path) -> None:
         VLLMServer(cfg, tmp_path).start()
 
 
-# The driver is a program as a shell starts it: Ctrl-C and SIGTERM delivered, whatever the test process's own
-# disposition of them (in two full pytest-xdist runs a SIGINT to the driver was not acted on within 30 s; the driver
-# says on stderr what it inherited).
 DRIVER = """
-import os, signal, sys, time
-inherited = (signal.getsignal(signal.SIGINT), sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
-signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
-signal.signal(signal.SIGINT, signal.default_int_handler)
-print("inherited SIGINT handler and blocked signals:", inherited, file=sys.stderr, flush=True)
+import os, sys, time
 sys.path.insert(0, {repo!r})
 from evalkit.config import ServerConfig
 from evalkit.server.vllm_process import VLLMServer
@@ -296,7 +290,9 @@ def test_signals_and_atexit_stop_the_server(tmp_path: Path, mode: str, sig: sign
     record = tmp_path / "rec.json"
     extra = ["--fake-child", "--fake-record", str(record)]
     script.write_text(DRIVER.format(repo=str(REPO), fake=FAKE, extra=extra, run_dir=str(tmp_path / "run")))
-    proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True, preexec_fn=as_from_a_shell
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.startswith("PGID"), line
@@ -319,7 +315,9 @@ def test_sigterm_during_startup(tmp_path: Path) -> None:
     record = tmp_path / "rec.json"
     extra = ["--fake-startup-delay", "60", "--fake-record", str(record)]
     script.write_text(DRIVER.format(repo=str(REPO), fake=FAKE, extra=extra, run_dir=str(tmp_path / "run")))
-    proc = subprocess.Popen([sys.executable, str(script), "startup"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "startup"], stdout=subprocess.PIPE, text=True, preexec_fn=as_from_a_shell
+    )
     deadline = time.monotonic() + 20
     while not record.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -32,6 +32,7 @@ from evalkit.server.http_reads import http_get
 from evalkit.server.launch import MODULE
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import VLLMServer
+from tests.shell_signals import as_from_a_shell
 from tests.vllm_env import MODEL_DIR, NAME, REPO, SHARED_GROUP, VLLM_MARKS
 
 PARITY_LIMIT = 10
@@ -143,6 +144,7 @@ class ServerWatch:
             stderr=self.err,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=as_from_a_shell,  # the SIGINT test's Ctrl-C reaches evalkit's own handling
         )
         return self.proc
 
