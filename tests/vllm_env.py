@@ -35,19 +35,37 @@ VLLM_MARKS = [
 ]
 
 
-def smollm2_server(*, prefix_caching: bool = False, extra_args: Sequence[str] = (), **fields: Any) -> ServerConfig:
+# One rank's worker inside vLLM's engine-core process: two processes to start, not three (each imports vLLM and
+# torch, ~10 s of one core here). vLLM's CPU platform takes the in-process executor only with V1 multiprocessing
+# off, which leaves the API server and the engine core in processes of their own.
+IN_PROCESS_WORKER_ARGS = ("--distributed-executor-backend", "uni")
+IN_PROCESS_WORKER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def smollm2_server(
+    *, prefix_caching: bool = False, extra_args: Sequence[str] = (), in_process_worker: bool = True, **fields: Any
+) -> ServerConfig:
     """The SmolLM2 CPU server the real-vLLM tests start: vLLM as ``python -m`` (the CPU build has no ``vllm``
     distribution for ``vllm serve``), eager, 2048-token context, 1 GiB of KV cache, offline, prefix caching off
-    unless ``prefix_caching``. ``extra_args`` are added to vLLM's arguments; ``fields`` set or replace any
+    unless ``prefix_caching``, its one worker in the engine-core process unless ``in_process_worker`` is false
+    (``IN_PROCESS_WORKER_ARGS``). ``extra_args`` are added to vLLM's arguments; ``fields`` set or replace any
     other :class:`ServerConfig` field (e.g. ``dtype``, ``launcher``)."""
-    args = [*([] if prefix_caching else ["--no-enable-prefix-caching"]), *extra_args]
+    args = [
+        *([] if prefix_caching else ["--no-enable-prefix-caching"]),
+        *(IN_PROCESS_WORKER_ARGS if in_process_worker else ()),
+        *extra_args,
+    ]
     base: dict[str, Any] = {
         "model": str(MODEL_DIR),
         "served_model_name": NAME,
         "launcher": "module",
         "enforce_eager": True,
         "max_model_len": 2048,
-        "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
+        "env": {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1",
+            **(IN_PROCESS_WORKER_ENV if in_process_worker else {}),
+        },
         "startup_timeout_s": 600,
         "stop_grace_s": 30,
     }

@@ -27,7 +27,8 @@ pytestmark = VLLM_MARKS
 
 
 def cpu_cfg(**kw: Any) -> ServerConfig:
-    return smollm2_server(prefix_caching=True, **kw)
+    """vLLM's own process layout (API server, engine core, worker), which evalkit's start and stop must handle."""
+    return smollm2_server(prefix_caching=True, in_process_worker=False, **kw)
 
 
 def post_json(url: str, payload: dict[str, object]) -> dict[str, object]:

@@ -58,10 +58,17 @@ def test_endpoint_only_real_vllm_tests_use_the_shared_server_on_one_xdist_worker
 
 def test_the_shared_server_is_the_default_server_with_the_tokenizer_info_endpoint() -> None:
     """The configuration the modules on it started before they shared it: the defaults (prefix caching off, no
-    dtype: evalkit's CPU choice), plus the endpoint test_lmeval_any_vllm.py's server had on."""
+    dtype: evalkit's CPU choice, the worker in the engine core), plus the endpoint test_lmeval_any_vllm.py's server
+    had on."""
     cfg = shared_server_config()
     assert cfg.model_dump(exclude={"extra_args"}) == smollm2_server().model_dump(exclude={"extra_args"})
-    assert cfg.extra_args == ["--no-enable-prefix-caching", "--enable-tokenizer-info-endpoint"]
+    assert cfg.extra_args == [
+        "--no-enable-prefix-caching",
+        "--distributed-executor-backend",
+        "uni",
+        "--enable-tokenizer-info-endpoint",
+    ]
+    assert cfg.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # what lets the CPU platform keep the uni executor
 
 
 def test_an_xdist_group_stays_on_one_worker_under_loadgroup(tmp_path: Path) -> None:
