@@ -1,8 +1,9 @@
 """The CPU layout sweep in CI: ``examples/sweeps/cpu-layouts.yaml`` (SmolLM2-135M on the CPU build of vLLM as
 tp1, tp3 and dp2, 4 documents each of GSM8K and the numerics task at one fixed concurrency), each server started
 once with its config's own flags (``max_num_seqs`` 4 on tp1, 8 on dp2, none on tp3: in that server's argv only);
-its table, comparison report, per-engine /metrics of dp2, no vLLM process left after each server, and the gate
-between layouts (accuracy paired, speed, numerics against tp1's noise floor). ``pytest -s`` prints the figures
+its table, comparison report, per-engine /metrics of dp2, tp3's three worker processes and their thread binding,
+no vLLM process left after each server (the normal end of a multi-rank layout), and the gate between layouts
+(accuracy paired, speed, numerics against tp1's noise floor). ``pytest -s`` prints the figures
 (docs/benchmarks/archive/cpu-vllm-layouts.md records them).
 
 Two controls make the numerics comparable on every CI machine: one request in flight (the example's level is 4)
@@ -17,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -101,6 +103,15 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
         seqs = argv[argv.index("--max-num-seqs") + 1] if "--max-num-seqs" in argv else None
         assert seqs == {"tp1": "4", "dp2": "8"}.get(layout), (layout, argv)
         assert float(rows[layout]["output_tok_s"]) > 0
+    # tp3: three ranks, each its own worker process, their threads bound by "spread" (rank r on CPU r mod n)
+    tp3 = json.loads((runs["tp3"] / "manifest.json").read_text())["server"]
+    assert tp3["argv"][tp3["argv"].index("--tensor-parallel-size") + 1] == "3"
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) <= 3:
+        assert tp3["env_overrides"]["VLLM_CPU_OMP_THREADS_BIND"] == "|".join(str(cpus[r % len(cpus)]) for r in range(3))
+    log = (out / "servers" / "tp3" / "server.log").read_text(errors="replace")
+    ranks = dict(re.findall(r"pid=(\d+)\).*\bworld_size=3 rank=(\d)\b", log))
+    assert sorted(ranks.values()) == ["0", "1", "2"], ranks  # three worker processes, one rank each
     dp2 = json.loads((runs["dp2"] / "summary.json").read_text())["tasks"]["gsm8k"]["server"]
     assert sorted(dp2["engines"]) == ["0", "1"]
     assert sum(e["requests"] for e in dp2["engines"].values()) == dp2["requests"]["total"] >= LIMIT
