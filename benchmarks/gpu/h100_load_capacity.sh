@@ -13,10 +13,12 @@
 #             host); :8000 started and schedule on 2 cores while it starts; bench (2 rounds) once :8000 answers
 #   lease2    the second call, while the machine is warm: load (20 s per rate) on :8000, then :8001 started and
 #             capacity on both (from 64 req/s, 8 s points, 100 s at most each)
+#   lease3    one call on a fresh lease: both servers started, then procs at a size where 8 senders send for seconds
+#             (50,000 requests, 512 in flight, 6 test servers) while they start, then capacity on both
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
 export EVALKIT_HISTORY_URL=off
-case "${1:?serve|load|bench|procs|capacity|schedule|lease|lease2}" in
+case "${1:?serve|load|bench|procs|capacity|schedule|lease|lease2|lease3}" in
 serve)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   start_server 8001 --max-num-seqs 32
@@ -46,7 +48,7 @@ capacity)
     port=${port_seqs%:*} seqs=${port_seqs#*:}
     python3 -m evalkit.cli capacity random --endpoint http://127.0.0.1:$port/v1 --random-input-len 1024 \
       --random-output-len 128 --goodput ttft:250 --goodput tpot:25 --start-rate "${START:-8}" \
-      --point-duration "${POINT:-15s}" --max-duration "${MAXDUR:-230s}" --cost-per-gpu-hour 2.5 \
+      --point-duration "${POINT:-15s}" --max-duration "${MAXDUR:-230s}" --cost-per-gpu-hour 2.5 --gpus-billed 1 \
       -o "$OUT/capacity-seqs$seqs" 2>&1 | tail -3
   done
   ;;
@@ -69,6 +71,17 @@ lease2)
   SECONDS_PER_RATE=20 bash "$0" load
   start_server 8001 --max-num-seqs 32
   wait_healthy 8001 || exit 3
+  START=64 POINT=8s MAXDUR=100s bash "$0" capacity
+  ;;
+lease3)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc
+  python3 -m benchmarks.bench_client_processes --processes 1,2,8 --servers 6 --num-prompts 50000 \
+    --concurrency 512 --rounds 1 --json "$OUT/procs-50k.json" 2>&1 | tail -8
+  start_server 8000
+  start_server 8001 --max-num-seqs 32
+  wait_healthy 8000 || exit 3
+  wait_healthy 8001 || exit 3
+  echo ":8000 and :8001 healthy at ${SECONDS} s"
   START=64 POINT=8s MAXDUR=100s bash "$0" capacity
   ;;
 esac
