@@ -38,7 +38,7 @@ from evalkit.runner.prompt_stream import PromptBuilder
 from evalkit.runner.request_phase import Progress, RequestPhase, client_options, extra_body
 from evalkit.runner.resume import check_resume, mark_answered
 from evalkit.runner.warmups import Warmups
-from evalkit.runner.worker import Worker
+from evalkit.runner.worker import Worker, keep_scoring, kept_scoring
 from evalkit.scoring.groups import group_results
 from evalkit.store.files import write_error
 from evalkit.store.writer import RunStore
@@ -153,7 +153,7 @@ class Runner:
         # scoring runs in a process of its own (evalkit/runner/worker.py), so that it never holds the GIL the event loop
         # timing the requests needs; each task's scorer loads there from now on, beside server start, prompts and
         # the first requests (answers that come before it is ready wait for it; a failure to load surfaces there)
-        self._scoring = self._given_scoring or Worker(self.cfg.tasks_dir)
+        self._scoring = self._given_scoring or kept_scoring(self.cfg.tasks_dir) or Worker(self.cfg.tasks_dir)
         for task in [*tasks, *(t for t, _ in self._probes)]:
             self._scoring.load(task.name)
         preload(self._scoring)  # what the end of each task computes there (the servers' deltas), imported meanwhile
@@ -184,7 +184,9 @@ class Runner:
             self._store_pool.shutdown(cancel_futures=True)
             if self._builder is not None:
                 self._builder.close(wait=False)  # a no-op once the run has waited for it
-            if self._given_scoring is None:
+            if self._given_scoring is None and sys.exc_info()[0] is None:  # kept for this process's next run
+                keep_scoring(self._scoring, self.cfg.tasks_dir)  # (unless closed after a big store)
+            elif self._given_scoring is None:
                 self._scoring.close()
             if self.server is not None and self._owns_server:
                 self.server.stop()

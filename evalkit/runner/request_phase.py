@@ -93,7 +93,8 @@ class RequestPhase:
     ) -> dict[str, TaskSummary]:
         """Scrape, send what ``p`` has not answered yet, summarise: ``p``'s summary and those of the tasks probed in
         its requests (``p.probes``), each of its own requests. ``close_scoring``: the scoring process exits once it
-        has summarised this task (the run's last, on a process the run owns)."""
+        has summarised this task when its store is big (the run's last, on a process the run owns; a small store's
+        is kept for the next run, evalkit/runner/worker.py)."""
         task = p.task
         own = {task.name: p, **{q.task.name: q for q in p.probes}}  # a request's task -> its plan
         total = p.total
@@ -175,11 +176,12 @@ class RequestPhase:
     def _summary(self, p: TaskRun, stats: SchedulerStats, close_scoring: bool) -> TaskSummary:
         """``p``'s task summarised from the store (its records kept in ``_records`` for the caller)."""
         store, name = self.store, p.task.name
-        summarized = self.scoring.summarize(name, store.dir, release=not close_scoring)
         # a big store is read back here only once the scoring process has let go of its copy of the records (after
         # the last task it exits): two copies of a big run's records are never in memory at once; a small one is
-        # read back while the scoring process summarises
+        # read back while the scoring process summarises, and the process is kept for this process's next run
         big = store.samples_path.stat().st_size > READ_BACK_BESIDE_BYTES
+        close_scoring = close_scoring and big
+        summarized = self.scoring.summarize(name, store.dir, release=not close_scoring)
         if big:
             self._settle(summarized, close_scoring)
         itl_by: dict[str, array] | None = {} if len(self.urls) > 1 else None

@@ -17,6 +17,10 @@ Three jobs run this way (``python -m evalkit.runner.worker``, one process each):
   writer imports SQLAlchemy's ORM (0.2-0.4 s), made in the child while the run goes on, so the command's own
   process never makes it (``evalkit/cli/recorder.py``).
 
+A scoring process whose run ended with a small store is kept for this process's next run that would start the
+same child (``kept_scoring`` / ``keep_scoring``: a sweep's combinations, repeats, ``api.run`` in a loop), which then
+skips the child's imports.
+
 Protocol: length-prefixed pickles on the child's stdin and stdout; each call is ``(id, op, args)``, each reply
 ``(id, ok, result or exception)``; a streaming op (``build``, ``score_many``) first sends any number of
 ``(id, "part", payload)``. The parent writes from a thread and reads in a thread, so neither a full pipe nor a slow
@@ -25,6 +29,7 @@ child ever blocks the event loop; results come back as ``concurrent.futures.Futu
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -110,6 +115,16 @@ class Worker:
         threading.Thread(target=self._send_loop, name=f"{job}-send", daemon=True).start()
         threading.Thread(target=self._receive_loop, name=f"{job}-receive", daemon=True).start()
         self._call("init", [str(d) for d in tasks_dirs or []])
+
+    def reset(self, tasks_dirs: Sequence[Path]) -> Future[None]:
+        """A fresh registry over ``tasks_dirs`` in the child, the tasks it prepared before dropped (a kept process
+        taken by the next run)."""
+        return self._call("init", [str(d) for d in tasks_dirs])
+
+    def alive(self) -> bool:
+        """Whether the child still runs and takes calls (not closed, not dead)."""
+        with self._lock:
+            return self._dead is None and self._proc.poll() is None
 
     # -- calls ---------------------------------------------------------------------------------------------
     def load(self, task: str) -> Future[None]:
@@ -224,6 +239,58 @@ class Worker:
             self._proc.wait()
 
 
+# --------------------------------------------------------------------------------------- the kept scoring process
+# One idle scoring process, kept after a run for the next run of this process (a sweep's combinations, repeats,
+# api.run called in a loop, a test session), which then skips the child's imports (lm-eval with `datasets` and
+# pandas, scipy, evalkit's own). It is taken again only by a run whose child would start the same:
+# the same tasks folders, working directory, interpreter and environment (PYTEST_CURRENT_TEST, which pytest
+# rewrites before each test, left out); it is closed when another is kept and when this process exits.
+_kept: tuple[tuple[Any, ...], Worker] | None = None
+_kept_lock = threading.Lock()
+
+
+def _identity(tasks_dirs: Sequence[Path]) -> tuple[Any, ...]:
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"))
+    return tuple(str(d) for d in tasks_dirs), os.getcwd(), sys.executable, env
+
+
+def kept_scoring(tasks_dirs: Sequence[Path]) -> Worker | None:
+    """The kept scoring process, reset for ``tasks_dirs``, when one is alive and a new one for them would start the
+    same (see above); None otherwise (one kept for something else is closed)."""
+    global _kept
+    with _kept_lock:
+        kept, _kept = _kept, None
+    if kept is None:
+        return None
+    identity, worker = kept
+    if identity == _identity(tasks_dirs) and worker.alive():
+        worker.reset(tasks_dirs)
+        return worker
+    worker.close()
+    return None
+
+
+def keep_scoring(worker: Worker, tasks_dirs: Sequence[Path]) -> None:
+    """Keep ``worker`` (the scoring process of a run that has ended) for the next run, closing any kept before; a
+    closed or dead one is left as it is."""
+    global _kept
+    if not worker.alive():
+        return
+    with _kept_lock:
+        old, _kept = _kept, (_identity(tasks_dirs), worker)
+    if old is not None:
+        old[1].close()
+
+
+@atexit.register
+def _close_kept() -> None:
+    global _kept
+    with _kept_lock:
+        kept, _kept = _kept, None
+    if kept is not None:
+        kept[1].close()
+
+
 # ------------------------------------------------------------------------------------------------ the child
 
 
@@ -233,9 +300,12 @@ class _Child:
         self.tasks: dict[str, Any] = {}
 
     def init(self, tasks_dirs: list[str]) -> None:
+        """The registry over ``tasks_dirs``; tasks prepared for an earlier run of a kept process are dropped (its
+        imports stay: what keeping it saves)."""
         from evalkit.tasks.registry import Registry
 
         self.registry = Registry([Path(d) for d in tasks_dirs])
+        self.tasks = {}
 
     def task(self, name: str) -> Any:
         if name not in self.tasks:

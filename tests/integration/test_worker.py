@@ -1,5 +1,6 @@
 """Scoring runs in a process of its own (evalkit/runner/worker.py): the process timing the requests never shares its GIL
-with a scorer, a dying scorer is a clear error that keeps what was stored, and scores equal in-process ones."""
+with a scorer, a dying scorer is a clear error that keeps what was stored, scores equal in-process ones, and a small
+run's scoring process is kept for the next run that would start the same one."""
 
 from __future__ import annotations
 
@@ -163,7 +164,24 @@ def test_a_small_store_is_read_back_while_the_scoring_process_summarises(test_se
     monkeypatch.setattr(request_phase, "load_for_summary", read_back)
     res = run_probe(test_server.url, probe_dir, tmp_path / "run")
     assert res.summary.tasks["probe"].metrics["n"].value == 12
-    assert events[:2] == ["read back", "close"]
+    assert events == ["read back"]  # and the process, not closed, is kept for the next run
+
+
+def test_a_small_runs_scoring_process_serves_the_next_run_that_would_start_the_same(
+    test_server, probe_dir, tmp_path, monkeypatch
+):
+    def pids(run: str) -> set[str]:
+        return {r["extracted"]["pid"] for r in samples(tmp_path / run)}
+
+    monkeypatch.setenv("PROBE_MODE", "pid")
+    run_probe(test_server.url, probe_dir, tmp_path / "a")
+    run_probe(test_server.url, probe_dir, tmp_path / "b", limit=3)
+    assert len(pids("a")) == 1 and pids("b") == pids("a")  # the first run's process scored the second's answers
+    monkeypatch.setenv("EVALKIT_TEST_OTHER", "1")  # a child would start otherwise: a new one, the kept one closed
+    run_probe(test_server.url, probe_dir, tmp_path / "c", limit=3)
+    assert len(pids("c")) == 1 and pids("c") != pids("a")
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pids("a").pop()), 0)
 
 
 def test_a_dying_scorer_is_a_clear_error_and_keeps_what_was_stored(test_server, probe_dir, tmp_path, monkeypatch):
