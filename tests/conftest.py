@@ -64,6 +64,9 @@ SERIAL = (
     "tests/unit/test_steady_state.py",
     "tests/integration/test_arrivals.py::test_achieved_rate_is_within_3_percent_of_200_per_second_over_10000_arrivals",
     "tests/integration/test_warmup.py::test_default_warmup_takes_the_first_batch_stall_out_of_ttft",
+    # its client and test server share one process: a second's starvation of that process on loaded cores reads as
+    # a stalled TTFT (seen once in CI: 8 requests in flight at 1.6 s)
+    "tests/integration/test_warmup.py::test_warmup_requests_have_the_runs_sampling_and_their_own_prompts",
     "tests/integration/test_client_cost_guard.py",
     "tests/integration/test_testserver.py::test_timing_ttft_and_itl",
     "tests/integration/test_cli_e2e.py::test_timing_truth",
