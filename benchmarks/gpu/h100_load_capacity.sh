@@ -13,8 +13,8 @@
 #             host); :8000 started and schedule on 2 cores while it starts; bench (2 rounds) once :8000 answers
 #   lease2    the second call, while the machine is warm: load (20 s per rate) on :8000, then :8001 started and
 #             capacity on both (from 64 req/s, 8 s points, 100 s at most each)
-#   lease3    one call on a fresh lease: both servers started, then procs at a size where 8 senders send for seconds
-#             (50,000 requests, 512 in flight, 6 test servers) while they start, then capacity on both
+#   lease3    one call on a fresh lease: procs at a size where 8 senders send for seconds (50,000 requests, 512 in
+#             flight, 6 test servers) on a quiet host, then both servers started and capacity on both
 set -uo pipefail
 . benchmarks/gpu/device_env.sh
 export EVALKIT_HISTORY_URL=off

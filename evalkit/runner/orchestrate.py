@@ -184,10 +184,11 @@ class Runner:
             self._store_pool.shutdown(cancel_futures=True)
             if self._builder is not None:
                 self._builder.close(wait=False)  # a no-op once the run has waited for it
-            if self._given_scoring is None and sys.exc_info()[0] is None:  # kept for this process's next run
-                keep_scoring(self._scoring, self.cfg.tasks_dir)  # (unless closed after a big store)
-            elif self._given_scoring is None:
-                self._scoring.close()
+            if self._given_scoring is None:  # after a run that ended well, kept for this process's next run
+                if sys.exc_info()[0] is None:  # (unless closed after a big store)
+                    keep_scoring(self._scoring, self.cfg.tasks_dir)
+                else:
+                    self._scoring.close()
             if self.server is not None and self._owns_server:
                 self.server.stop()
             if store is not None:

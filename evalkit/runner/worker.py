@@ -114,7 +114,7 @@ class Worker:
         self._outbox: queue.SimpleQueue[tuple[int, str, tuple[Any, ...]] | None] = queue.SimpleQueue()
         threading.Thread(target=self._send_loop, name=f"{job}-send", daemon=True).start()
         threading.Thread(target=self._receive_loop, name=f"{job}-receive", daemon=True).start()
-        self._call("init", [str(d) for d in tasks_dirs or []])
+        self.reset(tasks_dirs or [])
 
     def reset(self, tasks_dirs: Sequence[Path]) -> Future[None]:
         """A fresh registry over ``tasks_dirs`` in the child, the tasks it prepared before dropped (a kept process
@@ -254,12 +254,17 @@ def _identity(tasks_dirs: Sequence[Path]) -> tuple[Any, ...]:
     return tuple(str(d) for d in tasks_dirs), os.getcwd(), sys.executable, env
 
 
-def kept_scoring(tasks_dirs: Sequence[Path]) -> Worker | None:
-    """The kept scoring process, reset for ``tasks_dirs``, when one is alive and a new one for them would start the
-    same (see above); None otherwise (one kept for something else is closed)."""
+def _take_kept() -> tuple[tuple[Any, ...], Worker] | None:
     global _kept
     with _kept_lock:
         kept, _kept = _kept, None
+    return kept
+
+
+def kept_scoring(tasks_dirs: Sequence[Path]) -> Worker | None:
+    """The kept scoring process, reset for ``tasks_dirs``, when one is alive and a new one for them would start the
+    same (see above); None otherwise (one kept for something else is closed)."""
+    kept = _take_kept()
     if kept is None:
         return None
     identity, worker = kept
@@ -284,9 +289,7 @@ def keep_scoring(worker: Worker, tasks_dirs: Sequence[Path]) -> None:
 
 @atexit.register
 def _close_kept() -> None:
-    global _kept
-    with _kept_lock:
-        kept, _kept = _kept, None
+    kept = _take_kept()
     if kept is not None:
         kept[1].close()
 

@@ -36,13 +36,6 @@ def titles(watch: ServerWatch) -> list[str]:
     return sorted(_cmdline(p)[0] for p in watch.pids if _cmdline(p) not in ([], [""]))
 
 
-def wait_group(watch: ServerWatch, title: str, count: int, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while sum(title in t for t in titles(watch)) < count and time.monotonic() < deadline:
-        time.sleep(0.5)
-        watch.record_group()
-
-
 def test_dp2_sigterm_stops_every_engine(watch: ServerWatch) -> None:
     argv = serve_argv(watch.run_dir, "--dp", "2", "--cpu-threads-bind", "spread", "--concurrency", "2", limit=200)
     proc = watch.start([*argv, "--no-report"])
