@@ -375,7 +375,9 @@ def test_metrics_counters_and_histograms(srv: TestServer, client: httpx.Client) 
 
 
 def test_max_num_seqs_queues_and_concurrency(srv: TestServer, client: httpx.Client) -> None:
-    srv.behaviour.max_num_seqs = 1
+    # max_num_seqs 0 holds every request in the queue until all four are there (a loaded machine may start the
+    # threads far apart); raised to 1 at runtime, they are served one at a time
+    srv.behaviour.max_num_seqs = 0
     srv.behaviour.ttft_s = 0.15
     results: list[int] = []
 
@@ -383,18 +385,28 @@ def test_max_num_seqs_queues_and_concurrency(srv: TestServer, client: httpx.Clie
         results.append(client.post(srv.url + "/completions", json=cmpl(max_tokens=1)).status_code)
 
     threads = [threading.Thread(target=one) for _ in range(4)]
-    t0 = time.perf_counter()
     for t in threads:
         t.start()
     lab = (("engine", "0"), ("model_name", "test-model"))
+
+    def gauges() -> tuple[float, float]:
+        m = parse_prometheus(client.get(srv.base_url + "/metrics").text)
+        return m[("vllm:num_requests_running", lab)], m[("vllm:num_requests_waiting", lab)]
+
+    deadline = time.monotonic() + 30
+    while gauges() != (0, 4):
+        assert time.monotonic() < deadline, f"four requests never queued: {gauges()}"
+        time.sleep(0.01)
+    t0 = time.perf_counter()
+    srv.behaviour.max_num_seqs = 1
     seen = set()
     while any(t.is_alive() for t in threads):
-        m = parse_prometheus(client.get(srv.base_url + "/metrics").text)
-        seen.add((m[("vllm:num_requests_running", lab)], m[("vllm:num_requests_waiting", lab)]))
+        seen.add(gauges())
         time.sleep(0.01)
-    assert (1, 3) in seen and all(running <= 1 for running, _ in seen)
     for t in threads:
         t.join()
+    assert all(running <= 1 and running + waiting <= 4 for running, waiting in seen), seen
+    assert any(running == 1 for running, _ in seen), seen
     assert results == [200] * 4 and time.perf_counter() - t0 >= 0.55  # served one at a time
     assert srv.max_concurrency_seen == 4
     assert srv.completed_count(PROMPT0) == 4 and srv.completed_count("other") == 0
