@@ -54,8 +54,8 @@ def smollm2_shared(tmp_path_factory: pytest.TempPathFactory):
 
 
 # Timing-sensitive tests: their figures (a stalled event loop, a climb of --concurrency auto, run-to-run speed,
-# an achieved request rate) need the cores to themselves, so scripts/test.sh runs them after its parallel phase,
-# alone and one at a time. A node id here, or a prefix of one (a module).
+# an achieved request rate) need a core whenever their threads wake, so scripts/test.sh runs them one at a time, with
+# the parallel tests beside them only at the kernel's idle priority (SCHED_IDLE). A node id here, or a prefix of one.
 SERIAL = (
     "tests/integration/test_worker.py::test_a_scorer_holding_the_gil_does_not_stall_the_timing_loop",
     "tests/integration/test_auto_concurrency.py",

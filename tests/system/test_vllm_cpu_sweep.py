@@ -34,8 +34,8 @@ pytestmark = VLLM_MARKS
 LAYOUTS = ("tp1", "tp3", "dp2")
 LIMIT = 4  # documents of each task (the example's 8): one request at a time, each layout's runs take ~half as long
 LEVEL = 1  # requests in flight: each computed alone, so that numerics has a reproducible baseline on any CPU
-# three servers one after the other: ~400 s alone on 2 cores, more beside the other tests (scripts/test.sh runs the
-# real-vLLM tests beside the rest), so the sweep gets more than pytest's 600 s per test
+# three servers one after the other: ~280 s alone on 2 cores, more on a slower machine, so the sweep gets more than
+# pytest's 600 s per test
 SWEEP_TIMEOUT_S = 1800
 
 

@@ -17,8 +17,9 @@ def test_readme_makefile_and_ci_run_the_same_test_command():
     assert re.search(r"^bash scripts/test\.sh\b", (REPO / ".ci" / "run").read_text(), re.M)
     script = (REPO / "scripts" / "test.sh").read_text()
     assert 'exec "$PY" -m pytest -m "not gpu" "$@"' in script and "scripts/dev_missing.py" in script
-    # its three runs take every "not gpu" test once: the rest over workers, then the real-vLLM ones in one process
-    # (the shared server's tests on one server), then the SERIAL ones alone
+    # its three runs take every "not gpu" test once: the SERIAL ones one at a time beside the rest over workers at
+    # the idle priority, then the real-vLLM ones in one process (the shared server's tests on one server)
+    assert "os.SCHED_IDLE" in script
     assert '-m "not gpu and not vllm and not serial" -n "$workers"' in script
     assert '-m "not gpu and vllm and not serial" "$@"' in script
     assert '-m "not gpu and serial" "$@"' in script
