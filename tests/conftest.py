@@ -42,12 +42,11 @@ def test_server():
         yield srv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smollm2_shared(tmp_path_factory: pytest.TempPathFactory):
-    """The real-vLLM SmolLM2 server shared by the tests of one module that only need an endpoint
-    (tests/vllm_env.py: ``shared_server_config``), started on first use, stopped when the module ends (shared by
-    the whole session, a parity test's lm-eval request went unanswered after other modules' tests: CI hung); its
-    log stays in the session's temporary folder. Tests that use it carry ``SHARED_MARKS``."""
+    """The real-vLLM SmolLM2 server shared by the tests that only need an endpoint (tests/vllm_env.py:
+    ``shared_server_config``), started on first use, stopped when the session ends; its log stays in the session's
+    temporary folder. Tests that use it carry ``SHARED_MARKS``."""
     from tests.vllm_env import shared_server
 
     yield from shared_server(tmp_path_factory.mktemp("smollm2-shared"))
