@@ -42,6 +42,7 @@ from evalkit.contracts import (
     Manifest,
     MergedShard,
     RunSummary,
+    SampleFields,
     SampleRecord,
     SchedulerStats,
     TaskSummary,
@@ -245,11 +246,16 @@ class Merge:
             final_concurrency=level,
             cpu_s=sum(p.speed.client_cpu_s or 0.0 for p in parts),
         )
-        spans: dict[str, tuple[int, int]] = {}
-        itl_by: dict[str, Any] | None = {} if self.stamp else None
-        records, itl = load_for_summary(self.store, name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
+        records = load_for_summary(self.store, name, keep_text=False, by_endpoint=self.stamp)
+        itl_by = records.itl_by_endpoint if self.stamp else None
         out = task_summary(
-            self.first.tasks[name].version, scored, records, stats, itl, spans, wall_s=union_s(self.windows[name])
+            self.first.tasks[name].version,
+            scored,
+            records,
+            stats,
+            records.itl,
+            records.itl_of,
+            wall_s=union_s(self.windows[name]),
         )
         out.load = self._load(name, parts, records)
         out.speed.loop_lag_ms_p99 = max(lags) if lags else None
@@ -275,7 +281,7 @@ class Merge:
             return rates[0]
         return sum(r for r in rates if r is not None) if all(r is not None for r in rates) else None
 
-    def _load(self, name: str, parts: list[TaskSummary], records: list[SampleRecord]) -> LoadSummary | None:
+    def _load(self, name: str, parts: list[TaskSummary], records: Sequence[SampleFields]) -> LoadSummary | None:
         """The load of the merged records (their ``scheduled_s`` moved with their ``start_s``): offered and achieved
         rate, send lag and time series over the union, as :func:`~evalkit.scoring.load.load_summary` gives a run's;
         the schedule's zero the earliest shard's. None when no shard sent on a schedule."""

@@ -10,7 +10,7 @@ import asyncio
 import os
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,7 +22,7 @@ from evalkit.client.http_client import Client, ClientOptions
 from evalkit.client.scheduler import InFlight, execute
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url, server_root
-from evalkit.contracts import Request, Response, SampleRecord, SchedulerStats, Score, TaskSummary
+from evalkit.contracts import Request, Response, SampleFields, SampleRecord, SchedulerStats, Score, TaskSummary
 from evalkit.runner.answer_sink import AnswerSink
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
@@ -83,7 +83,7 @@ class RequestPhase:
     progress: Progress | None
     first_error: dict[str, str]
     lap: Callable[[str], None]
-    _records: list[SampleRecord] = field(default_factory=list)  # the last task summarised: its records
+    _records: Sequence[SampleFields] = ()  # the last task summarised: its records
     _itl_by: dict[str, array] | None = None  # and its inter-token latencies by endpoint (a sharded run)
     clock_start_unix: float = 0.0  # set by each task's sending: time.time() at its client's start
     _started: dict[str, Senders] = field(default_factory=dict)  # a task's sender processes, started ahead
@@ -168,7 +168,7 @@ class RequestPhase:
         if self.cfg.shard is not None:  # evalkit merge puts the shards' start_s on one clock by it
             for summary in out.values():
                 summary.started_at_unix = round(self.clock_start_unix, 6)
-        timed = [r for r in self._records if r.status != "api_error" and r.key not in p.done_keys]
+        timed = [r for r in self._records if r.status != "api_error" and not (p.done_keys and r.key in p.done_keys)]
         add_energy(main.speed, main.gpu.get("energy"), sum(r.output_tokens or 0 for r in timed))
         self.lap(f"{task.name}.scoring_summary")
         return {task.name: main, **{k: v for k, v in out.items() if k != task.name}}
@@ -184,15 +184,16 @@ class RequestPhase:
         summarized = self.scoring.summarize(name, store.dir, release=not close_scoring)
         if big:
             self._settle(summarized, close_scoring)
-        itl_by: dict[str, array] | None = {} if len(self.urls) > 1 else None
-        spans: dict[str, tuple[int, int]] = {}
-        records, itl = load_for_summary(store, name, keep_text=False, itl_by_endpoint=itl_by, itl_spans=spans)
+        records = load_for_summary(store, name, keep_text=False, by_endpoint=len(self.urls) > 1)
+        itl_by = records.itl_by_endpoint if len(self.urls) > 1 else None
         if not big:
             self._settle(summarized, close_scoring)
-        out = task_summary(p.task.version, summarized.result(), records, stats, itl, spans, earlier=p.done_keys)
+        out = task_summary(
+            p.task.version, summarized.result(), records, stats, records.itl, records.itl_of, earlier=p.done_keys
+        )
         if not self.in_flight.capped:  # no cap on requests in flight: no level to hold, no steady state at one
             out.speed.concurrency, out.speed.steady_state = None, None
-        session = [r for r in records if r.key not in p.done_keys]
+        session = [r for r in records if r.key not in p.done_keys] if p.done_keys else records
         arrivals = Arrivals.of(self.cfg)
         process = arrivals.name if arrivals is not None else "trace"
         out.load = load_summary(session, stats, process, self.cfg.request_rate, self.cfg.duration_s)

@@ -349,7 +349,7 @@ class _Child:
         from evalkit.store.writer import load_for_summary
 
         task = self.task(name)
-        records, _ = load_for_summary(RunStore(Path(run_dir)), name, keep_text=task.summary_needs_text, keep_itl=False)
+        records = load_for_summary(RunStore(Path(run_dir)), name, keep_text=task.summary_needs_text, keep_itl=False)
         try:
             return task.summarize(records)
         finally:

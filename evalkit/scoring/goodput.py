@@ -15,17 +15,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalkit.contracts import SampleRecord, Speed
+from evalkit.contracts import SampleFields, Speed
 
 
-def request_tpot_ms(r: SampleRecord) -> float | None:
+def request_tpot_ms(r: SampleFields) -> float | None:
     """The request's TPOT as vLLM's goodput counts it: its ``tpot_ms``, 0 for one output token (or none)."""
     if (r.output_tokens or 0) <= 1:
         return 0.0
     return r.tpot_ms
 
 
-def is_good(r: SampleRecord, slos: Mapping[str, float]) -> bool:
+def is_good(r: SampleFields, slos: Mapping[str, float]) -> bool:
     """Whether ``r`` was answered and meets every SLO in ``slos`` (key -> milliseconds, vLLM's keys)."""
     if r.status == "api_error":
         return False
@@ -33,7 +33,7 @@ def is_good(r: SampleRecord, slos: Mapping[str, float]) -> bool:
     return all(figures[key] is not None and figures[key] <= limit for key, limit in slos.items())  # type: ignore[operator]
 
 
-def add_goodput(speed: Speed, records: Sequence[SampleRecord], slos: Mapping[str, float]) -> None:
+def add_goodput(speed: Speed, records: Sequence[SampleFields], slos: Mapping[str, float]) -> None:
     """Set ``speed``'s goodput figures from ``records`` (every request of the task, failed ones included):
     ``good_requests``, ``goodput_requests_per_s`` (over ``speed.wall_s``; absent when it is 0) and
     ``goodput_share`` (good requests over all of ``records``; absent when there are none)."""

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from evalkit.contracts import BASE_STATUSES, STATUSES, MetricValue, SampleRecord, Status
+from evalkit.contracts import BASE_STATUSES, STATUSES, MetricValue, SampleFields, Status
 from evalkit.scoring.estimators import maj_at_k, mean_ci_clustered, pass_at_k, pass_at_k_ladder, share_interval
 
 WILSON_CI = "Wilson 95% interval over the scored samples"
@@ -45,7 +45,7 @@ TEXT_CI = "95% normal CI of the mean over texts (each text's own figure, main pa
 MAJ_TIE_RULE = "fractional: 1/t when the gold answer is one of t answers tied for most votes"
 
 
-def count_statuses(records: Iterable[SampleRecord], always: Sequence[Status] = BASE_STATUSES) -> dict[str, int]:
+def count_statuses(records: Iterable[SampleFields], always: Sequence[Status] = BASE_STATUSES) -> dict[str, int]:
     """Requests per status, in ``contracts.STATUSES`` order: those in ``always`` even at 0, the others only
     where they occur."""
     counts = Counter(r.status for r in records)
@@ -56,12 +56,12 @@ def count_statuses(records: Iterable[SampleRecord], always: Sequence[Status] = B
 class Samples:
     """One task's records grouped by item (document), as the metrics read them."""
 
-    records: list[SampleRecord]
+    records: list[SampleFields]
     key: str  # of the records' ``correct`` / ``extracted``
     canonical: Callable[[str | None], Hashable | None]  # equal answers compare equal (maj@K votes)
     gold: Mapping[int, str | None] = field(default_factory=dict)  # item -> its target
-    scored: list[SampleRecord] = field(init=False)
-    by_doc: dict[int, list[SampleRecord]] = field(init=False)  # scored samples, by sample index
+    scored: list[SampleFields] = field(init=False)
+    by_doc: dict[int, list[SampleFields]] = field(init=False)  # scored samples, by sample index
     errors_by_doc: Counter[int] = field(init=False)
     doc_ids: list[int] = field(init=False)  # items with any record, failed ones included
     k: int = field(init=False)  # samples per item (from the records' sample indices)
@@ -70,16 +70,16 @@ class Samples:
         self.k = max((r.sample_index for r in self.records), default=-1) + 1
         self.scored = [r for r in self.records if r.status != "api_error"]
         self.errors_by_doc = Counter(r.doc_id for r in self.records if r.status == "api_error")
-        groups: dict[int, list[SampleRecord]] = defaultdict(list)
+        groups: dict[int, list[SampleFields]] = defaultdict(list)
         for r in self.scored:
             groups[r.doc_id].append(r)
         self.by_doc = {d: sorted(rs, key=lambda r: r.sample_index) for d, rs in groups.items()}
         self.doc_ids = sorted(set(self.by_doc) | set(self.errors_by_doc))
 
-    def is_correct(self, r: SampleRecord) -> bool:
+    def is_correct(self, r: SampleFields) -> bool:
         return r.correct.get(self.key) is True
 
-    def answered(self) -> list[list[SampleRecord]]:
+    def answered(self) -> list[list[SampleFields]]:
         """Each item's scored samples, for the items that have any, by doc id."""
         return [self.by_doc[d] for d in self.doc_ids if d in self.by_doc]
 

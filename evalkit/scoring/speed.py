@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from evalkit.contracts import LATENCIES, QUANTILES, Percentiles, SampleRecord, Speed, SteadyState
+from evalkit.contracts import LATENCIES, QUANTILES, Percentiles, SampleFields, Speed, SteadyState
 
 STEADY_MIN_REQUESTS = 30  # fewer requests inside the steady-state window: no steady-state figures
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default method) of already sorted values."""
-    if not sorted_values:
+    if not len(sorted_values):
         raise ValueError("no values")
     pos = (len(sorted_values) - 1) * q / 100.0
     lo = math.floor(pos)
@@ -38,21 +38,33 @@ def large_percentiles(values: array, scratch: bool = False) -> Percentiles:
     return Percentiles(mean=mean, **stats, n=len(values))
 
 
+def floats(values: Iterable[float | None]) -> Any:
+    """``values`` without their Nones, as a new numpy float64 array (8 bytes a value, not a float object's 32)."""
+    import numpy as np
+
+    if isinstance(values, np.ndarray):
+        return values.astype(np.float64)  # a copy, whatever its type
+    return np.fromiter((v for v in values if v is not None), dtype=np.float64)
+
+
 def percentiles(values: Iterable[float | None]) -> Percentiles:
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
+    vals = floats(values)
+    if not len(vals):
         return Percentiles(n=0)
-    stats = {name: percentile(vals, pct) for name, pct in QUANTILES}
-    return Percentiles(mean=sum(vals) / len(vals), **stats, n=len(vals))
+    vals.sort()
+    stats = {name: float(percentile(vals, pct)) for name, pct in QUANTILES}
+    return Percentiles(mean=float(vals.sum()) / len(vals), **stats, n=len(vals))
 
 
-def speed_summary(records: Sequence[SampleRecord], wall_s: float | None = None, itl: array | None = None) -> Speed:
+def speed_summary(records: Sequence[SampleFields], wall_s: float | None = None, itl: array | None = None) -> Speed:
     """Speed over the records that got an answer. ``wall_s`` defaults to first send -> last completion.
     ``itl``: every inter-token latency of the run when the records were loaded without theirs (big runs)."""
     done = [r for r in records if r.status != "api_error"]
     if wall_s is None:
-        spans = [(r.start_s, r.start_s + (r.e2e_ms or 0) / 1000.0) for r in done if r.start_s is not None]
-        wall_s = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0.0
+        sent = [r for r in done if r.start_s is not None]
+        first = min((r.start_s for r in sent if r.start_s is not None), default=0.0)
+        last = max((r.start_s + (r.e2e_ms or 0) / 1000.0 for r in sent if r.start_s is not None), default=0.0)
+        wall_s = last - first
     out_tok = sum(r.output_tokens or 0 for r in done)
     all_tok = out_tok + sum(r.prompt_tokens or 0 for r in done)
     if itl is None:
@@ -65,7 +77,7 @@ def speed_summary(records: Sequence[SampleRecord], wall_s: float | None = None, 
     return Speed.model_validate({**_latencies(done, itl), **rates, "wall_s": wall_s})
 
 
-def _latencies(records: Sequence[SampleRecord], itl: array, scratch: bool = False) -> dict[str, Percentiles]:
+def _latencies(records: Sequence[SampleFields], itl: array, scratch: bool = False) -> dict[str, Percentiles]:
     """Percentiles of each latency of the catalogue (:data:`~evalkit.contracts.LATENCIES`) over ``records``; the
     inter-token latencies, one per token gap and many, from ``itl`` (reordered in place when ``scratch``)."""
     return {
@@ -76,41 +88,43 @@ def _latencies(records: Sequence[SampleRecord], itl: array, scratch: bool = Fals
     }
 
 
-def steady_window(records: Sequence[SampleRecord], target: int) -> tuple[float | None, float | None, int]:
+def steady_window(records: Sequence[SampleFields], target: int) -> tuple[float | None, float | None, int]:
     """(start, end, most in flight) of the window in which at least ``target`` of the answered ``records`` were in
     flight: from the first moment that many were to the last moment that many were (the ramp-up before and the
     drain tail after are left out; the moments in between when one had finished and the next was not yet sent
     are in). (None, None, most) when the level was never reached."""
-    events: list[tuple[float, int]] = []
-    for r in records:
-        if r.start_s is not None and r.e2e_ms is not None:
-            events += [(r.start_s, 1), (r.start_s + r.e2e_ms / 1000.0, -1)]
-    events.sort()  # at the same moment an end (-1) comes before a start (+1): no level that never was
-    level = peak = 0
-    start: float | None = None
-    end: float | None = None
-    for t, step in events:
-        level += step
-        peak = max(peak, level)
-        if step == 1 and level >= target and start is None:
-            start = t
-        elif step == -1 and level == target - 1 and start is not None:
-            end = t
-    return start, end, peak
+    import numpy as np
+
+    timed = [r for r in records if r.start_s is not None and r.e2e_ms is not None]
+    starts = floats(r.start_s for r in timed)
+    ends = starts + floats(r.e2e_ms for r in timed) / 1000.0
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(len(starts), np.int64), np.full(len(ends), -1, np.int64)])
+    by_time = np.lexsort((steps, times))  # at the same moment an end (-1) comes before a start (+1)
+    times, steps = times[by_time], steps[by_time]
+    level = np.cumsum(steps)
+    peak = int(level.max()) if len(level) else 0
+    reached = np.flatnonzero((steps == 1) & (level >= target))
+    if not len(reached):
+        return None, None, peak
+    first = int(reached[0])
+    left = np.flatnonzero((steps[first:] == -1) & (level[first:] == target - 1))
+    end = float(times[first + int(left[-1])]) if len(left) else None
+    return float(times[first]), end, peak
 
 
 def steady_state(
-    records: Sequence[SampleRecord],
+    records: Sequence[SampleFields],
     target: int,
-    itl: array | None = None,
-    itl_spans: dict[str, tuple[int, int]] | None = None,
+    itl_of: Callable[[SampleFields], Sequence[float]] | None = None,
     min_requests: int = STEADY_MIN_REQUESTS,
 ) -> SteadyState:
     """Speed over the steady-state window (:func:`steady_window`) at ``target`` requests in flight (capped by the
     number of answered records). Latency percentiles are over the requests that started and finished inside
     the window; output tokens/s and requests/s count the requests that finished inside it, over its duration.
-    ITLs come from ``itl`` at each record's ``itl_spans`` entry (records loaded without theirs), else from the
-    records. Fewer than ``min_requests`` requests inside: no figures, and ``reason`` says why."""
+    Each record's ITLs come from ``itl_of`` (records loaded without theirs: the store's
+    :meth:`~evalkit.store.sample_rows.SampleRows.itl_of`), else from the record. Fewer than ``min_requests``
+    requests inside: no figures, and ``reason`` says why."""
     done = [r for r in records if r.status != "api_error" and r.start_s is not None and r.e2e_ms is not None]
     target = max(1, min(target, len(done)))
     start, end, peak = steady_window(done, target)
@@ -120,7 +134,7 @@ def steady_state(
         return out
     out.start_s, out.end_s, out.duration_s = round(start, 3), round(end, 3), round(end - start, 3)
 
-    def end_of(r: SampleRecord) -> float:
+    def end_of(r: SampleFields) -> float:
         return (r.start_s or 0.0) + (r.e2e_ms or 0.0) / 1000.0
 
     inside = [r for r in done if (r.start_s or 0.0) >= start and end_of(r) <= end]
@@ -132,11 +146,10 @@ def steady_state(
         )
         return out
     finished = [r for r in done if start <= end_of(r) <= end]
-    if itl is not None and itl_spans is not None:
+    if itl_of is not None:
         gaps = array("f")
         for r in inside:
-            lo, hi = itl_spans.get(r.key, (0, 0))
-            gaps.extend(itl[lo:hi])
+            gaps.extend(itl_of(r))
     else:
         gaps = array("d", (x for r in inside for x in r.itl_ms))
     duration = end - start

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evalkit.contracts import (
@@ -10,7 +11,7 @@ from evalkit.contracts import (
     EndpointSummary,
     MetricValue,
     ResentSummary,
-    SampleRecord,
+    SampleFields,
     SchedulerStats,
     TaskSummary,
 )
@@ -27,20 +28,20 @@ CPU_BOUND_SHARE = 0.9  # client CPU time over wall time above this: the client's
 LAG_CPU_SHARE = 0.5
 
 
-def _counts(records: list[SampleRecord]) -> dict[str, int]:
+def _counts(records: Sequence[SampleFields]) -> dict[str, int]:
     # numpy comes with it: imported by the end of a task, not by the run's start
     from evalkit.scoring.metric_registry import count_statuses
 
     return {"total": len(records), **count_statuses(records)}  # the tool-calling statuses only where they occur
 
 
-def _was_resent(r: SampleRecord) -> bool:
+def _was_resent(r: SampleFields) -> bool:
     if r.retry_lost_s is not None:  # answered after a failed attempt
         return True
     return r.turns is None and r.attempts > 1  # a conversation's attempts sum its requests': only retry_lost_s tells
 
 
-def resent_summary(records: list[SampleRecord]) -> ResentSummary | None:
+def resent_summary(records: Sequence[SampleFields]) -> ResentSummary | None:
     """The records whose request was sent more than once (an answered one has ``retry_lost_s``; a failed one, or
     one of a run dir from before that field, ``attempts`` above 1); None when there are none."""
     resent = [r for r in records if _was_resent(r)]
@@ -51,12 +52,12 @@ def resent_summary(records: list[SampleRecord]) -> ResentSummary | None:
 
 
 def endpoint_summaries(
-    records: list[SampleRecord], itl: dict[str, array], servers: dict[str, dict[str, Any] | None]
+    records: Sequence[SampleFields], itl: dict[str, array], servers: dict[str, dict[str, Any] | None]
 ) -> list[EndpointSummary]:
     """Per endpoint of a sharded run: its requests (by the records' ``endpoint``), their outcomes and speed,
     and its ``/metrics`` deltas (``servers``: endpoint -> delta). The endpoints of ``servers`` come first, in
     their order, then any only the records name (an earlier run of a resumed dir), then ``UNRECORDED``."""
-    groups: dict[str, list[SampleRecord]] = {name: [] for name in servers}
+    groups: dict[str, list[SampleFields]] = {name: [] for name in servers}
     for r in records:
         groups.setdefault(r.endpoint or UNRECORDED, []).append(r)
     if UNRECORDED in groups:
@@ -82,16 +83,16 @@ def loop_lagged(lags_ms: list[float]) -> bool:
 def task_summary(
     version: str,
     scored: tuple[dict[str, MetricValue], dict[str, Any]],
-    records: list[SampleRecord],
+    records: Sequence[SampleFields],
     stats: SchedulerStats,
     itl: array | None,
-    itl_spans: dict[str, tuple[int, int]] | None = None,
+    itl_of: Callable[[SampleFields], Sequence[float]] | None = None,
     earlier: set[str] | None = None,
     wall_s: float | None = None,
 ) -> TaskSummary:
     """The task's summary: ``scored`` is what ``task.summarize`` returned (in the scoring process), ``records``
-    every request's latest record, ``itl`` all inter-token latencies of the task (``itl_spans``: each record's
-    part of it). ``speed.steady_state``: the same figures at the level of requests in flight the scheduler
+    every request's latest record, ``itl`` all inter-token latencies of the task (``itl_of``: a record's part of
+    it). ``speed.steady_state``: the same figures at the level of requests in flight the scheduler
     ended at (a fixed concurrency, or where auto settled), over this session's records (``earlier``: the keys an
     earlier session of a resumed run answered, timed on another clock). ``wall_s``: the time the throughputs are
     over (default: first send to last answer; a merged run's: the union of its shards' windows)."""
@@ -106,7 +107,7 @@ def task_summary(
     speed.client_bound = (loop_lagged(lags) and busy >= LAG_CPU_SHARE) or busy > CPU_BOUND_SHARE
     if stats.final_concurrency > 0:
         session = [r for r in records if r.key not in earlier] if earlier else records
-        speed.steady_state = steady_state(session, stats.final_concurrency, itl, itl_spans)
+        speed.steady_state = steady_state(session, stats.final_concurrency, itl_of)
     return TaskSummary(
         version=version,
         metrics=metrics,

@@ -88,15 +88,31 @@ def read_json(path: Path) -> Any:
 
 def iter_sample_dicts(path: Path) -> Iterator[dict[str, Any]]:
     """Records of a samples.jsonl, read line by line; a torn (unparseable) last line is skipped."""
+    return (d for _, d in iter_sample_lines(path))
+
+
+def iter_sample_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(byte offset of its line, record) of each record of a samples.jsonl; a torn (unparseable) last line is
+    skipped."""
     if not path.exists():
         return
+    offset = 0
     with open(path, "rb") as f:
         for line in f:
+            at, offset = offset, offset + len(line)
             if not line.strip():
                 continue
             try:
-                yield orjson.loads(line)
+                yield at, orjson.loads(line)
             except orjson.JSONDecodeError:
                 if not line.endswith(b"\n") and not f.read(1):  # the last record, cut mid-write by a crash
                     return
                 raise
+
+
+def sample_at(path: Path, offset: int) -> dict[str, Any]:
+    """The record whose line starts at byte ``offset`` of a samples.jsonl."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        record: dict[str, Any] = orjson.loads(f.readline())
+        return record

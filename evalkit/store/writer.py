@@ -22,14 +22,13 @@ import os
 import tempfile
 import threading
 import time
-from array import array
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
-from evalkit.contracts import UNRECORDED, Manifest, RunSummary, SampleRecord, manifest_json, summary_json
+from evalkit.contracts import Manifest, RunSummary, SampleRecord, manifest_json, summary_json
 from evalkit.errors import ConfigError
 from evalkit.store.files import (
     CORRUPT,
@@ -43,6 +42,7 @@ from evalkit.store.files import (
     write_error,
     write_json_atomic,
 )
+from evalkit.store.sample_rows import SampleRows
 
 
 def _json_type(value: Any) -> str:
@@ -374,39 +374,11 @@ def _holder(fd: int) -> str:
 
 
 def load_for_summary(
-    store: RunStore,
-    task: str,
-    keep_text: bool,
-    keep_itl: bool = True,
-    itl_by_endpoint: dict[str, array] | None = None,
-    itl_spans: dict[str, tuple[int, int]] | None = None,
-) -> tuple[list[SampleRecord], array]:
-    """The task's latest records, streamed from samples.jsonl and slimmed for summarising: prompts (and
-    responses unless ``keep_text``) dropped, every ITL moved into one float32 array (left empty unless
-    ``keep_itl``). Keeps a 20,000-sample run with 1,000-token answers within a few hundred MB.
-    ``itl_by_endpoint`` (a sharded run), when given, is filled with the ITLs of each endpoint's answers too
-    (keyed by the records' ``endpoint``, ``UNRECORDED`` for records without one). ``itl_spans``, when given, is
-    filled with where each record's ITLs lie in the returned array (key -> (start, end)), for the steady-state
-    window's ITLs."""
-    itl = array("f")
-    by_key: dict[str, SampleRecord] = {}
-    # the records written with the same fields share one fields-set: pydantic's own set per record (some 30 names)
-    # is most of a slimmed record's memory
-    fields_sets: dict[tuple[str, ...], set[str]] = {}
-    for d in iter_sample_dicts(store.samples_path):
-        if d.get("task") != task:
-            continue
-        if keep_itl:
-            start = len(itl)
-            itl.extend(d.get("itl_ms") or ())  # only answered requests have ITLs, and those are never re-sent
-            if itl_spans is not None and len(itl) > start:
-                itl_spans[d["key"]] = (start, len(itl))
-        if itl_by_endpoint is not None:
-            itl_by_endpoint.setdefault(d.get("endpoint") or UNRECORDED, array("f")).extend(d.get("itl_ms") or ())
-        d["itl_ms"], d["prompt"], d["messages"] = [], "", None
-        if not keep_text:
-            d["response"] = d["reasoning"] = None
-        names = tuple(d)
-        fields_set = fields_sets.setdefault(names, set(names))
-        by_key[d["key"]] = SampleRecord.model_construct(_fields_set=fields_set, **d)
-    return sorted(by_key.values(), key=lambda r: (r.doc_id, r.sample_index)), itl
+    store: RunStore, task: str, keep_text: bool, keep_itl: bool = True, by_endpoint: bool = False
+) -> SampleRows:
+    """The task's latest records, streamed from samples.jsonl into columns for summarising
+    (:class:`~evalkit.store.sample_rows.SampleRows`): prompts (and responses unless ``keep_text``) dropped, every
+    ITL in one float32 array (left empty unless ``keep_itl``), and each endpoint's ITLs in one of their own when
+    ``by_endpoint`` (a sharded run; ``UNRECORDED`` for records without one). A one-hour run's 180,000 records
+    take a few tens of MB."""
+    return SampleRows(store.samples_path, task, keep_text, keep_itl, by_endpoint)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleRecord, Score, ToolExecutor
+from evalkit.contracts import EndpointKind, MetricValue, Request, Response, SampleFields, Score, ToolExecutor
 from evalkit.tasks.spec import TaskSettings, TaskSpec
 
 if TYPE_CHECKING:  # the metrics (and numpy) are imported when a summary is computed, not to list tasks
@@ -103,14 +103,14 @@ class Task(ABC):
         """An extracted answer in a form where equal answers compare equal (maj@K votes, the per-item table)."""
         return answer
 
-    def samples(self, records: Sequence[SampleRecord]) -> Samples:
+    def samples(self, records: Sequence[SampleFields]) -> Samples:
         """This task's records grouped by item, as the metrics read them."""
         from evalkit.scoring.metric_registry import Samples
 
         gold = {d: str(item["answer"]) for d, item in enumerate(self.items) if "answer" in item}
         return Samples([r for r in records if r.task == self.name], self.key, self.canonical, gold)
 
-    def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+    def summarize(self, records: Sequence[SampleFields]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         """Metrics (keyed as in lm-eval's results, e.g. ``exact_match,strict-match`` or ``pass@4``) and extra
         task-specific detail (per-problem tables...). ``records`` hold every request of the run, failed ones
         included; metrics state their denominators in ``n``."""

@@ -24,7 +24,7 @@ import orjson
 import yaml
 
 from evalkit.config.endpoint import credentials, server_root
-from evalkit.contracts import EndpointKind, GenParams, MetricValue, Request, Response, SampleRecord, Score, Status
+from evalkit.contracts import EndpointKind, GenParams, MetricValue, Request, Response, SampleFields, Score, Status
 from evalkit.errors import TaskError
 from evalkit.store.files import safe_file_name
 from evalkit.tasks import lmeval_chat as chat
@@ -443,14 +443,14 @@ class LmEvalTask(Task):
         metrics = [m["metric"] for m in self._base_config().get("metric_list") or []]
         return metrics[0] if metrics else "exact_match"
 
-    def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+    def summarize(self, records: Sequence[SampleFields]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         """lm-eval's aggregation and ``stderr_for_metric`` over the docs that got an answer; for scored requests
         also each document's 0/1 scores (``detail.doc_scores``) and (loglikelihood, length) pairs
         (``detail.doc_pairs``), what the gate pairs, and the metrics with neither (``detail.not_gated``, with the
         reason)."""
         task = self._task()
         raw: dict[tuple[str, str], list[Any]] = {}
-        by_doc: dict[int, list[SampleRecord]] = {}
+        by_doc: dict[int, list[SampleFields]] = {}
         for r in records:
             if r.task == self.name:
                 by_doc.setdefault(r.doc_id, []).append(r)

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from evalkit.contracts import GenParams, PromptPositions, Request, Response, SampleRecord, Score
+from evalkit.contracts import GenParams, PromptPositions, Request, Response, SampleFields, Score
 from evalkit.errors import TaskError
 from evalkit.tasks.base import Task
 from evalkit.tasks.data import read_jsonl
@@ -194,7 +194,7 @@ class LogprobsTask(Task):
     def detail(self, samples: Any) -> dict[str, Any]:
         from evalkit.scoring.metric_registry import count_statuses
 
-        records: list[SampleRecord] = samples.records
+        records: list[SampleFields] = samples.records
         scored = [r for r in records if r.figures]
         return {
             "statuses": count_statuses(records),

@@ -38,7 +38,7 @@ import numpy as np
 
 from evalkit.config.endpoint import credentials, server_root
 from evalkit.config.workload import WorkloadSettings
-from evalkit.contracts import Conversation, GenParams, MetricValue, Request, Response, SampleRecord, Score
+from evalkit.contracts import Conversation, GenParams, MetricValue, Request, Response, SampleFields, Score
 from evalkit.errors import TaskError
 from evalkit.tasks import workload_data as wd
 from evalkit.tasks.base import Task, sha256_file
@@ -225,7 +225,7 @@ class WorkloadTask(Task):
         empty = not response.text and not response.output_tokens
         return Score(status="empty" if empty else "ok", extracted={}, correct={})
 
-    def summarize(self, records: Sequence[SampleRecord]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
+    def summarize(self, records: Sequence[SampleFields]) -> tuple[dict[str, MetricValue], dict[str, Any]]:
         """No metric; the detail's request outcomes and token statistics (input tokens too), no per-item table."""
         metrics, detail = super().summarize(records)
         detail["per_problem"] = []
@@ -265,7 +265,7 @@ def turn_figures(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def per_turn(records: Sequence[SampleRecord]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def per_turn(records: Sequence[SampleFields]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The sessions' figures by user turn (``turn``, 1-based, and :func:`turn_figures` of each conversation's
     first request of that turn, over the conversations that reached it) and over every request of every turn."""
     by_turn: dict[int, list[dict[str, Any]]] = {}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from evalkit.contracts import SampleRecord
+from evalkit.contracts import SampleFields, SampleRecord
 from evalkit.scoring.speed import STEADY_MIN_REQUESTS, steady_state, steady_window
 from evalkit.sweep.combination_runs import SPEED_COLUMNS, table_row
 from evalkit.sweep.combinations import Combination
@@ -61,7 +61,7 @@ def test_steady_state_figures_and_counts() -> None:
     assert s.output_tokens_per_s == pytest.approx(10 * len(finished) / (t1 - t0))
 
 
-def test_itl_from_spans_when_records_were_loaded_without_theirs() -> None:
+def test_itl_from_itl_of_when_records_were_loaded_without_theirs() -> None:
     records = closed_loop(60, 2)
     itl = array("f")
     spans: dict[str, tuple[int, int]] = {}
@@ -70,7 +70,12 @@ def test_itl_from_spans_when_records_were_loaded_without_theirs() -> None:
         spans[r.key] = (len(itl), len(itl) + 1)
         itl.extend(r.itl_ms)
         slim.append(r.model_copy(update={"itl_ms": []}))
-    full, from_spans = steady_state(records, 2), steady_state(slim, 2, itl, spans)
+
+    def itl_of(r: SampleFields) -> array:
+        lo, hi = spans[r.key]
+        return itl[lo:hi]
+
+    full, from_spans = steady_state(records, 2), steady_state(slim, 2, itl_of)
     assert from_spans.itl_ms is not None and full.itl_ms is not None
     assert from_spans.itl_ms.n == full.itl_ms.n > 0
     assert from_spans.itl_ms.p50 == pytest.approx(full.itl_ms.p50)
