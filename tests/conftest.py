@@ -72,6 +72,8 @@ SERIAL = (
     "tests/integration/test_shard_merge.py::test_three_shard_processes_merged_equal_the_whole_run",
     "tests/integration/test_sweep_capacity.py::test_the_layout_table_orders_the_configs_and_recommends_the_wider",
     "tests/integration/test_gate_capacity.py::test_real_searches_on_the_test_server_fail_a_quarter_of_the_seats",
+    # its boundary is 200 ms of TTFT against a 250 ms SLO: a starved client read 8 in flight as failing (CI, once)
+    "tests/integration/test_capacity.py::test_a_concurrency_search_finds_the_queueing_boundary_exactly",
 )
 
 
