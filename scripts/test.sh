@@ -4,10 +4,9 @@
 #     python -m pytest -m "not gpu" [PYTEST ARGS...]
 # in two steps: (1) the tests marked `serial` (timing-sensitive) one at a time, and beside them, at the kernel's idle
 # priority (SCHED_IDLE), the tests that need no real vLLM over EVALKIT_TEST_WORKERS pytest-xdist workers (default 3:
-# most of them wait on test servers, not on a core); (2) the real-vLLM tests: those needing only an endpoint in one
-# process, on one shared SmolLM2 server (tests/conftest.py `smollm2_shared`), and beside them the `untimed` ones
-# with servers of their own (the CPU layout sweep); then the rest alone. Given a path or a -m of your own, pytest
-# runs once, as asked.
+# most of them wait on test servers, not on a core); (2) the real-vLLM tests in one process, so that those needing
+# only an endpoint share one SmolLM2 server (tests/conftest.py `smollm2_shared`). Given a path or a -m of your own,
+# pytest runs once, as asked.
 # (`make test-fast`: tests/unit over 2 workers). The tests sit in three tiers (tests/tiers.py keeps them honest):
 # tests/unit (in-process only), tests/integration (the bundled test server, subprocesses of evalkit), tests/system
 # (real vLLM, docker's tools, PostgreSQL, Chromium, wheel builds, multi-run timing); every phase takes every tier,
@@ -71,28 +70,12 @@ wait "$parallel" || rc1=$?
 echo "[test] tests without real vLLM (exit $rc1):"
 cat "$parallel_log"
 rm -f "$parallel_log"
-# ---- the real-vLLM tests. Neither those on the shared server nor the untimed ones assert a speed or a wall time, and
-# neither keeps both cores busy (a server start is mostly one core's imports; the sweep's tp1 is bound to one core),
-# so they run side by side; the others (start and stop deadlines, queueing, a capacity search) then run alone.
-untimed_log="$(mktemp -t evalkit-untimed-tests.XXXXXX)"
-echo "[test] real-vLLM tests: the untimed ones with servers of their own (output: $untimed_log, shown when done)"
-"$PY" -m pytest -m "not gpu and vllm and not serial and untimed and not shared_vllm" "$@" >"$untimed_log" 2>&1 &
-untimed=$!
-trap 'kill "$untimed" 2>/dev/null || true; rm -f "$untimed_log"' EXIT
-echo "[test] real-vLLM tests on one shared SmolLM2 server (those that only need an endpoint)"
-rcs=0
-"$PY" -m pytest -m "not gpu and vllm and not serial and shared_vllm" "$@" || rcs=$?
-rcu=0
-wait "$untimed" || rcu=$?
-echo "[test] untimed real-vLLM tests (exit $rcu):"
-cat "$untimed_log"
-rm -f "$untimed_log"
-echo "[test] the other real-vLLM tests, alone"
-rcr=0
-"$PY" -m pytest -m "not gpu and vllm and not serial and not shared_vllm and not untimed" "$@" || rcr=$?
-echo "[test] exit: tests without real vLLM $rc1, serial tests $rc2, real-vLLM tests: shared server $rcs, untimed $rcu, the others $rcr"
+echo "[test] real-vLLM tests, in one process (one shared SmolLM2 server for those that only need an endpoint)"
+rcv=0
+"$PY" -m pytest -m "not gpu and vllm and not serial" "$@" || rcv=$?
+echo "[test] exit: tests without real vLLM $rc1, real-vLLM tests $rcv, serial tests $rc2"
 failed=0 ran=0  # each run passed or found nothing to run (exit 5), and at least one of them ran tests
-for rc in "$rc1" "$rc2" "$rcs" "$rcu" "$rcr"; do
+for rc in "$rc1" "$rcv" "$rc2"; do
     if [[ "$rc" != 0 && "$rc" != 5 ]]; then failed=1; fi
     if [[ "$rc" == 0 ]]; then ran=1; fi
 done

@@ -87,6 +87,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
-        if "smollm2_shared" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.shared_vllm)
     keep_xdist_groups(config, items)

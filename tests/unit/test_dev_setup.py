@@ -17,12 +17,9 @@ def test_readme_makefile_and_ci_run_the_same_test_command():
     assert re.search(r"^bash scripts/test\.sh\b", (REPO / ".ci" / "run").read_text(), re.M)
     script = (REPO / "scripts" / "test.sh").read_text()
     assert 'exec "$PY" -m pytest -m "not gpu" "$@"' in script and "scripts/dev_missing.py" in script
-    # its five runs take every "not gpu" test once: the SERIAL ones one at a time beside the rest over workers at
-    # the idle priority; then the real-vLLM ones on the shared server (in one process: one server) beside the
-    # untimed ones with their own servers; then the other real-vLLM ones
+    # its three runs take every "not gpu" test once: the SERIAL ones one at a time beside the rest over workers at
+    # the idle priority, then the real-vLLM ones in one process (the shared server's tests on one server)
     assert "os.SCHED_IDLE" in script
     assert '-m "not gpu and not vllm and not serial" -n "$workers"' in script
+    assert '-m "not gpu and vllm and not serial" "$@"' in script
     assert '-m "not gpu and serial" "$@"' in script
-    assert '-m "not gpu and vllm and not serial and shared_vllm" "$@"' in script
-    assert '-m "not gpu and vllm and not serial and untimed and not shared_vllm" "$@"' in script
-    assert '-m "not gpu and vllm and not serial and not shared_vllm and not untimed" "$@"' in script
