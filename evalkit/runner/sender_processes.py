@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -295,7 +296,7 @@ def merge_stats(parts: list[SchedulerStats], specs: list[SenderSpec]) -> Schedul
     return SchedulerStats(
         concurrency_trace=[(0.0, level)],
         final_concurrency=level,
-        loop_lag_ms=[x for p in parts for x in p.loop_lag_ms],
+        loop_lag_ms=array("d", (x for p in parts for x in p.loop_lag_ms)),
         wall_s=max(p.wall_s for p in parts),
         cpu_s=sum(p.cpu_s for p in parts),
         origin_s=min(p.origin_s for p in parts),

@@ -73,7 +73,7 @@ def endpoint_summaries(
     ]
 
 
-def loop_lagged(lags_ms: list[float]) -> bool:
+def loop_lagged(lags_ms: Sequence[float]) -> bool:
     """Whether the client's event loop was late by more than :data:`LOOP_LAG_BOUND_MS` in enough of its checks
     (:data:`LOOP_LAG_MIN_LATE`, :data:`LOOP_LAG_LATE_SHARE`) to have set the pace of sending and reading."""
     late = sum(1 for x in lags_ms if x > LOOP_LAG_BOUND_MS)
