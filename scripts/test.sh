@@ -33,6 +33,11 @@ if [[ -n "$need" ]]; then
     "$PY" -m pip install --quiet -e "$REPO_ROOT[dev]"
 fi
 export PATH="$VENV/bin:$PATH"  # tests that start `python` or `evalkit` get this venv's
+# bytecode caches on, whatever the shell says (PYTHONDONTWRITEBYTECODE=1 is common in containers): the tests start
+# hundreds of Python processes, and without the caches each one compiles evalkit's modules again and each pytest
+# process rewrites every test module's asserts again (~6 s of a core per pytest process here)
+unset PYTHONDONTWRITEBYTECODE
+"$PY" -m compileall -q -j 0 evalkit tasks >/dev/null
 
 workers="${EVALKIT_TEST_WORKERS:-3}"
 own_selection=0
