@@ -7,10 +7,27 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import MutableSequence, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, Protocol, TypeVar
+
+_T = TypeVar("_T")
 
 
+def _pickled_by_fields(cls: type[_T]) -> type[_T]:
+    """Pickles the slotted dataclass ``cls`` as a call of ``cls`` with its field values: each request sent is
+    pickled to the scoring process, and the ``__getstate__`` that ``dataclass(slots=True)`` adds left two objects
+    per pickling that only the cyclic garbage collector frees."""
+    values = attrgetter(*(f.name for f in fields(cls)))  # type: ignore[arg-type]
+
+    def __reduce__(self: _T) -> tuple[type[_T], tuple[Any, ...]]:
+        return cls, values(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[assignment,method-assign]
+    return cls
+
+
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class GenParams:
     """What is sent to the server for one request (besides the prompt)."""
@@ -49,6 +66,7 @@ class GenParams:
         return out | {k: v for k, v in extra.items() if v is not None}
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """A multi-turn sample: the user turns after the first (``Request.messages``), whether the reasoning of
@@ -69,6 +87,7 @@ class ToolExecutor(Protocol):
     def __call__(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[str]: ...
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request a task wants answered. ``prompt`` is the completions prompt, or for chat the text of the
