@@ -16,7 +16,7 @@ _T = TypeVar("_T")
 
 def _pickled_by_fields(cls: type[_T]) -> type[_T]:
     """Pickles the slotted dataclass ``cls`` as a call of ``cls`` with its field values: each request sent is
-    pickled to the scoring process, and the ``__getstate__`` that ``dataclass(slots=True)`` adds left two objects
+    pickled to the scoring process, and the ``__getstate__`` that ``dataclass(slots=True)`` adds left a tuple
     per pickling that only the cyclic garbage collector frees."""
     values = attrgetter(*(f.name for f in fields(cls)))  # type: ignore[arg-type]
 
