@@ -262,7 +262,8 @@ def test_launch_failure_is_one_line(tmp_path: Path) -> None:
 
 
 DRIVER = """
-import os, sys, time
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1)  # the stack of a driver that does not exit, for finish()
 sys.path.insert(0, {repo!r})
 from evalkit.config import ServerConfig
 from evalkit.server.vllm_process import VLLMServer
@@ -284,6 +285,22 @@ except KeyboardInterrupt as exc:
 """
 
 
+HANG_S = 90  # a hang guard, not a measure: the longest stop (5 s of grace, SIGKILL, reaping) lasts ~20 s
+
+
+def finish(proc: subprocess.Popen[str]) -> str:
+    """The driver's standard output once it has exited; a driver still running after ``HANG_S`` fails the test
+    with its Python stack (faulthandler on SIGUSR1, the driver's standard error) and is killed."""
+    try:
+        return proc.communicate(timeout=HANG_S)[0]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the driver did not exit within {HANG_S} s; its output:\n{out}\nits stack:\n{err}")
+
+
 @pytest.mark.parametrize(("mode", "sig"), [("with", signal.SIGTERM), ("with", signal.SIGINT), ("atexit", None)])
 def test_signals_and_atexit_stop_the_server(tmp_path: Path, mode: str, sig: signal.Signals | None) -> None:
     script = tmp_path / "driver.py"
@@ -291,7 +308,11 @@ def test_signals_and_atexit_stop_the_server(tmp_path: Path, mode: str, sig: sign
     extra = ["--fake-child", "--fake-record", str(record)]
     script.write_text(DRIVER.format(repo=str(REPO), fake=FAKE, extra=extra, run_dir=str(tmp_path / "run")))
     proc = subprocess.Popen(
-        [sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True, preexec_fn=as_from_a_shell
+        [sys.executable, str(script), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_from_a_shell,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -300,7 +321,7 @@ def test_signals_and_atexit_stop_the_server(tmp_path: Path, mode: str, sig: sign
     child = json.loads(record.read_text())["child_pid"]
     if sig is not None:
         proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=30)
+    out = finish(proc)
     if sig is not None:
         assert "INTERRUPTED" in out and "alive: False" in out  # stopped by the time the exception leaves `with`
         assert proc.returncode != 0
@@ -316,14 +337,18 @@ def test_sigterm_during_startup(tmp_path: Path) -> None:
     extra = ["--fake-startup-delay", "60", "--fake-record", str(record)]
     script.write_text(DRIVER.format(repo=str(REPO), fake=FAKE, extra=extra, run_dir=str(tmp_path / "run")))
     proc = subprocess.Popen(
-        [sys.executable, str(script), "startup"], stdout=subprocess.PIPE, text=True, preexec_fn=as_from_a_shell
+        [sys.executable, str(script), "startup"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_from_a_shell,
     )
     deadline = time.monotonic() + 20
     while not record.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     fake_pid = json.loads(record.read_text())["pid"]  # the fake writes its record before its startup delay
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    out = finish(proc)
     assert "INTERRUPTED" in out and "SIGTERM" in out and "alive: False" in out
     assert wait_gone(fake_pid)
     assert_group_gone(fake_pid)
