@@ -174,12 +174,12 @@ class VLLMServer:
         t0 = time.monotonic()
         self._install_sigterm()  # before launching: no window where SIGTERM kills evalkit but not vLLM
         try:
-            self._launch()
-        except BaseException:
-            self._restore_sigterm()
-            raise
-        atexit.register(self.stop)
-        try:
+            got: list[int] = []
+            with self._deferred_signals(got, hurry=False):  # an interrupt inside Popen would lose the process
+                self._launch()
+            atexit.register(self.stop)
+            for sig in got:
+                signal.raise_signal(sig)  # now that stop() knows the process: handled as it would have been
             self._wait_ready(t0)
         except _NotReady as exc:
             self.stop()
@@ -261,11 +261,12 @@ class VLLMServer:
         A SIGTERM or Ctrl-C arriving while stopping cuts the grace period short instead of interrupting.
         """
         if self._proc is None or self._stopped:
+            self._restore_sigterm()  # the launch failed: there is nothing to stop
             return
         self._stopped = True
         got: list[int] = []
         try:
-            with self._deferred_signals(got):
+            with self._deferred_signals(got, hurry=True):
                 self._terminate_group(self._proc.pid)
         finally:
             self._restore_sigterm()
@@ -323,17 +324,19 @@ class VLLMServer:
             self._sigterm_installed = False
 
     @contextlib.contextmanager
-    def _deferred_signals(self, got: list[int]) -> Iterator[None]:
-        """While stopping, SIGINT/SIGTERM only hurry the stop (collected in ``got``, re-raised by stop())."""
+    def _deferred_signals(self, got: list[int], hurry: bool) -> Iterator[None]:
+        """SIGINT/SIGTERM collected in ``got`` for the caller to raise after the block; while stopping
+        (``hurry``) they also cut the grace period short."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
-        def hurry(signum: int, frame: object) -> None:
+        def collect(signum: int, frame: object) -> None:
             got.append(signum)
-            self._hurry.set()
+            if hurry:
+                self._hurry.set()
 
-        previous = {s: signal.signal(s, hurry) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, collect) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
         finally:

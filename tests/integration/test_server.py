@@ -354,6 +354,34 @@ def test_sigterm_during_startup(tmp_path: Path) -> None:
     assert_group_gone(fake_pid)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupt_inside_the_launch_stops_the_launched_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals
+) -> None:
+    """A signal arriving while ``subprocess.Popen`` has started vLLM but not returned: the server is stopped."""
+    record = tmp_path / "rec.json"
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)  # type: ignore[call-overload]
+        deadline = time.monotonic() + 20
+        while not record.exists() and time.monotonic() < deadline:  # the fake runs and has written its pid
+            time.sleep(0.02)
+        signal.raise_signal(sig)  # its handler runs here, before Popen would have returned
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    before = signal.getsignal(signal.SIGTERM)
+    srv = VLLMServer(fake_cfg("--fake-startup-delay", "60", "--fake-record", str(record)), tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        srv.start()
+    fake_pid = json.loads(record.read_text())["pid"]
+    assert srv.pid == fake_pid and srv.poll() is not None
+    assert wait_gone(fake_pid)
+    assert_group_gone(fake_pid)
+    assert signal.getsignal(signal.SIGTERM) is before  # evalkit's SIGTERM handler is gone with the server
+
+
 # ---------------------------------------------------------------------------------------------- gpu
 FAKE_SMI = """#!{python}
 import os, sys
