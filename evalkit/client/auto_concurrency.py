@@ -166,7 +166,7 @@ class AutoConcurrency:
 
     async def _set(self, limiter: Limiter, limit: int, stats: SchedulerStats, t0: float) -> None:
         self.limit = limit
-        await limiter.set_limit(limit)
+        limiter.set_limit(limit)
         stats.concurrency_trace.append((round(time.perf_counter() - t0, 3), limit))
 
     async def run(self, limiter: Limiter, client: Client, stats: SchedulerStats, t0: float) -> None:

@@ -34,15 +34,15 @@ class Limiter:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def release(self) -> None:
+    def release(self) -> None:
         self.active -= 1
         if self._waiters:
             self._wake()
 
-    async def set_limit(self, limit: int) -> None:
+    def set_limit(self, limit: int) -> None:
         self.limit = limit
         self._wake()
 
-    async def close(self) -> None:
+    def close(self) -> None:
         self.closed = True
         self._wake()

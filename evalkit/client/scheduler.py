@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from evalkit.client.arrivals import Arrivals, arrival_offsets
 from evalkit.client.auto_concurrency import AutoConcurrency
@@ -17,7 +18,7 @@ from evalkit.client.limiter import Limiter
 from evalkit.contracts import Request, Response, SchedulerStats
 from evalkit.errors import warn
 
-OnDone = Callable[[Request, Response], "Awaitable[None] | None"]
+OnDone = Callable[[Request, Response], "Awaitable[Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ async def execute(
             try:
                 resp = await answer(req)
             finally:
-                await limiter.release()
+                limiter.release()
             if due is not None:
                 resp.scheduled_s = due - client.t0
             current = asyncio.current_task()
@@ -209,35 +210,35 @@ async def execute(
                 await result
         except Exception as e:
             failed.append(e)
-            await limiter.close()  # the sender stops at once, also while it waits for a slot
+            limiter.close()  # the sender stops at once, also while it waits for a slot
         finally:
-            await unfinished.release()
+            unfinished.release()
 
     source = _each(reqs)
     try:
         while True:
             await unfinished.acquire()
             if not await limiter.acquire():  # closed: an on_done failed, send no more
-                await unfinished.release()
+                unfinished.release()
                 break
             waited = time.perf_counter()
             try:
                 req = await source.__anext__()
             except StopAsyncIteration:
-                await limiter.release()
-                await unfinished.release()
+                limiter.release()
+                unfinished.release()
                 break
             due = _due(req, zero, offsets, stats.sent)
             if deadline is not None and (due if due is not None else time.perf_counter()) >= deadline:
-                await limiter.release()
-                await unfinished.release()
+                limiter.release()
+                unfinished.release()
                 stats.not_sent = max(0, (total or 0) - stats.sent)
                 break
             if due is not None and (delay := due - time.perf_counter()) > 0:
                 await asyncio.sleep(delay)
             if failed:  # while the next request was coming (or was not due yet)
-                await limiter.release()
-                await unfinished.release()
+                limiter.release()
+                unfinished.release()
                 break
             if auto:
                 auto.starved_s += time.perf_counter() - waited

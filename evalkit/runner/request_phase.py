@@ -10,7 +10,7 @@ import asyncio
 import os
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -116,14 +116,21 @@ class RequestPhase:
         sink = AnswerSink(self.scoring, store_many, self.store_pool)
         keys: dict[int, str] = {}  # id(request) -> its key, while it is in flight
 
-        async def on_done(req: Request, resp: Response) -> None:
+        def counted(stored: asyncio.Future[SampleRecord]) -> None:
             nonlocal done
-            if resp.error is not None:
-                self.first_error.setdefault(req.task, resp.error)
-            rec = await sink.put(req, resp, keys.pop(id(req)))  # scored (unless it failed) and stored
+            if stored.cancelled() or stored.exception() is not None:
+                return
             done += 1
             if self.progress:
-                self.progress(task.name, done, total, rec)
+                self.progress(task.name, done, total, stored.result())
+
+        def on_done(req: Request, resp: Response) -> asyncio.Future[SampleRecord]:
+            """The answer handed to the sink: a future that ends once it is scored (unless it failed) and stored."""
+            if resp.error is not None:
+                self.first_error.setdefault(req.task, resp.error)
+            stored = sink.put(req, resp, keys.pop(id(req)))
+            stored.add_done_callback(counted)
+            return stored
 
         async def todo() -> AsyncIterator[Request]:
             """The requests not answered yet (a resumed run skips the rest), as they come."""
@@ -249,7 +256,7 @@ class RequestPhase:
         p: TaskRun,
         options: ClientOptions,
         extra: dict[str, Any],
-        on_done: Callable[[Request, Response], Awaitable[None]],
+        on_done: Callable[[Request, Response], asyncio.Future[SampleRecord]],
     ) -> SchedulerStats:
         """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
         all of them together, and the client gives each to the least loaded endpoint. A request with a

@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,47 +201,53 @@ class Senders:
         todo: AsyncIterator[Request],
         total: int,
         arrivals: Arrivals | None,
-        on_done: Callable[[Request, Response], Awaitable[None]],
+        on_done: Callable[[Request, Response], asyncio.Future[Any]],
         start_at_unix: float | None = None,
     ) -> tuple[SchedulerStats, float]:
-        """Send ``todo`` (``total`` requests) over the senders, calling ``on_done`` here as each answer comes back;
-        the merged stats and the start every sender counted from, as ``time.time()``: ``start_at_unix`` when given
+        """Send ``todo`` (``total`` requests) over the senders, calling ``on_done`` here as each answer comes back
+        (it hands the answer over and returns a future that ends once it is stored: no task per answer); the merged
+        stats and the start every sender counted from, as ``time.time()``: ``start_at_unix`` when given
         (``--start-at``; passed already, what is due goes at once), else a moment after every sender is ready.
-        An ``on_done`` that raises stops the sending (the answers already back are stored) and its error is
-        raised; so is a sender's failure. The processes are ended when it returns."""
+        An ``on_done`` that raises or whose future fails stops the sending (the answers already back are stored)
+        and its error is raised; so is a sender's failure. The processes are ended when it returns."""
         loop = asyncio.get_running_loop()
         c0 = time.process_time()
         senders, specs, n = self._senders, self.specs, len(self._senders)
         ready = [loop.create_future() for _ in senders]
         finished = [loop.create_future() for _ in senders]
         credits = [Limiter(spec.concurrency + BACKLOG // n + 1) for spec in specs]
-        stored: set[asyncio.Task[None]] = set()
+        storing: set[asyncio.Future[Any]] = set()  # answers handed to on_done, not stored yet
         failed: list[BaseException] = []
 
-        async def store(k: int, req: Request, resp: Response) -> None:
-            try:
-                await on_done(req, resp)
-            except Exception as e:
-                failed.append(e)
-                for c in credits:
-                    await c.close()
-            finally:
-                await credits[k].release()
+        def fail(e: BaseException) -> None:
+            failed.append(e)
+            for c in credits:
+                c.close()
+
+        def stored(k: int, fut: asyncio.Future[Any]) -> None:
+            storing.discard(fut)
+            if not fut.cancelled() and (e := fut.exception()) is not None:
+                fail(e)
+            credits[k].release()
 
         def receive(k: int, msg: Any) -> None:
             kind = msg[0]
             if kind == "ready":
                 ready[k].set_result(None)
             elif kind == "answers":
+                held, done_k = senders[k].held, functools.partial(stored, k)
                 for i, resp in msg[1]:
-                    task = loop.create_task(store(k, senders[k].held.pop(i), resp))
-                    stored.add(task)
-                    task.add_done_callback(stored.discard)
+                    try:
+                        fut = on_done(held.pop(i), resp)
+                    except Exception as e:
+                        fail(e)
+                        credits[k].release()
+                        continue
+                    storing.add(fut)
+                    fut.add_done_callback(done_k)
             elif not finished[k].done():  # its stats, or its failure: it takes no more requests
                 finished[k].set_result(msg)
-                closing = loop.create_task(credits[k].close())
-                stored.add(closing)
-                closing.add_done_callback(stored.discard)
+                credits[k].close()
                 if not ready[k].done():
                     ready[k].set_result(None)
 
@@ -274,8 +280,8 @@ class Senders:
             for s in senders:
                 s.outbox.put(("end",))
             outcomes = await asyncio.gather(*finished)
-            while stored:
-                await asyncio.gather(*list(stored))
+            while storing:
+                await asyncio.wait(list(storing))
             if failed:
                 raise failed[0]
             bad = next((m for m in outcomes if m[0] == "failed"), None)
