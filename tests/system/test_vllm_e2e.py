@@ -36,11 +36,12 @@ from tests.shell_signals import as_from_a_shell
 from tests.vllm_env import MODEL_DIR, NAME, REPO, SHARED_GROUP, VLLM_MARKS
 
 PARITY_LIMIT = 10
+SERVE_LIMIT = 10  # GSM8K documents of the --serve run: its 5-shot prompts are ~900 tokens each on 2 cores
 pytestmark = VLLM_MARKS
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def serve_argv(run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = 20) -> list[str]:
+def serve_argv(run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = SERVE_LIMIT) -> list[str]:
     """``evalkit run TASK --serve MODEL_DIR`` with the flags that make vLLM start quickly on a small CPU box."""
     return [
         sys.executable,
@@ -246,21 +247,21 @@ def test_serve_gsm8k_writes_store_and_stops_server(watch: ServerWatch) -> None:
     assert manifest["finished_at"]
 
     records = read_samples(run_dir)
-    assert len(records) == 20
-    assert {r.doc_id for r in records} == set(range(20))
+    assert len(records) == SERVE_LIMIT
+    assert {r.doc_id for r in records} == set(range(SERVE_LIMIT))
     assert all(r.status != "api_error" for r in records)
     assert all(r.prompt_tokens and r.output_tokens is not None and r.e2e_ms for r in records)
     # SmolLM2 sometimes stops at once (status "empty": no text chunk, so no TTFT); the rest are timed
     assert all(r.ttft_ms for r in records if r.status != "empty")
-    assert sum(r.status != "empty" for r in records) >= 10
+    assert sum(r.status != "empty" for r in records) >= SERVE_LIMIT // 2
 
     t = json.loads((run_dir / "summary.json").read_text())["tasks"]["gsm8k"]
     for f in ("strict-match", "flexible-extract"):
-        assert t["metrics"][f"exact_match,{f}"]["n"] == 20
-    assert t["counts"]["total"] == 20 and t["counts"]["api_error"] == 0
+        assert t["metrics"][f"exact_match,{f}"]["n"] == SERVE_LIMIT
+    assert t["counts"]["total"] == SERVE_LIMIT and t["counts"]["api_error"] == 0
     srv = t["server"]
     assert srv["available"] is True
-    assert srv["requests"]["total"] >= 20
+    assert srv["requests"]["total"] >= SERVE_LIMIT
     assert srv["prompt_tokens"] > 0
 
     log = (run_dir / "server.log").read_text(errors="replace")
