@@ -326,7 +326,8 @@ class VLLMServer:
     @contextlib.contextmanager
     def _deferred_signals(self, got: list[int], hurry: bool) -> Iterator[None]:
         """SIGINT/SIGTERM collected in ``got`` for the caller to raise after the block; while stopping
-        (``hurry``) they also cut the grace period short."""
+        (``hurry``) they also cut the grace period short. A signal this process ignores (SIGINT in a job a script
+        started in the background) stays ignored."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -336,7 +337,8 @@ class VLLMServer:
             if hurry:
                 self._hurry.set()
 
-        previous = {s: signal.signal(s, collect) for s in (signal.SIGINT, signal.SIGTERM)}
+        handled = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
+        previous = {s: signal.signal(s, collect) for s in handled}
         try:
             yield
         finally:

@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -356,7 +357,7 @@ def test_sigterm_during_startup(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupt_inside_the_launch_stops_the_launched_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, sig: signal.Signals
 ) -> None:
     """A signal arriving while ``subprocess.Popen`` has started vLLM but not returned: the server is stopped."""
     record = tmp_path / "rec.json"
@@ -371,6 +372,9 @@ def test_an_interrupt_inside_the_launch_stops_the_launched_server(
         return proc
 
     monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    # as in a program started from a shell: a test run a script started in the background ignores SIGINT
+    interrupts = {s: signal.signal(s, h) for s, h in ((signal.SIGINT, signal.default_int_handler),)}
+    request.addfinalizer(lambda: [signal.signal(s, h) for s, h in interrupts.items()])
     before = signal.getsignal(signal.SIGTERM)
     srv = VLLMServer(fake_cfg("--fake-startup-delay", "60", "--fake-record", str(record)), tmp_path)
     with pytest.raises(KeyboardInterrupt):
@@ -380,6 +384,22 @@ def test_an_interrupt_inside_the_launch_stops_the_launched_server(
     assert wait_gone(fake_pid)
     assert_group_gone(fake_pid)
     assert signal.getsignal(signal.SIGTERM) is before  # evalkit's SIGTERM handler is gone with the server
+
+
+def test_a_sigint_the_process_ignores_stays_ignored_while_stopping(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A run a script started in the background ignores SIGINT: one arriving while the server stops neither
+    hurries the stop nor raises KeyboardInterrupt after it."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+    srv = VLLMServer(fake_cfg("--fake-ignore-sigterm", stop_grace_s=2), tmp_path, poll_interval_s=0.05).start()
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # during the 2 s of grace
+    t0 = time.monotonic()
+    srv.stop()  # no KeyboardInterrupt
+    assert time.monotonic() - t0 >= 1.9  # the whole grace was waited (SIGKILL after it: the fake ignores SIGTERM)
+    assert "did not stop within stop_grace_s=2 s" in (tmp_path / "server.log").read_text()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 # ---------------------------------------------------------------------------------------------- gpu
