@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +106,11 @@ def alert_in_state(base: str, name: str, state: str) -> dict[str, str] | None:
     return states if states.get(name) == state else None
 
 
-def evaluated_rules(base: str) -> dict[str, Any] | None:
-    """The rules by name, once each has been evaluated."""
+def evaluated_rules(base: str, after: float) -> dict[str, Any] | None:
+    """The rules by name, once each has been evaluated after the wall-clock time ``after``."""
     rules = {r["name"]: r for g in api(base, "rules")["groups"] for r in g["rules"]}
-    return rules if rules and all(not r["lastEvaluation"].startswith("0001") for r in rules.values()) else None
+    evaluated = [datetime.fromisoformat(r["lastEvaluation"]).timestamp() for r in rules.values()]
+    return rules if rules and min(evaluated) > after else None
 
 
 @pytest.mark.slow
@@ -146,7 +148,10 @@ def test_prometheus_scrapes_a_running_watch_and_evaluates_the_rules(tmp_path: Pa
         wait_for("the watch's target up", lambda: any(t["health"] == "up" for t in targets()))
         passing = 'evalkit_watch_verdict{job="evalkit-watch", task="gsm8k"} == 1'
         wait_for("a pass verdict scraped", lambda: api(base, "query", query=passing)["result"])
-        rules = wait_for("every rule evaluated", lambda: evaluated_rules(base))
+        # an evaluation before that scrape saw the baseline tick's can_judge 0 (CannotJudge pending): judge the
+        # alerts on evaluations that saw the pass
+        scraped = time.time()
+        rules = wait_for("every rule evaluated on the pass", lambda: evaluated_rules(base, after=scraped))
         assert set(rules) == {a["alert"] for a in alerts()}
         assert all(r["health"] == "ok" for r in rules.values()), {n: r.get("lastError") for n, r in rules.items()}
         assert alert_states(base) == {}  # a passing watch: nothing pending, nothing firing
