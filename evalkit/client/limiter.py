@@ -34,8 +34,9 @@ class Limiter:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def release(self) -> None:
-        self.active -= 1
+    def release(self, n: int = 1) -> None:
+        """Give ``n`` slots back."""
+        self.active -= n
         if self._waiters:
             self._wake()
 

@@ -23,7 +23,7 @@ from evalkit.client.scheduler import InFlight, execute
 from evalkit.config import RunConfig
 from evalkit.config.endpoint import display_url, server_root
 from evalkit.contracts import Request, Response, SampleFields, SampleRecord, SchedulerStats, Score, TaskSummary
-from evalkit.runner.answer_sink import AnswerSink
+from evalkit.runner.answer_sink import AnswerSink, Outcome
 from evalkit.runner.observe import ServerObserver
 from evalkit.runner.plan import TaskRun
 from evalkit.runner.sender_processes import Senders, SenderSpec, sender_count, shares
@@ -113,7 +113,8 @@ class RequestPhase:
             store.append_many(records)
             return records
 
-        sink = AnswerSink(self.scoring, store_many, self.store_pool)
+        local = {name: q.task.score for name, q in own.items() if q.task.scores_in_run_process}
+        sink = AnswerSink(self.scoring, store_many, self.store_pool, local=local)
         keys: dict[int, str] = {}  # id(request) -> its key, while it is in flight
 
         def counted(stored: asyncio.Future[SampleRecord]) -> None:
@@ -130,6 +131,27 @@ class RequestPhase:
                 self.first_error.setdefault(req.task, resp.error)
             stored = sink.put(req, resp, keys.pop(id(req)))
             stored.add_done_callback(counted)
+            return stored
+
+        def counted_many(stored: asyncio.Future[list[Outcome]]) -> None:
+            nonlocal done
+            if stored.cancelled() or stored.exception() is not None:
+                return
+            records = [o for o in stored.result() if isinstance(o, SampleRecord)]
+            done += len(records)
+            if self.progress and records:
+                self.progress(task.name, done, total, records[-1])
+
+        def on_done_many(answers: list[tuple[Request, Response]]) -> asyncio.Future[list[Outcome]]:
+            """Answers that came back together (a sender process's batch) handed to the sink at once: one future,
+            with each one's record or error once all are scored and stored."""
+            handed = []
+            for req, resp in answers:
+                if resp.error is not None:
+                    self.first_error.setdefault(req.task, resp.error)
+                handed.append((req, resp, keys.pop(id(req))))
+            stored = sink.put_many(handed)
+            stored.add_done_callback(counted_many)
             return stored
 
         async def todo() -> AsyncIterator[Request]:
@@ -155,7 +177,7 @@ class RequestPhase:
         self.lap(f"{task.name}.before_requests")
         try:
             with observer:
-                stats = asyncio.run(self._send(todo(), max(0, total - done), p, options, extra, on_done))
+                stats = asyncio.run(self._send(todo(), max(0, total - done), p, options, extra, on_done, on_done_many))
         finally:
             positions.close()
             self.stop_senders()
@@ -257,17 +279,19 @@ class RequestPhase:
         options: ClientOptions,
         extra: dict[str, Any],
         on_done: Callable[[Request, Response], asyncio.Future[SampleRecord]],
+        on_done_many: Callable[[list[tuple[Request, Response]]], asyncio.Future[list[Outcome]]],
     ) -> SchedulerStats:
         """Send through one client over every endpoint: ``--concurrency`` bounds the requests in flight over
         all of them together, and the client gives each to the least loaded endpoint. A request with a
         conversation is one sample of several requests (requests/conversation.py), tools run by the task's
         backends, each of its requests fitted to the context as its history grows. A response naming a model that is
-        neither ``model`` nor ``accepted`` fails its attempt."""
+        neither ``model`` nor ``accepted`` fails its attempt. Each answer goes to ``on_done`` as it comes, or, where
+        sender processes send, each batch of them one sends back to ``on_done_many``."""
         urls, task, kind = self.urls, p.task, p.kind
         senders = self._started.pop(task.name, None) or self.start_senders(p, options, extra)
         if senders is not None:  # several processes send
             stats, self.clock_start_unix = await senders.send(
-                todo, total, Arrivals.of(self.cfg), on_done, start_at_unix=self._start_at(p)
+                todo, total, Arrivals.of(self.cfg), on_done_many, start_at_unix=self._start_at(p)
             )
             return stats
         async with Client(

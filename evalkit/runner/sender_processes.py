@@ -201,22 +201,23 @@ class Senders:
         todo: AsyncIterator[Request],
         total: int,
         arrivals: Arrivals | None,
-        on_done: Callable[[Request, Response], asyncio.Future[Any]],
+        on_done: Callable[[list[tuple[Request, Response]]], asyncio.Future[list[Any]]],
         start_at_unix: float | None = None,
     ) -> tuple[SchedulerStats, float]:
-        """Send ``todo`` (``total`` requests) over the senders, calling ``on_done`` here as each answer comes back
-        (it hands the answer over and returns a future that ends once it is stored: no task per answer); the merged
-        stats and the start every sender counted from, as ``time.time()``: ``start_at_unix`` when given
-        (``--start-at``; passed already, what is due goes at once), else a moment after every sender is ready.
-        An ``on_done`` that raises or whose future fails stops the sending (the answers already back are stored)
-        and its error is raised; so is a sender's failure. The processes are ended when it returns."""
+        """Send ``todo`` (``total`` requests) over the senders, calling ``on_done`` here with each batch of answers
+        a sender sends back (it hands them over and returns one future, which ends once they are stored, with each
+        answer's record or error: no future or task per answer); the merged stats and the start every sender
+        counted from, as ``time.time()``: ``start_at_unix`` when given (``--start-at``; passed already, what is due
+        goes at once), else a moment after every sender is ready. An ``on_done`` that raises, whose future fails
+        or holds an error stops the sending (the answers already back are stored) and that error is raised; so is
+        a sender's failure. The processes are ended when it returns."""
         loop = asyncio.get_running_loop()
         c0 = time.process_time()
         senders, specs, n = self._senders, self.specs, len(self._senders)
         ready = [loop.create_future() for _ in senders]
         finished = [loop.create_future() for _ in senders]
         credits = [Limiter(spec.concurrency + BACKLOG // n + 1) for spec in specs]
-        storing: set[asyncio.Future[Any]] = set()  # answers handed to on_done, not stored yet
+        storing: set[asyncio.Future[Any]] = set()  # batches of answers handed to on_done, not stored yet
         failed: list[BaseException] = []
 
         def fail(e: BaseException) -> None:
@@ -224,27 +225,30 @@ class Senders:
             for c in credits:
                 c.close()
 
-        def stored(k: int, fut: asyncio.Future[Any]) -> None:
+        def stored(k: int, count: int, fut: asyncio.Future[list[Any]]) -> None:
             storing.discard(fut)
-            if not fut.cancelled() and (e := fut.exception()) is not None:
-                fail(e)
-            credits[k].release()
+            if not fut.cancelled():
+                if (e := fut.exception()) is not None:
+                    fail(e)
+                elif (bad := next((o for o in fut.result() if isinstance(o, BaseException)), None)) is not None:
+                    fail(bad)
+            credits[k].release(count)
 
         def receive(k: int, msg: Any) -> None:
             kind = msg[0]
             if kind == "ready":
                 ready[k].set_result(None)
             elif kind == "answers":
-                held, done_k = senders[k].held, functools.partial(stored, k)
-                for i, resp in msg[1]:
-                    try:
-                        fut = on_done(held.pop(i), resp)
-                    except Exception as e:
-                        fail(e)
-                        credits[k].release()
-                        continue
-                    storing.add(fut)
-                    fut.add_done_callback(done_k)
+                held = senders[k].held
+                answers = [(held.pop(i), resp) for i, resp in msg[1]]
+                try:
+                    fut = on_done(answers)
+                except Exception as e:
+                    fail(e)
+                    credits[k].release(len(answers))
+                    return
+                storing.add(fut)
+                fut.add_done_callback(functools.partial(stored, k, len(answers)))
             elif not finished[k].done():  # its stats, or its failure: it takes no more requests
                 finished[k].set_result(msg)
                 credits[k].close()

@@ -61,6 +61,8 @@ class Task(ABC):
     items: Sequence[dict[str, Any]] = ()  # the documents; the default summary reads their ``id`` / ``answer``
     takes_scorer: ClassVar[bool] = False  # True when ``score`` uses the task file's ``scorer`` (the registry
     # refuses a file that names one for a task that does not)
+    scores_in_run_process: ClassVar[bool] = False  # True when ``score`` takes a few µs of the GIL and needs nothing
+    # the scoring process loads: the run scores its answers in the store's thread, without a hand-off to that process
 
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec

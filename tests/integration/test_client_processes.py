@@ -4,9 +4,11 @@ union of the senders' arrivals is exactly it, on one clock), resume after a kill
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from evalkit.cli import app
 from evalkit.client.arrivals import Arrivals, arrival_offsets, part_of, schedule_part, timed
 from evalkit.client.scheduler import InFlight
 from evalkit.contracts import GenParams, Request
-from evalkit.runner.sender_processes import sender_count, shares
+from evalkit.runner.sender_processes import Senders, SenderSpec, sender_count, shares
 from evalkit.testing.server import Behaviour, TestServer
 from tests.kill_resume import DONE_BEFORE_KILL, STALLED, kill_mid_run_and_resume
 
@@ -86,6 +88,31 @@ def test_the_senders_interleave_the_one_schedule_and_their_union_is_it() -> None
     assert timed([replace(reqs[0], arrival_s=9.0)], offsets)[0].arrival_s == 9.0  # a trace's own time is kept
     assert timed([reqs[0]], offsets, len(offsets))[0].arrival_s is None  # past the schedule's end: as it is
     assert shares(10, 3) == [4, 3, 3] and sum(shares(7, 7)) == 7
+
+
+def test_an_answer_the_store_could_not_take_stops_the_senders_and_is_raised(test_server: TestServer) -> None:
+    """``Senders.send``: a batch handed to ``on_done`` whose outcomes hold an error (an answer that could not be
+    scored or stored) stops the sending, every batch already handed over is waited for, and that error is raised;
+    the sender processes are gone after it."""
+    specs = [SenderSpec([test_server.url], "test-model", {"kind": "completions"}, 2, None) for _ in range(2)]
+    senders = Senders(specs)
+    total, handed = 3000, []  # more than the senders take before their first batch is stored
+
+    async def todo() -> AsyncIterator[Request]:
+        for i in range(total):
+            yield Request("t", i, 0, f"p{i}", GenParams(max_tokens=4))
+
+    def on_done(answers: list[tuple[Request, Any]]) -> asyncio.Future[list[Any]]:
+        fut: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        handed.extend(req.doc_id for req, _ in answers)
+        outcomes = [OSError("disk full") if req.doc_id == 5 else req.doc_id for req, _ in answers]
+        asyncio.get_running_loop().call_later(0.01, fut.set_result, outcomes)
+        return fut
+
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(senders.send(todo(), total, None, on_done))
+    assert 5 in handed and len(handed) < total  # it stopped the sending
+    assert all(s.proc.poll() is not None for s in senders._senders)
 
 
 @pytest.fixture
