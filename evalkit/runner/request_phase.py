@@ -137,10 +137,12 @@ class RequestPhase:
             nonlocal done
             if stored.cancelled() or stored.exception() is not None:
                 return
-            records = [o for o in stored.result() if isinstance(o, SampleRecord)]
-            done += len(records)
-            if self.progress and records:
-                self.progress(task.name, done, total, records[-1])
+            progress = self.progress
+            for outcome in stored.result():
+                if isinstance(outcome, SampleRecord):
+                    done += 1
+                    if progress:  # each record, as one by one (the progress counts their errors and tokens)
+                        progress(task.name, done, total, outcome)
 
         def on_done_many(answers: list[tuple[Request, Response]]) -> asyncio.Future[list[Outcome]]:
             """Answers that came back together (a sender process's batch) handed to the sink at once: one future,

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from evalkit import api
 from evalkit.cli import app
 from evalkit.client.arrivals import Arrivals, arrival_offsets, part_of, schedule_part, timed
 from evalkit.client.scheduler import InFlight
@@ -76,6 +77,22 @@ def test_two_processes_give_the_samples_answers_and_scores_of_one(tmp_path: Path
 
 
 # ------------------------------------------------------------------------------------------ the schedule
+def test_the_progress_sees_each_record_once_as_with_one_process(tmp_path: Path, test_server: TestServer) -> None:
+    """Over two senders the progress callback is called once per stored record, ``done`` counting 1, 2, ... (the
+    live bar counts errors, right answers and tokens from each record), as with one process (calls without a
+    record, a task's start, are the bar's own)."""
+    calls: dict[int, list[tuple[int, int, str]]] = {}
+    for n in (1, 2):
+        seen = calls[n] = []
+        api.run(
+            "gsm8k", endpoint=test_server.url, limit=40, max_tokens=32, concurrency=4, client_processes=n,
+            output_dir=tmp_path / str(n), report=False, warmup=0,
+            progress=lambda task, done, total, rec, seen=seen: rec is None or seen.append((done, total, rec.key)),
+        )  # fmt: skip
+        assert [c[:2] for c in seen] == [(i, 40) for i in range(1, 41)], n
+    assert sorted(c[2] for c in calls[2]) == sorted(c[2] for c in calls[1])
+
+
 def test_the_senders_interleave_the_one_schedule_and_their_union_is_it() -> None:
     arrivals = Arrivals(rate=300.0, seed=7)
     offsets = arrival_offsets(101, arrivals)
