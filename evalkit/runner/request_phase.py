@@ -117,42 +117,39 @@ class RequestPhase:
         sink = AnswerSink(self.scoring, store_many, self.store_pool, local=local)
         keys: dict[int, str] = {}  # id(request) -> its key, while it is in flight
 
-        def counted(stored: asyncio.Future[SampleRecord]) -> None:
+        def count(record: SampleRecord) -> None:
+            """One answer stored: the progress sees it (its error, right answer and tokens)."""
             nonlocal done
-            if stored.cancelled() or stored.exception() is not None:
-                return
             done += 1
             if self.progress:
-                self.progress(task.name, done, total, stored.result())
+                self.progress(task.name, done, total, record)
+
+        def hand(req: Request, resp: Response) -> tuple[Request, Response, str]:
+            """An answer as the sink takes it, with its key; a failure noted as its task's first, if it is."""
+            if resp.error is not None:
+                self.first_error.setdefault(req.task, resp.error)
+            return req, resp, keys.pop(id(req))
+
+        def counted(stored: asyncio.Future[SampleRecord]) -> None:
+            if not stored.cancelled() and stored.exception() is None:
+                count(stored.result())
 
         def on_done(req: Request, resp: Response) -> asyncio.Future[SampleRecord]:
             """The answer handed to the sink: a future that ends once it is scored (unless it failed) and stored."""
-            if resp.error is not None:
-                self.first_error.setdefault(req.task, resp.error)
-            stored = sink.put(req, resp, keys.pop(id(req)))
+            stored = sink.put(*hand(req, resp))
             stored.add_done_callback(counted)
             return stored
 
         def counted_many(stored: asyncio.Future[list[Outcome]]) -> None:
-            nonlocal done
-            if stored.cancelled() or stored.exception() is not None:
-                return
-            progress = self.progress
-            for outcome in stored.result():
-                if isinstance(outcome, SampleRecord):
-                    done += 1
-                    if progress:  # each record, as one by one (the progress counts their errors and tokens)
-                        progress(task.name, done, total, outcome)
+            if not stored.cancelled() and stored.exception() is None:
+                for outcome in stored.result():  # each record, as one by one
+                    if isinstance(outcome, SampleRecord):
+                        count(outcome)
 
         def on_done_many(answers: list[tuple[Request, Response]]) -> asyncio.Future[list[Outcome]]:
             """Answers that came back together (a sender process's batch) handed to the sink at once: one future,
             with each one's record or error once all are scored and stored."""
-            handed = []
-            for req, resp in answers:
-                if resp.error is not None:
-                    self.first_error.setdefault(req.task, resp.error)
-                handed.append((req, resp, keys.pop(id(req))))
-            stored = sink.put_many(handed)
+            stored = sink.put_many([hand(req, resp) for req, resp in answers])
             stored.add_done_callback(counted_many)
             return stored
 

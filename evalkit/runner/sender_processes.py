@@ -5,7 +5,7 @@ Each sender is a child process (``python -m evalkit.runner.sender_processes``) w
 :class:`~evalkit.client.http_client.Client` (its own connections), running the one scheduler
 (:func:`evalkit.client.scheduler.execute`). The parent stays the only store writer: it builds the requests and
 their keys, hands each to a sender, and gets the answers back in batches, which it scores and stores exactly as
-one process does (``RequestPhase``'s ``on_done``).
+one process does (``RequestPhase``'s ``on_done_many``: a batch at a time).
 
 The split is deterministic: the request at position ``i`` of the phase (its order of sending) goes to sender
 ``i % N``.
@@ -219,6 +219,7 @@ class Senders:
         credits = [Limiter(spec.concurrency + BACKLOG // n + 1) for spec in specs]
         storing: set[asyncio.Future[Any]] = set()  # batches of answers handed to on_done, not stored yet
         failed: list[BaseException] = []
+        ended: list[int] = []  # the senders that sent their stats or failed (no scan of the futures per request)
 
         def fail(e: BaseException) -> None:
             failed.append(e)
@@ -251,6 +252,7 @@ class Senders:
                 fut.add_done_callback(functools.partial(stored, k, len(answers)))
             elif not finished[k].done():  # its stats, or its failure: it takes no more requests
                 finished[k].set_result(msg)
+                ended.append(k)
                 credits[k].close()
                 if not ready[k].done():
                     ready[k].set_result(None)
@@ -272,9 +274,9 @@ class Senders:
             position = 0
             async for req in todo:
                 k = part_of(position, n)  # the deal of arrivals.schedule_part, one request at a time
-                if not await credits[k].acquire() or any(f.done() for f in finished):
+                if not await credits[k].acquire() or ended:
                     break
-                (due,) = timed([req], offsets, position)
+                due = timed([req], offsets, position)[0] if offsets else req
                 senders[k].held[position] = req  # the request on_done knows (its key is by identity)
                 senders[k].batch.append((position, due))
                 if len(senders[k].batch) == 1:
