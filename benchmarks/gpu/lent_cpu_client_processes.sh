@@ -1,8 +1,8 @@
 #!/bin/bash
 # On a lent GPU machine's 16 cores, without vLLM: issue 47's sender-process scaling (benchmarks/bench_client_processes.py,
-# 1, 2 and 8 processes, 50,000 requests, 512 in flight, 6 `--fast` test servers) and the CPU per request of the
-# run's own process by thread (benchmarks/bench_parent_cpu.py, 8 processes), for this tree and, when carried, a
-# base tree beside it in the same call (the two interleaved: the same host's noise falls on both).
+# 1, 2 and 8 processes, 50,000 requests, 512 in flight, 6 `--fast` test servers, ROUNDS rounds, default 1) and the CPU
+# per request of the run's own process by thread (benchmarks/bench_parent_cpu.py, 8 processes), for this tree and,
+# when carried, a base tree beside it in the same call (the two interleaved: the same host's noise falls on both).
 #
 # Carry `.whl` (the wheels of evalkit's requirements the image lacks: see lent_cpu_whole_command.sh) and, for the
 # comparison, `.gpu2/old.tar`, a `git archive --prefix=old/ BASE evalkit benchmarks tasks pyproject.toml` (bench
@@ -26,5 +26,5 @@ bench() {  # name, module, args...: the module from each tree, one after the oth
     echo "== $name ${t%%:*}"; tail -${TAIL:-8} "$OUT/$name-${t%%:*}.log"
   done
 }
-bench procs benchmarks.bench_client_processes --processes 1,2,8 --servers 6 --num-prompts 50000 --concurrency 512 --rounds 1
+bench procs benchmarks.bench_client_processes --processes 1,2,8 --servers 6 --num-prompts 50000 --concurrency 512 --rounds "${ROUNDS:-1}"
 TAIL=14 bench parent benchmarks.bench_parent_cpu --processes 8 --sizes 20000,60000 --rounds 2
