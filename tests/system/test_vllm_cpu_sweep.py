@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.system.test_vllm_e2e import cli_env, launched_port, vllm_pids
-from tests.vllm_env import MODEL_DIR, REPO, VLLM_MARKS
+from tests.vllm_env import IN_PROCESS_WORKER_ARGS, IN_PROCESS_WORKER_ENV, MODEL_DIR, REPO, VLLM_MARKS
 
 pytestmark = VLLM_MARKS
 LAYOUTS = ("tp1", "tp3", "dp2")
@@ -72,6 +72,9 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
     spec["warmup"] = 0  # 4 requests a task: no speed figure is judged, and each warm-up is one more generation (~50 s)
     spec["configs"]["tp1"] = {"cpu_threads_bind": str(min(os.sched_getaffinity(0)))}  # one core, as a dp2 engine
     spec["configs"]["tp1"]["max_num_seqs"] = 4  # a config's server flags reach its vLLM (and no other's)
+    # tp1's one worker in its engine core's process: one process fewer to start (tests/vllm_env.py)
+    spec["configs"]["tp1"]["extra_args"] = list(IN_PROCESS_WORKER_ARGS)
+    spec["configs"]["tp1"]["env"] = {**spec["server"]["env"], **IN_PROCESS_WORKER_ENV}
     spec["configs"]["dp2"]["max_num_seqs"] = 8
     sweep_file, out = tmp_path / "cpu-layouts.yaml", tmp_path / "sweep"
     sweep_file.write_text(yaml.safe_dump(spec, sort_keys=False))  # the file's order: tp1 is "first"

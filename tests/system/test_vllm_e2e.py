@@ -33,7 +33,15 @@ from evalkit.server.launch import MODULE
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import VLLMServer
 from tests.shell_signals import as_from_a_shell
-from tests.vllm_env import MODEL_DIR, NAME, REPO, SHARED_GROUP, VLLM_MARKS
+from tests.vllm_env import (
+    IN_PROCESS_WORKER_ARGS,
+    IN_PROCESS_WORKER_ENV,
+    MODEL_DIR,
+    NAME,
+    REPO,
+    SHARED_GROUP,
+    VLLM_MARKS,
+)
 
 PARITY_LIMIT = 10
 SERVE_LIMIT = 10  # GSM8K documents of the --serve run: its 5-shot prompts are ~900 tokens each on 2 cores
@@ -41,8 +49,17 @@ pytestmark = VLLM_MARKS
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def serve_argv(run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = SERVE_LIMIT) -> list[str]:
-    """``evalkit run TASK --serve MODEL_DIR`` with the flags that make vLLM start quickly on a small CPU box."""
+def serve_argv(
+    run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = SERVE_LIMIT, in_process_worker: bool = True
+) -> list[str]:
+    """``evalkit run TASK --serve MODEL_DIR`` with the flags that make vLLM start quickly on a small CPU box (its
+    worker in the engine core's process unless ``in_process_worker`` is false: tests/vllm_env.py's
+    ``IN_PROCESS_WORKER_ARGS``)."""
+    in_process: list[str] = []
+    if in_process_worker:
+        in_process += [f"--server-arg={arg}" for arg in IN_PROCESS_WORKER_ARGS]
+        for key, value in IN_PROCESS_WORKER_ENV.items():
+            in_process += ["--server-env", f"{key}={value}"]
     return [
         sys.executable,
         "-m",
@@ -58,6 +75,7 @@ def serve_argv(run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = SER
         "2048",
         "--server-env",
         "VLLM_CPU_KVCACHE_SPACE=1",
+        *in_process,
         "--limit",
         str(limit),
         "-o",
@@ -241,7 +259,7 @@ def test_serve_gsm8k_writes_store_and_stops_server(watch: ServerWatch) -> None:
     assert "--enforce-eager" in server["argv"]
     assert server["argv"][server["argv"].index("--max-model-len") + 1] == "2048"
     assert server["vllm_version"] and server["vllm_version"].startswith("0.")
-    assert server["env_overrides"] == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert server["env_overrides"] == {"VLLM_CPU_KVCACHE_SPACE": "1", **IN_PROCESS_WORKER_ENV}
     assert server["served_model_name"] == NAME and manifest["model"] == NAME
     assert server["startup_s"] and server["startup_s"] > 0
     assert manifest["finished_at"]
