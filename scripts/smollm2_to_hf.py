@@ -24,9 +24,9 @@ import sys
 
 def parse_gguf_once() -> None:
     """transformers parses the GGUF file three times (for the tokenizer, the config and the weights) and builds
-    gguf's tensor-name map again for each of the model's ~400 modules: about two thirds of this script's time
-    (40 s on 2 cores). Each parse and each map is made once here; transformers imports both from ``gguf`` when it
-    needs them, so a later version that does it otherwise merely gets the uncached ones."""
+    gguf's tensor-name map again for each of the model's ~400 modules, most of this script's time. Each parse and
+    each map is made once here; transformers imports both from ``gguf`` when it needs them, so a later version that
+    does it otherwise merely gets the uncached ones."""
     import functools
 
     import gguf

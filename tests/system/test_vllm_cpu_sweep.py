@@ -69,7 +69,7 @@ def test_cpu_layout_sweep_table_report_and_gates(tmp_path: Path) -> None:
     spec["server"]["model"] = str(MODEL_DIR)
     spec["concurrency"] = [LEVEL]
     spec["limit"] = LIMIT
-    spec["warmup"] = 0  # 4 requests a task: no speed figure is judged, and each warm-up is one more generation (~50 s)
+    spec["warmup"] = 0  # 2 requests a task: no speed figure is judged, and each warm-up is one more generation
     spec["configs"]["tp1"] = {"cpu_threads_bind": str(min(os.sched_getaffinity(0)))}  # one core, as a dp2 engine
     spec["configs"]["tp1"]["max_num_seqs"] = 4  # a config's server flags reach its vLLM (and no other's)
     # tp1's one worker in its engine core's process: one process fewer to start (tests/vllm_env.py)
