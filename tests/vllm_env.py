@@ -42,6 +42,12 @@ IN_PROCESS_WORKER_ARGS = ("--distributed-executor-backend", "uni")
 IN_PROCESS_WORKER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
+def in_process_worker_cli() -> list[str]:
+    """``IN_PROCESS_WORKER_ARGS`` and ``IN_PROCESS_WORKER_ENV`` as options of ``evalkit run --serve``."""
+    env = [x for key, value in IN_PROCESS_WORKER_ENV.items() for x in ("--server-env", f"{key}={value}")]
+    return [*(f"--server-arg={arg}" for arg in IN_PROCESS_WORKER_ARGS), *env]
+
+
 def smollm2_server(
     *, prefix_caching: bool = False, extra_args: Sequence[str] = (), in_process_worker: bool = True, **fields: Any
 ) -> ServerConfig:

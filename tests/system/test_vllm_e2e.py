@@ -33,15 +33,7 @@ from evalkit.server.launch import MODULE
 from evalkit.server.process_group import group_alive
 from evalkit.server.vllm_process import VLLMServer
 from tests.shell_signals import as_from_a_shell
-from tests.vllm_env import (
-    IN_PROCESS_WORKER_ARGS,
-    IN_PROCESS_WORKER_ENV,
-    MODEL_DIR,
-    NAME,
-    REPO,
-    SHARED_GROUP,
-    VLLM_MARKS,
-)
+from tests.vllm_env import MODEL_DIR, NAME, REPO, SHARED_GROUP, VLLM_MARKS, in_process_worker_cli
 
 PARITY_LIMIT = 10
 SERVE_LIMIT = 10  # GSM8K documents of the --serve run: its 5-shot prompts are ~900 tokens each on 2 cores
@@ -49,17 +41,8 @@ pytestmark = VLLM_MARKS
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def serve_argv(
-    run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = SERVE_LIMIT, in_process_worker: bool = True
-) -> list[str]:
-    """``evalkit run TASK --serve MODEL_DIR`` with the flags that make vLLM start quickly on a small CPU box (its
-    worker in the engine core's process unless ``in_process_worker`` is false: tests/vllm_env.py's
-    ``IN_PROCESS_WORKER_ARGS``)."""
-    in_process: list[str] = []
-    if in_process_worker:
-        in_process += [f"--server-arg={arg}" for arg in IN_PROCESS_WORKER_ARGS]
-        for key, value in IN_PROCESS_WORKER_ENV.items():
-            in_process += ["--server-env", f"{key}={value}"]
+def serve_argv(run_dir: Path, *extra: str, task: str = "gsm8k", limit: int = SERVE_LIMIT) -> list[str]:
+    """``evalkit run TASK --serve MODEL_DIR`` with the flags that make vLLM start quickly on a small CPU box."""
     return [
         sys.executable,
         "-m",
@@ -75,7 +58,6 @@ def serve_argv(
         "2048",
         "--server-env",
         "VLLM_CPU_KVCACHE_SPACE=1",
-        *in_process,
         "--limit",
         str(limit),
         "-o",
@@ -242,7 +224,7 @@ def count_lines(path: Path) -> int:
 def test_serve_gsm8k_writes_store_and_stops_server(watch: ServerWatch) -> None:
     run_dir = watch.run_dir
     t0 = time.monotonic()
-    proc = watch.start(serve_argv(run_dir))
+    proc = watch.start(serve_argv(run_dir, *in_process_worker_cli()))  # vLLM's worker in its engine core process
     pid = watch.find_server()
     watch.record_group()
     rc = proc.wait(timeout=540)
@@ -259,7 +241,7 @@ def test_serve_gsm8k_writes_store_and_stops_server(watch: ServerWatch) -> None:
     assert "--enforce-eager" in server["argv"]
     assert server["argv"][server["argv"].index("--max-model-len") + 1] == "2048"
     assert server["vllm_version"] and server["vllm_version"].startswith("0.")
-    assert server["env_overrides"] == {"VLLM_CPU_KVCACHE_SPACE": "1", **IN_PROCESS_WORKER_ENV}
+    assert server["env_overrides"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     assert server["served_model_name"] == NAME and manifest["model"] == NAME
     assert server["startup_s"] and server["startup_s"] > 0
     assert manifest["finished_at"]
@@ -330,7 +312,7 @@ def test_serve_sigint_stops_server_and_keeps_partial_samples(watch: ServerWatch)
     run_dir = watch.run_dir
     samples = run_dir / "samples.jsonl"
     t0 = time.monotonic()
-    proc = watch.start(serve_argv(run_dir, "--concurrency", "1", "--no-report", limit=200))
+    proc = watch.start(serve_argv(run_dir, "--concurrency", "1", "--no-report", *in_process_worker_cli(), limit=200))
     watch.find_server()
     watch.record_group()
     wait_for(lambda: count_lines(samples) >= 2, 300, "2 lines in samples.jsonl", proc)

@@ -37,11 +37,7 @@ def titles(watch: ServerWatch) -> list[str]:
 
 
 def test_dp2_sigterm_stops_every_engine(watch: ServerWatch) -> None:
-    # vLLM's own layout of processes (a worker process per engine): each must go with the group
-    argv = serve_argv(
-        watch.run_dir, "--dp", "2", "--cpu-threads-bind", "spread", "--concurrency", "2", limit=200,
-        in_process_worker=False,
-    )  # fmt: skip
+    argv = serve_argv(watch.run_dir, "--dp", "2", "--cpu-threads-bind", "spread", "--concurrency", "2", limit=200)
     proc = watch.start([*argv, "--no-report"])
     watch.find_server()
     wait_for_samples = watch.run_dir / "samples.jsonl"
@@ -65,7 +61,7 @@ def test_tp2_refused_start_leaves_no_process(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     t0 = time.monotonic()
     p = subprocess.run(
-        serve_argv(run_dir, "--tp", "2", "--cpu-threads-bind", "spread", limit=1, in_process_worker=False),
+        serve_argv(run_dir, "--tp", "2", "--cpu-threads-bind", "spread", limit=1),
         cwd=REPO,
         env=cli_env(),
         capture_output=True,
