@@ -4,15 +4,15 @@ its event loop and each of its threads, in µs of CPU per request.
     python -m benchmarks.bench_parent_cpu [--processes 2] [--sizes 10000,30000] [--rounds 3] [--json FILE]
 
 With several senders, every answer still passes through this one process (it builds and keys the requests, hands
-them out, gets the answers back, has them scored and stores them): its CPU per request is the part more senders
-do not spread. It is not a hard bound on the rate: its threads run beside each other where they do not hold the
-GIL (reading and writing the pipes), and the cost per request measured at this light load is higher than under a
-heavy one, where each wake-up handles more answers (docs/benchmarks.md has both figures). Two bundled test servers in
-``--fast`` mode answer ``evalkit run random`` (32-token prompts, 16-token answers, 256 in flight), once per size
-and round after a discarded warm run. The CLI runs in a wrapper that, at exit, reads the CPU time of each thread
-(``time.thread_time`` as each ends, /proc for those still running); the figure per request is the median
-difference between the largest and the smallest size divided by the requests between them, so that start-up,
-planning and the summary's fixed part cancel out.
+them out, gets the answers back, has them scored and stores them): its CPU per request is the part more senders do
+not spread. It is not a hard bound on the rate: its threads run beside each other where they do not hold the GIL
+(reading and writing the pipes), and the cost per request measured at this light load is higher than under a heavy
+one, where each wake-up handles more answers (docs/benchmarks/archive/gpu-leases.md, 2026-12-07 evening). Two
+bundled test servers in ``--fast`` mode answer ``evalkit run random`` (32-token prompts, 16-token answers, 256 in
+flight), once per size and round after a discarded warm run. The CLI runs in a wrapper that, at exit, reads the CPU
+time of each thread (``time.thread_time`` as each ends, /proc for those still running); the figure per request is
+the median difference between the largest and the smallest size divided by the requests between them, so that
+start-up, planning and the summary's fixed part cancel out.
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ class Senders:
                 k = part_of(position, n)  # the deal of arrivals.schedule_part, one request at a time
                 if not await credits[k].acquire() or ended:
                     break
-                due = timed([req], offsets, position)[0] if offsets else req
+                (due,) = timed([req], offsets, position)
                 senders[k].held[position] = req  # the request on_done knows (its key is by identity)
                 senders[k].batch.append((position, due))
                 if len(senders[k].batch) == 1:
